@@ -1,0 +1,138 @@
+#pragma once
+// The only door to an accelerator: Device, Stream, Event, DeviceBuffer.
+//
+// Two backends behind one interface:
+//  - host: the "device" memory is a page-aligned host arena with a hard budget (default
+//    512 MiB, to stand for a GPU that is too small); each Stream is a worker thread running
+//    its queue in order; copies between host memory and the arena really happen, on the
+//    stream that issued them, so overlap is real on a CPU-only machine.
+//  - cuda: cudaStream_t / cudaEvent_t, the arena carved from one cudaMalloc, cudaMemcpyAsync,
+//    and a pin hook that registers host buffers (cudaHostRegister).
+// Everything above this header is backend-agnostic. No CUDA header is included here.
+//
+// Ownership: Device::create returns the owned device. Streams, events and buffers are owned
+// by whoever created them and must not outlive their Device. A DeviceBuffer returns its bytes
+// to the arena when destroyed: the owner must make sure that no enqueued work still uses it
+// (synchronize the streams that used it, or wait on their events) before letting it go.
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/error.h"
+#include "runtime/device/arena.h"
+
+namespace strata::runtime {
+
+enum class Backend { host, cuda };
+std::string_view backend_name(Backend backend);
+
+struct DeviceOptions {
+  std::string kind = "auto";          // "auto" (cuda when a GPU is usable, else host) | "host" | "cuda"
+  int ordinal = 0;                    // which CUDA device
+  std::uint64_t memory_bytes = 0;     // arena budget; 0 = default (host: 512 MiB; cuda: free - reserve)
+  std::uint64_t cuda_reserve_bytes = std::uint64_t{1} << 30;  // left free for CUDA/cuBLAS/NCCL
+};
+
+class Stream;
+
+// A point in a stream's work. record() captures everything enqueued on the stream so far;
+// query()/synchronize() look at the last record. An event never recorded counts as complete.
+class Event {
+ public:
+  virtual ~Event() = default;
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+
+  virtual void record(Stream& stream) = 0;
+  virtual bool query() const = 0;        // true when the recorded work has completed
+  virtual void synchronize() const = 0;  // blocks the calling thread until it has
+
+ protected:
+  Event() = default;
+};
+
+// An in-order queue of work. Work on different streams may run concurrently; order between
+// streams is expressed with events (wait).
+class Stream {
+ public:
+  virtual ~Stream() = default;
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+
+  virtual const std::string& name() const = 0;
+
+  // Copies bytes between any two of: host memory, pinned host memory, the device arena.
+  virtual void copy_async(void* dst, const void* src, std::size_t bytes) = 0;
+  virtual void memset_async(void* dst, int value, std::size_t bytes) = 0;
+
+  // Runs fn on a host thread in stream order. On the host backend this is how kernels run;
+  // on cuda it is cudaLaunchHostFunc (fn must not call CUDA). An exception thrown by fn is
+  // kept and rethrown by synchronize(); later work on the stream is skipped (events still
+  // complete so that other streams never hang on a failed one).
+  virtual void host_task(std::function<void()> fn) = 0;
+
+  // Work enqueued after this call starts only once `event`'s recorded work has completed.
+  virtual void wait(const Event& event) = 0;
+
+  // Blocks until all enqueued work has finished; rethrows the first failure of work on it.
+  virtual void synchronize() = 0;
+
+  // cudaStream_t on the cuda backend, nullptr on host: for kernel launchers in kernels/cuda.
+  virtual void* native_handle() const = 0;
+
+ protected:
+  Stream() = default;
+};
+
+class Device {
+ public:
+  // Picks the backend from options.kind ("auto": cuda when built with CUDA and a device is
+  // present, else host). Throws strata::Error when "cuda" is asked for and none is usable.
+  static std::unique_ptr<Device> create(const DeviceOptions& options = {});
+
+  virtual ~Device() = default;
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  virtual Backend backend() const = 0;
+  virtual std::string name() const = 0;  // "host" or the GPU's name
+
+  virtual std::unique_ptr<Stream> create_stream(std::string name) = 0;
+  virtual std::unique_ptr<Event> create_event() = 0;
+
+  // Blocks until every stream of this device has drained.
+  virtual void synchronize() = 0;
+
+  // The pin hook for host buffers that will be copied to or from the device often
+  // (cudaHostRegister on cuda; nothing on host). unpin_host undoes it.
+  virtual void pin_host(void* ptr, std::size_t bytes) = 0;
+  virtual void unpin_host(void* ptr) = 0;
+
+  // Device memory from the arena; throws OutOfMemory (naming `what`) past the budget.
+  DeviceBuffer allocate(std::size_t bytes, std::string_view what) { return arena().allocate(bytes, what); }
+  ArenaStats memory_stats() const { return arena().stats(); }
+
+  // Other memory tiers (pinned host, NVMe) register here so that an out-of-memory error
+  // reports all of them.
+  void add_tier(std::function<TierUsage()> report) { arena().add_tier(std::move(report)); }
+
+ protected:
+  Device() = default;
+  virtual Arena& arena() = 0;
+  virtual const Arena& arena() const = 0;
+};
+
+// Whether this build has the CUDA backend, and if so how many devices the driver reports
+// (0 with a reason in `why_not` when none is usable).
+struct CudaAvailability {
+  bool compiled = false;
+  int device_count = 0;
+  std::string why_not;
+};
+CudaAvailability cuda_availability();
+
+}  // namespace strata::runtime

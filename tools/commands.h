@@ -1,0 +1,11 @@
+#pragma once
+// Each subcommand of `strata` registers itself on the app; its callback does the work and
+// throws strata::Error on failure (main prints it and exits 1).
+#include <CLI/CLI.hpp>
+
+namespace strata::tools {
+
+void add_info_command(CLI::App& app);    // strata info: what this machine offers
+void add_config_command(CLI::App& app);  // strata config FILE: validate and print resolved config
+
+}  // namespace strata::tools
