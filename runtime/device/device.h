@@ -126,11 +126,23 @@ class Device {
   virtual const Arena& arena() const = 0;
 };
 
-// Whether this build has the CUDA backend, and if so how many devices the driver reports
-// (0 with a reason in `why_not` when none is usable).
+struct CudaDeviceInfo {
+  int ordinal = 0;
+  std::string name;
+  std::uint64_t total_bytes = 0;
+  std::uint64_t free_bytes = 0;
+  int compute_major = 0;
+  int compute_minor = 0;
+  std::string pci_bus_id;
+  int pcie_generation = 0;  // current link; 0 = unknown (NVML not available)
+  int pcie_width = 0;
+};
+
+// Whether this build has the CUDA backend and which devices the driver reports; when none is
+// usable, `why_not` says why ("built without CUDA", "no CUDA driver", "no device", ...).
 struct CudaAvailability {
   bool compiled = false;
-  int device_count = 0;
+  std::vector<CudaDeviceInfo> devices;
   std::string why_not;
 };
 CudaAvailability cuda_availability();

@@ -1,0 +1,289 @@
+// Host backend: the device arena is page-aligned host memory with a hard budget; every Stream
+// is a worker thread that runs its queue in order; an Event is a set of pending generations.
+//
+// Note [Host events]: record() gives the event a new generation g and enqueues "complete g" on
+// the stream. wait() captures the event's latest generation at the time of the call (as CUDA
+// does) and enqueues a task that blocks the waiting stream's worker until g is complete. A
+// generation is complete when it is no longer pending, so re-recording on another stream never
+// releases a waiter early.
+//
+// Note [Failed streams]: an exception in a task is kept and rethrown by synchronize(); the
+// stream then skips its remaining work but still runs event completions and waits, so that a
+// failure on one stream never hangs another that waits on it.
+#include "runtime/device/host_device.h"
+
+#include <sys/mman.h>
+
+#include <condition_variable>
+#include <deque>
+#include <cstring>
+#include <mutex>
+#include <set>
+#include <utility>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "core/log.h"
+#include "core/units.h"
+
+namespace strata::runtime {
+namespace {
+
+class HostEvent;
+
+class HostStream final : public Stream {
+ public:
+  HostStream(std::string name, std::function<void(HostStream*, bool)> registry)
+      : name_(std::move(name)), registry_(std::move(registry)) {
+    worker_ = std::thread([this] { run(); });
+    registry_(this, true);
+  }
+
+  ~HostStream() override {
+    registry_(this, false);
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    work_ready_.notify_all();
+    worker_.join();  // the worker drains its queue before it stops
+    if (error_) {
+      try {
+        std::rethrow_exception(error_);
+      } catch (const std::exception& e) {
+        log::warn("stream '{}' destroyed with an unreported failure: {}", name_, e.what());
+      }
+    }
+  }
+
+  const std::string& name() const override { return name_; }
+
+  void copy_async(void* dst, const void* src, std::size_t bytes) override {
+    if (bytes == 0) return;
+    enqueue([dst, src, bytes] { std::memcpy(dst, src, bytes); }, /*control=*/false);
+  }
+
+  void memset_async(void* dst, int value, std::size_t bytes) override {
+    if (bytes == 0) return;
+    enqueue([dst, value, bytes] { std::memset(dst, value, bytes); }, /*control=*/false);
+  }
+
+  void host_task(std::function<void()> fn) override { enqueue(std::move(fn), /*control=*/false); }
+
+  void wait(const Event& event) override;
+
+  void synchronize() override {
+    std::unique_lock lock(mutex_);
+    const std::uint64_t target = submitted_;
+    drained_.wait(lock, [&] { return finished_ >= target; });
+    if (error_) {
+      std::exception_ptr error = std::exchange(error_, nullptr);
+      failed_ = false;  // reported once; the stream is usable again
+      std::rethrow_exception(error);
+    }
+  }
+
+  void* native_handle() const override { return nullptr; }
+
+  // Control tasks (event completion, cross-stream waits) run even on a failed stream.
+  void enqueue(std::function<void()> fn, bool control) {
+    {
+      std::lock_guard lock(mutex_);
+      STRATA_ASSERT(!stopping_, "work enqueued on a stream that is being destroyed");
+      queue_.push_back(Task{std::move(fn), control});
+      ++submitted_;
+    }
+    work_ready_.notify_one();
+  }
+
+ private:
+  struct Task {
+    std::function<void()> fn;
+    bool control;
+  };
+
+  void run() {
+    for (;;) {
+      Task task;
+      {
+        std::unique_lock lock(mutex_);
+        work_ready_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+        if (queue_.empty()) return;  // stopping and drained
+        task = std::move(queue_.front());
+        queue_.pop_front();
+        if (failed_ && !task.control) task.fn = nullptr;  // Note [Failed streams]
+      }
+      if (task.fn) {
+        try {
+          task.fn();
+        } catch (...) {
+          std::lock_guard lock(mutex_);
+          if (!error_) error_ = std::current_exception();
+          failed_ = true;
+        }
+      }
+      {
+        std::lock_guard lock(mutex_);
+        ++finished_;
+      }
+      drained_.notify_all();
+    }
+  }
+
+  const std::string name_;
+  std::function<void(HostStream*, bool)> registry_;
+  std::mutex mutex_;
+  std::condition_variable work_ready_;
+  std::condition_variable drained_;
+  std::deque<Task> queue_;
+  std::uint64_t submitted_ = 0;
+  std::uint64_t finished_ = 0;
+  bool stopping_ = false;
+  bool failed_ = false;
+  std::exception_ptr error_;
+  std::thread worker_;
+};
+
+// Shared between the event and the tasks it enqueued, so an event may be destroyed while
+// its completion is still queued.
+struct EventState {
+  std::mutex mutex;
+  std::condition_variable completed;
+  std::uint64_t last_generation = 0;
+  std::set<std::uint64_t> pending;
+
+  bool done(std::uint64_t g) const { return g == 0 || !pending.contains(g); }
+  void wait_for(std::uint64_t g) {
+    std::unique_lock lock(mutex);
+    completed.wait(lock, [&] { return done(g); });
+  }
+};
+
+class HostEvent final : public Event {
+ public:
+  void record(Stream& stream) override {
+    auto& host = dynamic_cast<HostStream&>(stream);
+    std::uint64_t g;
+    {
+      std::lock_guard lock(state_->mutex);
+      g = ++state_->last_generation;
+      state_->pending.insert(g);
+    }
+    host.enqueue(
+        [state = state_, g] {
+          {
+            std::lock_guard lock(state->mutex);
+            state->pending.erase(g);
+          }
+          state->completed.notify_all();
+        },
+        /*control=*/true);
+  }
+
+  bool query() const override {
+    std::lock_guard lock(state_->mutex);
+    return state_->done(state_->last_generation);
+  }
+
+  void synchronize() const override { state_->wait_for(latest()); }
+
+  std::uint64_t latest() const {
+    std::lock_guard lock(state_->mutex);
+    return state_->last_generation;
+  }
+  const std::shared_ptr<EventState>& state() const { return state_; }
+
+ private:
+  std::shared_ptr<EventState> state_ = std::make_shared<EventState>();
+};
+
+void HostStream::wait(const Event& event) {
+  const auto& host = dynamic_cast<const HostEvent&>(event);
+  const std::uint64_t g = host.latest();
+  if (g == 0) return;  // never recorded: nothing to wait for
+  enqueue([state = host.state(), g] { state->wait_for(g); }, /*control=*/true);
+}
+
+// Anonymous, page-aligned, reserved lazily: a 512 MiB arena costs nothing until it is touched.
+class HostMapping {
+ public:
+  explicit HostMapping(std::uint64_t bytes) : bytes_(bytes) {
+    if (bytes_ == 0) return;
+    void* p = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+      throw system_error(errno, "mmap", fmt::format("host device arena of {}", format_bytes(bytes_)),
+                         "lower strata.device_memory");
+    }
+    data_ = p;
+  }
+  ~HostMapping() {
+    if (data_ != nullptr) ::munmap(data_, bytes_);
+  }
+  HostMapping(const HostMapping&) = delete;
+  HostMapping& operator=(const HostMapping&) = delete;
+  void* data() const { return data_; }
+
+ private:
+  std::uint64_t bytes_;
+  void* data_ = nullptr;
+};
+
+class HostDevice final : public Device {
+ public:
+  explicit HostDevice(std::uint64_t budget_bytes)
+      : mapping_(budget_bytes), arena_(mapping_.data(), budget_bytes, "device") {}
+
+  ~HostDevice() override {
+    std::lock_guard lock(mutex_);
+    STRATA_ASSERT(streams_.empty(), "streams outlive their device");
+  }
+
+  Backend backend() const override { return Backend::host; }
+  std::string name() const override { return "host"; }
+
+  std::unique_ptr<Stream> create_stream(std::string name) override {
+    return std::make_unique<HostStream>(std::move(name), [this](HostStream* s, bool add) {
+      std::lock_guard lock(mutex_);
+      if (add) {
+        streams_.insert(s);
+      } else {
+        streams_.erase(s);
+      }
+    });
+  }
+
+  std::unique_ptr<Event> create_event() override { return std::make_unique<HostEvent>(); }
+
+  void synchronize() override {
+    std::vector<HostStream*> streams;
+    {
+      std::lock_guard lock(mutex_);
+      streams.assign(streams_.begin(), streams_.end());
+    }
+    for (HostStream* s : streams) s->synchronize();
+  }
+
+  void pin_host(void*, std::size_t) override {}  // host memory is what the "device" reads
+  void unpin_host(void*) override {}
+
+ protected:
+  Arena& arena() override { return arena_; }
+  const Arena& arena() const override { return arena_; }
+
+ private:
+  HostMapping mapping_;
+  Arena arena_;
+  std::mutex mutex_;
+  std::set<HostStream*> streams_;
+};
+
+}  // namespace
+
+std::unique_ptr<Device> create_host_device(const DeviceOptions& options) {
+  const std::uint64_t budget = options.memory_bytes != 0 ? options.memory_bytes : kDefaultHostDeviceBytes;
+  return std::make_unique<HostDevice>(budget);
+}
+
+}  // namespace strata::runtime

@@ -1,0 +1,76 @@
+// The CUDA backend: arena, copies host <-> device, cross-stream events, host tasks and their
+// failures, the pin hook. Exits 77 (skipped) where no GPU is usable.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <stdexcept>
+#include <vector>
+
+#include "runtime/device/device.h"
+
+namespace strata::runtime {
+namespace {
+
+std::unique_ptr<Device> cuda_device() {
+  return Device::create({.kind = "cuda", .memory_bytes = 256 << 20});
+}
+
+TEST(CudaDevice, ArenaBudgetAndOom) {
+  auto device = cuda_device();
+  EXPECT_EQ(device->backend(), Backend::cuda);
+  DeviceBuffer a = device->allocate(200 << 20, "a");
+  EXPECT_THROW(device->allocate(100 << 20, "b"), OutOfMemory);
+  EXPECT_EQ(device->memory_stats().live_allocations, 1u);
+}
+
+TEST(CudaDevice, RoundTripThroughTwoStreamsWithEvent) {
+  auto device = cuda_device();
+  auto h2d = device->create_stream("h2d");
+  auto d2h = device->create_stream("d2h");
+  auto done = device->create_event();
+  const std::size_t n = (8 << 20) + 5;
+  std::vector<unsigned char> src(n), dst(n, 0);
+  std::iota(src.begin(), src.end(), 0);
+  device->pin_host(src.data(), n);
+  DeviceBuffer buf = device->allocate(n, "buf");
+  h2d->memset_async(buf.data(), 0x5a, n);
+  h2d->copy_async(buf.data(), src.data(), n - 1);
+  done->record(*h2d);
+  d2h->wait(*done);
+  d2h->copy_async(dst.data(), buf.data(), n);
+  d2h->synchronize();
+  device->unpin_host(src.data());
+  EXPECT_EQ(std::memcmp(src.data(), dst.data(), n - 1), 0);
+  EXPECT_EQ(dst[n - 1], 0x5a);
+  EXPECT_TRUE(done->query());
+}
+
+TEST(CudaDevice, HostTaskOrderAndFailure) {
+  auto device = cuda_device();
+  auto s = device->create_stream("s");
+  std::vector<int> order;
+  for (int i = 0; i < 100; ++i) s->host_task([&order, i] { order.push_back(i); });
+  s->synchronize();
+  ASSERT_EQ(order.size(), 100u);
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(order[i], i);
+  bool ran_after = false;
+  s->host_task([] { throw std::runtime_error("boom"); });
+  s->host_task([&] { ran_after = true; });
+  EXPECT_THROW(s->synchronize(), std::runtime_error);
+  EXPECT_FALSE(ran_after);
+}
+
+}  // namespace
+}  // namespace strata::runtime
+
+int main(int argc, char** argv) {
+  auto cuda = strata::runtime::cuda_availability();
+  if (cuda.devices.empty()) {
+    std::printf("skipped: no usable CUDA device: %s\n", cuda.why_not.c_str());
+    return 77;
+  }
+  testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
