@@ -3,11 +3,11 @@
 #include <sched.h>
 
 #include <array>
+#include <cerrno>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <vector>
 
 #include <fmt/format.h>
 

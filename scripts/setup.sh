@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake ninja-build pkg-config git
+  build-essential cmake ninja-build pkg-config git python3
   clang libomp-dev libclang-rt-14-dev      # the tsan preset: clang with its own OpenMP runtime
   liburing-dev libtbb-dev libhwloc-dev
   libgtest-dev libgmock-dev libbenchmark-dev

@@ -79,6 +79,9 @@ void append_us(std::string& out, std::int64_t ns) {
 struct Tracer::Impl {
   std::string process_name;
   int pid = 0;
+  // Held for a whole flush so that two flushes cannot overlap and rename an older trace over
+  // a newer one; recorders never take it.
+  std::mutex flush_mutex;
   mutable std::mutex mutex;  // guards everything below
   InternMap name_ids;
   std::vector<std::string> names;
@@ -168,6 +171,7 @@ std::size_t Tracer::span_count() const {
 
 void Tracer::flush() {
   if (!impl_) return;
+  std::lock_guard flush_lock(impl_->flush_mutex);
   std::string text;
   {
     // Formatting under the lock is simpler than copying the spans out, and flushes are rare

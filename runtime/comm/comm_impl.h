@@ -1,0 +1,28 @@
+#pragma once
+// Internals of runtime/comm shared by the backends: their constructors, and the host-side
+// reduction that the mpi backend uses (and that the tests use as the oracle).
+#include <cstddef>
+#include <memory>
+
+#include "runtime/comm/comm.h"
+#include "runtime/comm/launch.h"
+
+namespace strata::runtime {
+
+std::unique_ptr<Communicator> create_single_communicator();
+#ifdef STRATA_HAVE_MPI
+std::unique_ptr<Communicator> create_mpi_communicator(const LaunchInfo& launch);  // mpi_comm.cpp
+#endif
+#ifdef STRATA_HAVE_CUDA
+std::unique_ptr<Communicator> create_nccl_communicator(Device& device,
+                                                       const LaunchInfo& launch);  // nccl_comm.cpp
+#endif
+
+// out[i] = op(chunk 0 [i], chunk 1 [i], ..., chunk n-1 [i]) where chunk k starts at
+// chunks + k * count elements. Combined in fp32 in chunk order 0, 1, ..., n-1 and rounded once
+// (round-to-nearest-even) to `dtype`, so the result depends on nothing but the inputs and
+// their order. max propagates NaN. `out` must not overlap `chunks`; n >= 1.
+void reduce_in_order(const void* chunks, std::size_t n, std::size_t count, DType dtype,
+                     ReduceOp op, void* out);
+
+}  // namespace strata::runtime

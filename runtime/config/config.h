@@ -1,0 +1,261 @@
+#pragma once
+// The run's configuration: a DeepSpeed-style JSON file (DeepSpeed's key names and defaults
+// wherever DeepSpeed has the knob) plus a "strata" section for this runtime's own settings.
+// docs/config.md lists every key with its type, default and meaning.
+//
+// Life of a config:
+//   load_config_file(path, overrides)  read the file, apply "key.path=value" overrides, parse,
+//                                      validate -> ParsedConfig (config + warnings)
+//   resolve_config(config, inputs)     fill what depends on the run: batch sizes from the world
+//                                      size, "auto" bucket sizes from the model, machine defaults
+//   config_to_json(config)             pretty JSON with every key; log_config() prints it at start
+//
+// Every failure is a strata::Error whose where() is the JSON key path
+// ("zero_optimization.offload_optimizer.ratio") and whose message gives the expected form.
+// Unknown keys are warnings, never errors, so configs written for DeepSpeed still load.
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "core/error.h"
+#include "core/units.h"
+
+namespace strata::runtime {
+
+// A value the file may leave to the runtime by writing "auto", as Hugging Face's DeepSpeed
+// integration does. Default-constructed is "auto"; assigning a T makes it concrete.
+template <typename T>
+class AutoOr {
+ public:
+  AutoOr() = default;
+  AutoOr(T value) : value_(std::move(value)) {}  // NOLINT(google-explicit-constructor): `= 1e-3`
+  static AutoOr automatic() { return AutoOr(); }
+
+  bool is_auto() const { return !value_.has_value(); }
+  const T& value() const {
+    STRATA_ASSERT(value_.has_value(), "value() of a setting that is still \"auto\"");
+    return *value_;
+  }
+  T value_or(T fallback) const { return value_.value_or(std::move(fallback)); }
+
+  bool operator==(const AutoOr&) const = default;
+
+ private:
+  std::optional<T> value_;  // nullopt = "auto"
+};
+
+enum class OffloadDevice { kNone, kCpu, kNvme };                     // "none" | "cpu" | "nvme"
+enum class OptimizerType { kAdam, kAdamW };                          // "Adam" | "AdamW"
+enum class SchedulerType { kWarmupLR, kWarmupDecayLR, kWarmupCosineLR };
+enum class WarmupType { kLog, kLinear };                             // "log" | "linear"
+enum class DeviceKind { kAuto, kHost, kCuda };                       // "auto" | "host" | "cuda"
+
+// The spelling used in config files and in the printed config.
+std::string_view to_string(OffloadDevice value);
+std::string_view to_string(OptimizerType value);
+std::string_view to_string(SchedulerType value);
+std::string_view to_string(WarmupType value);
+std::string_view to_string(DeviceKind value);
+
+// ---- DeepSpeed sections ------------------------------------------------------------------
+
+struct Fp16Config {
+  AutoOr<bool> enabled = false;
+  double loss_scale = 0.0;               // 0 = dynamic loss scaling; > 0 = this static scale
+  std::int32_t initial_scale_power = 16;  // dynamic: the first scale is 2^power
+  std::uint32_t loss_scale_window = 1000;  // steps without overflow before the scale doubles
+  std::uint32_t hysteresis = 2;            // overflows tolerated before the scale halves
+  bool consecutive_hysteresis = false;     // refill hysteresis after a step without overflow
+  double min_loss_scale = 1.0;
+  bool operator==(const Fp16Config&) const = default;
+};
+
+struct Bf16Config {
+  AutoOr<bool> enabled = false;
+  bool operator==(const Bf16Config&) const = default;
+};
+
+// optimizer {type, params}. DeepSpeed's Adam and AdamW; "Adam" decouples weight decay (AdamW)
+// unless params.adam_w_mode is false, exactly as in DeepSpeed.
+struct OptimizerConfig {
+  OptimizerType type = OptimizerType::kAdamW;
+  AutoOr<double> lr = 1e-3;
+  AutoOr<std::array<double, 2>> betas = std::array<double, 2>{0.9, 0.999};
+  AutoOr<double> eps = 1e-8;
+  AutoOr<double> weight_decay = 0.0;
+  bool adam_w_mode = true;      // always true for AdamW
+  bool bias_correction = true;
+  bool operator==(const OptimizerConfig&) const = default;
+};
+
+// scheduler {type, params}: DeepSpeed's WarmupLR, WarmupDecayLR and WarmupCosineLR. Fields that
+// a type does not use keep their defaults and are not printed.
+struct SchedulerConfig {
+  SchedulerType type = SchedulerType::kWarmupLR;
+  AutoOr<double> warmup_min_lr = 0.0;     // WarmupLR, WarmupDecayLR
+  AutoOr<double> warmup_max_lr = 1e-3;    // WarmupLR (default: optimizer lr), WarmupDecayLR
+  AutoOr<std::uint64_t> warmup_num_steps = std::uint64_t{1000};
+  WarmupType warmup_type = WarmupType::kLog;
+  std::int64_t last_batch_iteration = -1;  // -1 = start from the beginning
+  // WarmupDecayLR and WarmupCosineLR: required there, nullopt for WarmupLR.
+  std::optional<AutoOr<std::uint64_t>> total_num_steps;
+  double warmup_min_ratio = 0.0;  // WarmupCosineLR: first lr = ratio * optimizer lr
+  double cos_min_ratio = 1e-4;    // WarmupCosineLR: final lr = ratio * optimizer lr
+  bool operator==(const SchedulerConfig&) const = default;
+};
+
+// Sizes below are element counts, as in DeepSpeed, except where a name says bytes.
+struct OffloadParamConfig {
+  OffloadDevice device = OffloadDevice::kNone;
+  std::string nvme_path;                       // empty = not set
+  std::uint64_t buffer_count = 5;              // NVMe staging buffers
+  std::uint64_t buffer_size = 100'000'000;     // elements per staging buffer
+  std::uint64_t max_in_cpu = 1'000'000'000;    // elements kept in host memory with NVMe offload
+  bool pin_memory = false;
+  bool operator==(const OffloadParamConfig&) const = default;
+};
+
+struct OffloadOptimizerConfig {
+  OffloadDevice device = OffloadDevice::kNone;
+  std::string nvme_path;        // empty = not set
+  std::uint64_t buffer_count = 4;
+  bool pin_memory = false;
+  bool pipeline_read = false;   // overlap the read of the next sub-group with this step
+  bool pipeline_write = false;  // overlap the write of the previous sub-group with this step
+  double ratio = 1.0;           // fraction of optimizer states offloaded (stage 3 only if < 1)
+  bool operator==(const OffloadOptimizerConfig&) const = default;
+};
+
+struct ZeroConfig {
+  std::int32_t stage = 0;
+  OffloadParamConfig offload_param;          // device kNone (the default) = not offloaded
+  OffloadOptimizerConfig offload_optimizer;  // device kNone (the default) = not offloaded
+  std::uint64_t sub_group_size = 1'000'000'000;
+  AutoOr<std::uint64_t> stage3_prefetch_bucket_size = std::uint64_t{50'000'000};
+  std::uint64_t stage3_max_live_parameters = 1'000'000'000;
+  std::uint64_t stage3_max_reuse_distance = 1'000'000'000;
+  AutoOr<std::uint64_t> stage3_param_persistence_threshold = std::uint64_t{100'000};
+  AutoOr<std::uint64_t> reduce_bucket_size = std::uint64_t{500'000'000};
+  std::uint64_t allgather_bucket_size = 500'000'000;
+  bool overlap_comm = false;  // when absent: true at stage 3, false below (DeepSpeed's rule)
+  bool contiguous_gradients = true;
+  bool operator==(const ZeroConfig&) const = default;
+};
+
+struct AioConfig {
+  std::uint64_t block_size = 1'048'576;  // bytes per I/O request
+  std::uint32_t queue_depth = 8;
+  std::uint32_t intra_op_parallelism = 1;  // I/O workers per request (old name: thread_count)
+  bool single_submit = false;
+  bool overlap_events = true;
+  bool operator==(const AioConfig&) const = default;
+};
+
+// ---- strata's own section ----------------------------------------------------------------
+
+// The host backend's device arena when strata.device_memory is 0: small on purpose, to act
+// like a GPU that is too small for the model.
+inline constexpr std::uint64_t kHostDeviceDefaultMemoryBytes = 512 * kMiB;
+// strata.pinned_memory 0 resolves to physical memory / this: pinned pages cannot be swapped
+// or reclaimed, so half is left to the OS, the page cache and pageable host buffers.
+inline constexpr std::uint64_t kPinnedMemoryDefaultDivisor = 2;
+
+struct StrataConfig {
+  DeviceKind device = DeviceKind::kAuto;  // auto = cuda when a GPU is usable, else host
+  std::uint64_t device_memory_bytes = 0;  // device arena budget; 0 = backend default
+  std::uint64_t pinned_memory_bytes = 0;  // pinned host pool budget; 0 = default (see above)
+  std::uint32_t cpu_threads = 0;          // 0 = the CPUs in this process's affinity mask
+  std::string trace;                      // trace output path; empty = tracing off
+  bool checksum = false;                  // checksum every offloaded block on write and read
+  bool operator==(const StrataConfig&) const = default;
+};
+
+// ---- the whole config ----------------------------------------------------------------------
+
+struct Config {
+  // nullopt = absent. resolve_config() derives the missing ones (DeepSpeed's rule
+  // train_batch_size = micro * gradient_accumulation_steps * world size) and leaves all three
+  // concrete.
+  std::optional<AutoOr<std::uint64_t>> train_batch_size;
+  std::optional<AutoOr<std::uint64_t>> train_micro_batch_size_per_gpu;
+  std::optional<AutoOr<std::uint64_t>> gradient_accumulation_steps;
+  AutoOr<double> gradient_clipping = 0.0;  // max global grad norm; 0 = no clipping
+  Fp16Config fp16;
+  Bf16Config bf16;
+  std::optional<OptimizerConfig> optimizer;  // nullopt = section absent
+  std::optional<SchedulerConfig> scheduler;  // nullopt = constant learning rate
+  ZeroConfig zero_optimization;
+  AioConfig aio;
+  StrataConfig strata;
+  bool operator==(const Config&) const = default;
+};
+
+// A finding that does not stop the run: an unknown key (with the closest known one), a
+// DeepSpeed key strata does not use, a deprecated name, a suspicious combination.
+struct ConfigWarning {
+  enum class Kind { kUnknownKey, kIgnoredKey, kOther };
+  Kind kind = Kind::kOther;
+  std::string path;     // JSON key path, e.g. "zero_optimization.stage3_prefetch_bucket"
+  std::string message;  // the whole sentence, path included
+  bool operator==(const ConfigWarning&) const = default;
+};
+
+struct ParsedConfig {
+  Config config;
+  std::vector<ConfigWarning> warnings;  // also logged through strata::log::warn
+};
+
+// Parses DeepSpeed-style JSON text. `source` names the text in messages (a file path).
+// Each override "key.path=value" is applied to the JSON first (value parsed as JSON, else
+// taken as a string; "a.b.0" indexes an array); an override that names an unknown key or
+// gives a bad value is an Error that quotes the override. Then validate_config() runs.
+// Throws strata::Error: malformed JSON (where = "source:line:column"), wrong type or bad value
+// (where = key path).
+ParsedConfig parse_config(std::string_view json_text, std::string_view source = "<config>",
+                          std::span<const std::string> overrides = {});
+
+// Reads `path` and parses it as parse_config() does. An unreadable file is an Error naming
+// the path and the errno text.
+ParsedConfig load_config_file(const std::string& path, std::span<const std::string> overrides = {});
+
+// Checks value ranges and the rules that tie keys together (fp16 with bf16, offload needs a
+// ZeRO stage, NVMe needs nvme_path, ...). Throws strata::Error naming the key path; returns
+// the findings that are only warnings (not logged here).
+std::vector<ConfigWarning> validate_config(const Config& config);
+
+struct ResolveInputs {
+  std::uint32_t world_size = 1;                    // data-parallel ranks
+  std::optional<std::uint64_t> hidden_size;        // model width: resolves "auto" bucket sizes
+  std::optional<std::uint64_t> host_memory_bytes;  // default: this machine's physical memory
+  std::optional<std::uint32_t> cpu_count;          // default: CPUs in this process's affinity mask
+};
+
+// Returns `config` with what depends on the run filled in, then validated:
+//  - batch sizes: "auto" counts as absent; the missing ones follow from
+//    train_batch_size = train_micro_batch_size_per_gpu * gradient_accumulation_steps * world
+//    (Error when they disagree, do not divide evenly, or neither batch size is given);
+//  - with hidden_size h, "auto" reduce_bucket_size = h*h, stage3_prefetch_bucket_size =
+//    0.9*h*h and stage3_param_persistence_threshold = 10*h (the Hugging Face rule);
+//  - strata.device_memory 0 with device "host" -> kHostDeviceDefaultMemoryBytes (for "cuda"
+//    and "auto" it stays 0: the backend decides once the device is known);
+//  - strata.pinned_memory 0 -> host memory / kPinnedMemoryDefaultDivisor;
+//  - strata.cpu_threads 0 -> cpu count.
+// Other "auto" values (lr, betas, ...) stay "auto": see unresolved_auto_keys().
+Config resolve_config(const Config& config, const ResolveInputs& inputs);
+
+// The key paths whose value is still "auto", e.g. {"optimizer.params.lr"}.
+std::vector<std::string> unresolved_auto_keys(const Config& config);
+
+// Pretty JSON with every key and its value ("auto" where still auto, null where absent).
+// parse_config(config_to_json(c)).config == c for every valid config.
+std::string config_to_json(const Config& config);
+
+// Logs config_to_json(config) at info level: the engine calls it at start.
+void log_config(const Config& config);
+
+}  // namespace strata::runtime
