@@ -85,7 +85,8 @@ void cast(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::siz
       CUDA_CHECK(cudaMemcpyAsync(dst, src, n * dtype_size(src_dtype), cudaMemcpyDefault, stream));
     return;
   }
-  using enum DType;
+  // (No `using enum`: CUDA sources are compiled as C++17, see cmake/Dependencies.cmake.)
+  constexpr DType f32 = DType::f32, f16 = DType::f16, bf16 = DType::bf16;
   if (src_dtype == f32 && dst_dtype == bf16) return launch<f32, bf16>(src, dst, n, stream);
   if (src_dtype == f32 && dst_dtype == f16) return launch<f32, f16>(src, dst, n, stream);
   if (src_dtype == bf16 && dst_dtype == f32) return launch<bf16, f32>(src, dst, n, stream);

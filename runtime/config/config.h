@@ -202,6 +202,7 @@ struct ConfigWarning {
   Kind kind = Kind::kOther;
   std::string path;     // JSON key path, e.g. "zero_optimization.stage3_prefetch_bucket"
   std::string message;  // the whole sentence, path included
+  std::string suggestion;  // kUnknownKey: the closest known key path, if one is close
   bool operator==(const ConfigWarning&) const = default;
 };
 

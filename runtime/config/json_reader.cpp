@@ -182,7 +182,8 @@ void ObjectReader::ignore(std::initializer_list<std::string_view> keys) {
     std::string path = path_of(key);
     std::string message = fmt::format(
         "config key '{}' is a DeepSpeed setting that strata does not use; it is ignored", path);
-    warnings_->push_back({ConfigWarning::Kind::kIgnoredKey, std::move(path), std::move(message)});
+    warnings_->push_back(
+        {ConfigWarning::Kind::kIgnoredKey, std::move(path), std::move(message), {}});
   }
 }
 
@@ -210,9 +211,13 @@ void ObjectReader::finish() {
     }
     std::string path = path_of(key);
     std::string message = fmt::format("unknown config key '{}' is ignored", path);
-    if (!best.empty() && (best_distance <= 2 || best_distance * 4 <= key.size()))
-      message += fmt::format(" (did you mean '{}'?)", path_of(best));
-    warnings_->push_back({ConfigWarning::Kind::kUnknownKey, std::move(path), std::move(message)});
+    std::string suggestion;
+    if (!best.empty() && (best_distance <= 2 || best_distance * 4 <= key.size())) {
+      suggestion = path_of(best);
+      message += fmt::format(" (did you mean '{}'?)", suggestion);
+    }
+    warnings_->push_back({ConfigWarning::Kind::kUnknownKey, std::move(path), std::move(message),
+                          std::move(suggestion)});
   }
 }
 

@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -50,6 +51,14 @@ void convert(const Json& v, const std::string& path, AutoOr<T>& out) {
     out = AutoOr<T>::automatic();
     return;
   }
+  T value{};
+  convert(v, path, value);
+  out = std::move(value);
+}
+
+// An optional field becomes set when the key is present.
+template <typename T>
+void convert(const Json& v, const std::string& path, std::optional<T>& out) {
   T value{};
   convert(v, path, value);
   out = std::move(value);

@@ -281,6 +281,7 @@ MachineReport collect_machine_report(const std::string& dir_for_o_direct) {
     r.simd_error = e.what();  // a bad STRATA_SIMD is worth reporting, not worth failing on
   }
   r.cuda = cuda_availability();
+  r.nvidia_driver = read_line("/proc/driver/nvidia/version").value_or("");
   r.io_uring = offload::probe_io_uring();
   r.o_direct = offload::probe_o_direct(dir_for_o_direct);
   try {
@@ -326,12 +327,25 @@ std::string format_machine_report(const MachineReport& r) {
           format_bytes(n.memory_bytes) + (n.cpus.empty() ? "" : ", CPUs " + n.cpus));
   }
 
+  // Per-node counts come from the kernel's node meminfo; some virtual machines (memory added
+  // by hotplug or a balloon) report less there than in /proc/meminfo. Say so, not hide it.
+  std::uint64_t numa_bytes = 0;
+  for (const NumaNode& n : topo.numa_nodes) numa_bytes += n.memory_bytes;
+  if (r.memory_total_bytes > 0 && numa_bytes > 0 &&
+      (numa_bytes < r.memory_total_bytes * 9 / 10 || numa_bytes > r.memory_total_bytes * 11 / 10)) {
+    t.row("note", "the nodes account for " + format_bytes(numa_bytes) + " of " +
+                      format_bytes(r.memory_total_bytes) + " in /proc/meminfo (per-node counts "
+                      "can miss hot-plugged memory)");
+  }
+
   t.section("Memory");
   t.row("total", format_bytes(r.memory_total_bytes));
   t.row("available", format_bytes(r.memory_available_bytes));
 
   t.section("CUDA");
   t.row("backend", r.cuda.compiled ? "compiled" : "not compiled");
+  t.row("driver", r.nvidia_driver.empty() ? "no NVIDIA kernel driver loaded (no /proc/driver/nvidia)"
+                                          : r.nvidia_driver);
   if (r.cuda.devices.empty()) {
     t.row("devices", "none: " + r.cuda.why_not);
   } else {
@@ -415,7 +429,11 @@ std::string machine_report_json(const MachineReport& r, int indent) {
         {"topology_note", topo.note}}},
       {"numa_nodes", numa},
       {"memory", {{"total_bytes", r.memory_total_bytes}, {"available_bytes", r.memory_available_bytes}}},
-      {"cuda", {{"compiled", r.cuda.compiled}, {"devices", devices}, {"why_not", r.cuda.why_not}}},
+      {"cuda",
+       {{"compiled", r.cuda.compiled},
+        {"driver", r.nvidia_driver},
+        {"devices", devices},
+        {"why_not", r.cuda.why_not}}},
       {"io_uring",
        {{"works", u.works},
         {"reason", u.reason},

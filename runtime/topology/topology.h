@@ -49,6 +49,10 @@ struct MachineReport {
   std::optional<SimdLevel> simd_active;  // nullopt when STRATA_SIMD is invalid: see simd_error
   std::string simd_error;
   CudaAvailability cuda;                // compiled or not; devices, or why none
+  // The NVIDIA kernel driver as /proc/driver/nvidia/version names it ("NVRM version: ..."),
+  // or empty when none is loaded: cudart's own message for that case ("driver version is
+  // insufficient") does not say that there is no driver at all.
+  std::string nvidia_driver;
   offload::IoUringProbe io_uring;
   offload::ODirectProbe o_direct;
   LaunchInfo launch;

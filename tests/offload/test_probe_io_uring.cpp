@@ -25,7 +25,9 @@ TEST(ProbeIoUring, NopAndReadGoThroughTheRing) {
   // The read needs a writable temporary folder; without one it is skipped with a note.
   EXPECT_TRUE(p.read_ok || !p.read_note.empty());
   // DEFER_TASKRUN is tried with SINGLE_ISSUER, which it requires.
-  if (p.defer_taskrun) EXPECT_TRUE(p.single_issuer);
+  if (p.defer_taskrun) {
+    EXPECT_TRUE(p.single_issuer);
+  }
 }
 
 TEST(ProbeIoUring, RepeatableWithoutLeakingRings) {

@@ -76,7 +76,9 @@ TEST(ProbeODirect, TmpfsIsNamedAndEitherWorksOrSaysWhy) {
   if (tmp.path().empty()) GTEST_SKIP() << "/dev/shm is not writable here";
   ODirectProbe p = probe_o_direct(tmp.path());
   EXPECT_EQ(p.fs_type, "tmpfs");
-  if (!p.works) EXPECT_FALSE(p.reason.empty());
+  if (!p.works) {
+    EXPECT_FALSE(p.reason.empty());
+  }
   EXPECT_GT(p.total_bytes, 0u);
   EXPECT_EQ(entries_in(tmp.path()), 0u) << "the probe file must be removed";
 }
@@ -88,8 +90,11 @@ TEST(ProbeODirect, CurrentFolderReportsFileSystemAndSpace) {
   EXPECT_FALSE(p.fs_type.empty());
   EXPECT_GT(p.total_bytes, 0u);
   EXPECT_LE(p.free_bytes, p.total_bytes);
-  if (!p.works) EXPECT_FALSE(p.reason.empty());
-  else EXPECT_TRUE(p.reason.empty()) << p.reason;
+  if (!p.works) {
+    EXPECT_FALSE(p.reason.empty());
+  } else {
+    EXPECT_TRUE(p.reason.empty()) << p.reason;
+  }
   EXPECT_EQ(entries_in(tmp.path()), 0u) << "the probe file must be removed";
 }
 

@@ -51,11 +51,19 @@ TEST(MachineReport, IsConsistentAndMentionsEverySection) {
   EXPECT_LE(r.memory_available_bytes, r.memory_total_bytes);
   EXPECT_GE(r.launch.world, 1);
   EXPECT_LT(r.launch.rank, r.launch.world);
-  if (r.cuda.devices.empty()) EXPECT_FALSE(r.cuda.why_not.empty());
-  if (!r.io_uring.works) EXPECT_FALSE(r.io_uring.reason.empty());
-  if (!r.o_direct.works) EXPECT_FALSE(r.o_direct.reason.empty());
+  if (r.cuda.devices.empty()) {
+    EXPECT_FALSE(r.cuda.why_not.empty());
+  }
+  if (!r.io_uring.works) {
+    EXPECT_FALSE(r.io_uring.reason.empty());
+  }
+  if (!r.o_direct.works) {
+    EXPECT_FALSE(r.o_direct.reason.empty());
+  }
   EXPECT_EQ(r.o_direct.dir, ".");
-  if (!r.hwloc_compiled) EXPECT_NE(r.topology.note.find("hwloc not built in"), std::string::npos);
+  if (!r.hwloc_compiled) {
+    EXPECT_NE(r.topology.note.find("hwloc not built in"), std::string::npos);
+  }
 
   const std::string text = format_machine_report(r);
   for (const char* section : {"Host\n", "CPU\n", "NUMA\n", "Memory\n", "CUDA\n", "io_uring\n",

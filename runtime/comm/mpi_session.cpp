@@ -1,0 +1,119 @@
+// The process-wide MPI state: the one global of runtime/comm, because MPI itself is one per
+// process (initialized once, finalized once, one thread level).
+#include "runtime/comm/mpi_session.h"
+
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace strata::runtime {
+namespace {
+
+struct MpiProcess {
+  std::mutex mutex;  // held around every MPI call (MPI_THREAD_SERIALIZED)
+  int sessions = 0;
+  bool initialized_here = false;
+};
+
+MpiProcess& mpi_process() {
+  static MpiProcess process;
+  return process;
+}
+
+// Polls that yield before MpiSession::wait starts sleeping between polls: a collective whose
+// peers are ready finishes within these; one waiting on a slow rank should not burn a core.
+constexpr int kSpinPolls = 2000;
+constexpr std::chrono::microseconds kPollSleep{20};
+
+std::string thread_level_name(int level) {
+  switch (level) {
+    case MPI_THREAD_SINGLE: return "MPI_THREAD_SINGLE";
+    case MPI_THREAD_FUNNELED: return "MPI_THREAD_FUNNELED";
+    case MPI_THREAD_SERIALIZED: return "MPI_THREAD_SERIALIZED";
+    case MPI_THREAD_MULTIPLE: return "MPI_THREAD_MULTIPLE";
+  }
+  return "level " + std::to_string(level);
+}
+
+}  // namespace
+
+void mpi_check(int rc, const char* call) {
+  if (rc == MPI_SUCCESS) [[likely]] return;
+  char text[MPI_MAX_ERROR_STRING] = {};
+  int length = 0;
+  if (MPI_Error_string(rc, text, &length) != MPI_SUCCESS) length = 0;
+  throw Error(std::string(call) + " failed: " + (length > 0 ? std::string(text, length) : "error " + std::to_string(rc)),
+              "MPI", "check that every rank issues the same collectives in the same order with "
+              "the same counts, and that no rank has died");
+}
+
+MpiSession::MpiSession() {
+  MpiProcess& p = mpi_process();
+  std::lock_guard lock(p.mutex);
+  if (p.sessions == 0) {
+    int finalized = 0;
+    mpi_check(MPI_Finalized(&finalized), "MPI_Finalized");
+    if (finalized != 0) {
+      throw Error("MPI was already finalized in this process and cannot be initialized again",
+                  "communicator", "create one communicator and keep it for the whole run");
+    }
+    int initialized = 0;
+    mpi_check(MPI_Initialized(&initialized), "MPI_Initialized");
+    int provided = MPI_THREAD_SINGLE;
+    if (initialized == 0) {
+      mpi_check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
+      if (provided < MPI_THREAD_SERIALIZED) {
+        MPI_Finalize();
+        throw Error("MPI provides only " + thread_level_name(provided) +
+                        "; strata calls MPI from its stream threads and needs MPI_THREAD_SERIALIZED",
+                    "MPI_Init_thread", "use an MPI library built with thread support (Open MPI, MPICH)");
+      }
+      p.initialized_here = true;
+      log::debug("MPI initialized ({})", thread_level_name(provided));
+    } else {
+      mpi_check(MPI_Query_thread(&provided), "MPI_Query_thread");
+      if (provided < MPI_THREAD_SERIALIZED) {
+        throw Error("MPI was initialized before strata with " + thread_level_name(provided) +
+                        "; strata calls MPI from its stream threads and needs MPI_THREAD_SERIALIZED",
+                    "MPI_Init_thread", "initialize MPI with MPI_Init_thread(MPI_THREAD_SERIALIZED) or "
+                    "higher, or let strata initialize it");
+      }
+    }
+  }
+  ++p.sessions;
+}
+
+MpiSession::~MpiSession() {
+  MpiProcess& p = mpi_process();
+  std::lock_guard lock(p.mutex);
+  if (--p.sessions == 0 && p.initialized_here) {
+    const int rc = MPI_Finalize();
+    if (rc != MPI_SUCCESS) log::warn("MPI_Finalize failed with error {}", rc);
+    p.initialized_here = false;  // MPI cannot be initialized again anyway
+  }
+}
+
+std::unique_lock<std::mutex> MpiSession::lock() const {
+  return std::unique_lock(mpi_process().mutex);
+}
+
+void MpiSession::wait(MPI_Request& request, const char* call) const {
+  for (int polls = 0;; ++polls) {
+    int done = 0;
+    {
+      auto held = lock();
+      mpi_check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), call);
+    }
+    if (done != 0) return;
+    if (polls < kSpinPolls) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(kPollSleep);
+    }
+  }
+}
+
+}  // namespace strata::runtime

@@ -1,0 +1,181 @@
+// resolve_config(): fills what depends on the run (world size, model, machine) and lists
+// the "auto" values nobody could fill.
+#include <sched.h>
+#include <unistd.h>
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "runtime/config/config.h"
+
+namespace strata::runtime {
+namespace {
+
+using Batch = std::optional<AutoOr<std::uint64_t>>;
+
+// "auto" batch sizes come from the run; strata's runs have no other source, so an "auto"
+// one is derived by DeepSpeed's rule like an absent one.
+std::optional<std::uint64_t> given(const Batch& b) {
+  if (!b || b->is_auto()) return std::nullopt;
+  return b->value();
+}
+
+std::uint64_t checked_product(std::uint64_t a, std::uint64_t b, std::uint64_t c) {
+  std::uint64_t ab = 0;
+  std::uint64_t abc = 0;
+  if (__builtin_mul_overflow(a, b, &ab) || __builtin_mul_overflow(ab, c, &abc)) {
+    throw Error(fmt::format("batch size {} * {} * {} does not fit in 64 bits", a, b, c),
+                "train_batch_size", "use smaller batch sizes");
+  }
+  return abc;
+}
+
+// DeepSpeed's _set_batch_related_parameters, with exact division: where DeepSpeed would
+// round down and then fail its consistency assertion, this says which numbers disagree.
+void resolve_batch(Config& c, std::uint64_t world) {
+  std::optional<std::uint64_t> train = given(c.train_batch_size);
+  std::optional<std::uint64_t> micro = given(c.train_micro_batch_size_per_gpu);
+  std::optional<std::uint64_t> accum = given(c.gradient_accumulation_steps);
+
+  auto divide = [&](std::uint64_t total, std::uint64_t by, std::string_view derived) {
+    if (by == 0 || total % by != 0) {
+      throw Error(fmt::format("train_batch_size {} is not divisible by {} (the product of the "
+                              "other batch settings and world size {}), so {} cannot be derived",
+                              total, by, world, derived),
+                  "train_batch_size",
+                  "make train_batch_size = train_micro_batch_size_per_gpu * "
+                  "gradient_accumulation_steps * world size");
+    }
+    return total / by;
+  };
+
+  if (train && micro && accum) {
+    // checked below
+  } else if (train && micro) {
+    accum = divide(*train, checked_product(*micro, world, 1), "gradient_accumulation_steps");
+  } else if (train && accum) {
+    micro = divide(*train, checked_product(*accum, world, 1), "train_micro_batch_size_per_gpu");
+  } else if (micro && accum) {
+    train = checked_product(*micro, *accum, world);
+  } else if (train) {
+    accum = 1;
+    micro = divide(*train, world, "train_micro_batch_size_per_gpu");
+  } else if (micro) {
+    accum = 1;
+    train = checked_product(*micro, 1, world);
+  } else {
+    throw Error("neither train_batch_size nor train_micro_batch_size_per_gpu is given",
+                "train_micro_batch_size_per_gpu",
+                "set train_micro_batch_size_per_gpu (and gradient_accumulation_steps), or "
+                "train_batch_size, as DeepSpeed requires");
+  }
+  if (*train != checked_product(*micro, *accum, world)) {
+    throw Error(fmt::format("train_batch_size ({}) != train_micro_batch_size_per_gpu ({}) * "
+                            "gradient_accumulation_steps ({}) * world size ({})",
+                            *train, *micro, *accum, world),
+                "train_batch_size", "change one of them so that the product holds, or leave one out");
+  }
+  if (*micro == 0 || *accum == 0) {
+    throw Error("batch sizes resolve to 0", "train_micro_batch_size_per_gpu",
+                "give positive batch sizes");
+  }
+  c.train_batch_size = AutoOr<std::uint64_t>(*train);
+  c.train_micro_batch_size_per_gpu = AutoOr<std::uint64_t>(*micro);
+  c.gradient_accumulation_steps = AutoOr<std::uint64_t>(*accum);
+}
+
+// Hugging Face's rule for its "auto" bucket sizes, from the model's hidden size.
+void resolve_buckets(ZeroConfig& z, std::uint64_t hidden) {
+  std::uint64_t square = 0;
+  if (__builtin_mul_overflow(hidden, hidden, &square)) {
+    throw Error(fmt::format("hidden size {} is too large", hidden), "zero_optimization",
+                "give the bucket sizes explicitly instead of \"auto\"");
+  }
+  if (z.reduce_bucket_size.is_auto()) z.reduce_bucket_size = square;
+  if (z.stage3_prefetch_bucket_size.is_auto())
+    z.stage3_prefetch_bucket_size = static_cast<std::uint64_t>(0.9 * static_cast<double>(square));
+  if (z.stage3_param_persistence_threshold.is_auto())
+    z.stage3_param_persistence_threshold = 10 * hidden;
+}
+
+std::uint64_t physical_memory_bytes() {
+  long pages = ::sysconf(_SC_PHYS_PAGES);
+  long page_size = ::sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page_size <= 0) {
+    throw Error("cannot tell this machine's physical memory (sysconf failed)",
+                "strata.pinned_memory", "set strata.pinned_memory explicitly, e.g. \"8GiB\"");
+  }
+  return static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page_size);
+}
+
+std::uint32_t affinity_cpu_count() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) {
+    int count = CPU_COUNT(&set);
+    if (count > 0) return static_cast<std::uint32_t>(count);
+  }
+  // More CPUs than a cpu_set_t holds, or no affinity support: every online CPU.
+  long online = ::sysconf(_SC_NPROCESSORS_ONLN);
+  return online > 0 ? static_cast<std::uint32_t>(online) : 1;
+}
+
+}  // namespace
+
+Config resolve_config(const Config& config, const ResolveInputs& inputs) {
+  if (inputs.world_size == 0) {
+    throw Error("world size is 0", "world_size", "run with at least one rank");
+  }
+  Config c = config;
+  resolve_batch(c, inputs.world_size);
+  if (inputs.hidden_size) resolve_buckets(c.zero_optimization, *inputs.hidden_size);
+
+  StrataConfig& s = c.strata;
+  if (s.device_memory_bytes == 0 && s.device == DeviceKind::kHost)
+    s.device_memory_bytes = kHostDeviceDefaultMemoryBytes;
+  if (s.pinned_memory_bytes == 0) {
+    std::uint64_t host = inputs.host_memory_bytes ? *inputs.host_memory_bytes : physical_memory_bytes();
+    s.pinned_memory_bytes = host / kPinnedMemoryDefaultDivisor;
+  }
+  if (s.cpu_threads == 0) s.cpu_threads = inputs.cpu_count ? *inputs.cpu_count : affinity_cpu_count();
+
+  validate_config(c);
+  return c;
+}
+
+std::vector<std::string> unresolved_auto_keys(const Config& c) {
+  std::vector<std::string> keys;
+  auto note = [&](std::string_view path, bool is_auto) {
+    if (is_auto) keys.emplace_back(path);
+  };
+  auto note_batch = [&](std::string_view path, const Batch& b) { note(path, b && b->is_auto()); };
+  note_batch("train_batch_size", c.train_batch_size);
+  note_batch("train_micro_batch_size_per_gpu", c.train_micro_batch_size_per_gpu);
+  note_batch("gradient_accumulation_steps", c.gradient_accumulation_steps);
+  note("gradient_clipping", c.gradient_clipping.is_auto());
+  note("fp16.enabled", c.fp16.enabled.is_auto());
+  note("bf16.enabled", c.bf16.enabled.is_auto());
+  if (const auto& o = c.optimizer) {
+    note("optimizer.params.lr", o->lr.is_auto());
+    note("optimizer.params.betas", o->betas.is_auto());
+    note("optimizer.params.eps", o->eps.is_auto());
+    note("optimizer.params.weight_decay", o->weight_decay.is_auto());
+  }
+  if (const auto& s = c.scheduler) {
+    if (s->type != SchedulerType::kWarmupCosineLR) {
+      note("scheduler.params.warmup_min_lr", s->warmup_min_lr.is_auto());
+      note("scheduler.params.warmup_max_lr", s->warmup_max_lr.is_auto());
+    }
+    note("scheduler.params.warmup_num_steps", s->warmup_num_steps.is_auto());
+    note("scheduler.params.total_num_steps", s->total_num_steps && s->total_num_steps->is_auto());
+  }
+  const ZeroConfig& z = c.zero_optimization;
+  note("zero_optimization.stage3_prefetch_bucket_size", z.stage3_prefetch_bucket_size.is_auto());
+  note("zero_optimization.stage3_param_persistence_threshold",
+       z.stage3_param_persistence_threshold.is_auto());
+  note("zero_optimization.reduce_bucket_size", z.reduce_bucket_size.is_auto());
+  return keys;
+}
+
+}  // namespace strata::runtime

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Runs on the lent GPU machine, in the repo root with .gpu/ carried (scripts/gpu/package.sh).
+# Runs the CUDA tests (must pass), then every other test binary (reported), then strata info.
+# Writes logs to $OUT when set.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+out=${OUT:-/tmp/strata-gpu}
+mkdir -p "$out"
+# NCCL: from the toolkit, or the one PyTorch's wheels bring.
+nccl=$(find / -name 'libnccl.so.2' -not -path '/proc/*' 2>/dev/null | head -1)
+export LD_LIBRARY_PATH="$PWD/.gpu/lib${nccl:+:$(dirname "$nccl")}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+nvidia-smi -L | tee "$out/gpu.txt"
+echo "nccl: ${nccl:-not found}" | tee -a "$out/gpu.txt"
+
+failed=0
+while read -r t; do
+  echo "=== $t (cuda)"
+  if ! ".gpu/bin/$t" 2>&1 | tee "$out/$t.log"; then failed=1; fi
+done < .gpu/cuda_tests.txt
+for bin in .gpu/bin/test_*; do
+  t=$(basename "$bin")
+  grep -qx "$t" .gpu/cuda_tests.txt && continue
+  ".gpu/bin/$t" >"$out/$t.log" 2>&1
+  echo "=== $t: rc=$?"
+done
+.gpu/bin/strata info 2>&1 | tee "$out/info.txt"
+exit $failed
