@@ -48,7 +48,7 @@ std::uint64_t read_xcr0() {
 constexpr bool bit(unsigned reg, int n) { return (reg >> n) & 1u; }
 
 SimdLevel detect() {
-  const unsigned max_leaf = __get_cpuid_max(0, nullptr);
+  const auto max_leaf = static_cast<unsigned>(__get_cpuid_max(0, nullptr));
   if (max_leaf < 1) return SimdLevel::scalar;
   const Regs l1 = cpuid(1, 0);
   const bool osxsave = bit(l1.ecx, 27);
@@ -74,7 +74,7 @@ SimdLevel detect() {
 }
 
 std::string brand_string() {
-  if (__get_cpuid_max(0x80000000u, nullptr) < 0x80000004u) return {};
+  if (static_cast<unsigned>(__get_cpuid_max(0x80000000u, nullptr)) < 0x80000004u) return {};
   char text[49] = {};
   for (unsigned i = 0; i < 3; ++i) {
     const Regs r = cpuid(0x80000002u + i, 0);

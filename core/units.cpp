@@ -3,6 +3,7 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <cstdint>
 
 #include <fmt/format.h>
 
@@ -33,21 +34,39 @@ std::optional<std::uint64_t> parse_bytes(std::string_view text) {
          (std::isdigit(static_cast<unsigned char>(text[digits])) || text[digits] == '.'))
     ++digits;
   if (digits == 0) return std::nullopt;
-  double value = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + digits, value);
-  if (ec != std::errc() || end != text.data() + digits) return std::nullopt;
+  std::string_view number = text.substr(0, digits);
   std::string_view unit = trim(text.substr(digits));
 
-  struct Unit { std::string_view name; double factor; };
+  struct Unit { std::string_view name; std::uint64_t factor; };
   static constexpr Unit kUnits[] = {
-      {"", 1},          {"b", 1},
-      {"kb", 1e3},      {"mb", 1e6},      {"gb", 1e9},      {"tb", 1e12},
-      {"k", 1024.0},    {"m", 1048576.0}, {"g", 1073741824.0},
-      {"kib", 1024.0},  {"mib", 1048576.0}, {"gib", 1073741824.0}, {"tib", 1099511627776.0},
+      {"", 1},
+      {"b", 1},
+      {"kb", 1000ull},
+      {"mb", 1000ull * 1000},
+      {"gb", 1000ull * 1000 * 1000},
+      {"tb", 1000ull * 1000 * 1000 * 1000},
+      {"k", 1ull << 10},
+      {"m", 1ull << 20},
+      {"g", 1ull << 30},
+      {"kib", 1ull << 10},
+      {"mib", 1ull << 20},
+      {"gib", 1ull << 30},
+      {"tib", 1ull << 40},
   };
   for (const Unit& u : kUnits) {
     if (!iequals(unit, u.name)) continue;
-    double bytes = value * u.factor;
+    if (number.find('.') == std::string_view::npos) {
+      // Integers are exact: no detour through double, which loses bits above 2^53.
+      std::uint64_t value = 0;
+      auto [end, ec] = std::from_chars(number.data(), number.data() + number.size(), value);
+      if (ec != std::errc() || end != number.data() + number.size()) return std::nullopt;
+      if (value > UINT64_MAX / u.factor) return std::nullopt;
+      return value * u.factor;
+    }
+    double value = 0;
+    auto [end, ec] = std::from_chars(number.data(), number.data() + number.size(), value);
+    if (ec != std::errc() || end != number.data() + number.size()) return std::nullopt;
+    double bytes = value * static_cast<double>(u.factor);
     if (!(bytes >= 0) || bytes >= 18446744073709551616.0) return std::nullopt;
     if (bytes != std::floor(bytes)) return std::nullopt;  // fractional bytes
     return static_cast<std::uint64_t>(bytes);

@@ -17,7 +17,7 @@ inline constexpr std::size_t kGiB = 1024 * kMiB;
 // nullopt when the text is not such a size or the result does not fit in 64 bits.
 std::optional<std::uint64_t> parse_bytes(std::string_view text);
 
-// "512.0 MiB", "3 B", "1.50 GiB": for reports and errors.
+// "512.00 MiB", "3 B", "1.50 GiB": for reports and errors.
 std::string format_bytes(std::uint64_t bytes);
 
 }  // namespace strata

@@ -72,6 +72,10 @@ MpiSession::MpiSession() {
                     "MPI_Init_thread", "use an MPI library built with thread support (Open MPI, MPICH)");
       }
       p.initialized_here = true;
+      // MPI is ours: report its errors as codes (mpi_check turns them into strata::Error)
+      // rather than aborting. Some failures, e.g. of MPI_Test on a collective's request, are
+      // reported on MPI_COMM_WORLD even for collectives on a duplicate of it.
+      mpi_check(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
       log::debug("MPI initialized ({})", thread_level_name(provided));
     } else {
       mpi_check(MPI_Query_thread(&provided), "MPI_Query_thread");

@@ -9,6 +9,14 @@
 // turn stuck behind its own lock on another communicator, both ranks wait forever. So strata
 // starts nonblocking operations (MPI_I*) and polls them with MPI_Test, taking the lock for each
 // poll only (MpiSession::wait).
+// The C API only: Open MPI's mpi.h otherwise pulls in the deprecated C++ bindings, which
+// need libmpi_cxx at link time.
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1
+#endif
+#ifndef MPICH_SKIP_MPICXX
+#define MPICH_SKIP_MPICXX 1
+#endif
 #include <mpi.h>
 
 #include <mutex>

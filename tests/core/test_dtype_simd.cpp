@@ -10,6 +10,10 @@
 #include <string>
 #include <vector>
 
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
+
 #include "core/cpu_features.h"
 #include "core/dtype.h"
 #include "core/error.h"
@@ -58,7 +62,7 @@ void check_variant(SimdLevel level, DType from, DType to, const std::vector<unsi
   constexpr std::size_t kGuard = 64;
   constexpr unsigned char kPoison = 0xA5;
   std::vector<unsigned char> src_buf(src_offset + src.size());
-  std::memcpy(src_buf.data() + src_offset, src.data(), src.size());
+  if (!src.empty()) std::memcpy(src_buf.data() + src_offset, src.data(), src.size());
   const std::size_t dst_bytes = n * dtype_size(to);
   std::vector<unsigned char> dst_buf(kGuard + dst_offset + dst_bytes + kGuard, kPoison);
   unsigned char* dst = dst_buf.data() + kGuard + dst_offset;
@@ -128,6 +132,44 @@ TEST(DTypeSimd, EveryLevelMatchesScalarOnTieSweeps) {
     }
   }
 }
+
+#if defined(__x86_64__)
+// The optimizer may run with flush-to-zero / denormals-are-zero for speed, and someone may
+// change the rounding mode: the conversions must not change. (F16C takes its rounding from
+// the instruction's immediate; the bf16 paths and the scalar code are integer arithmetic.)
+TEST(DTypeSimd, ResultsDoNotDependOnMxcsr) {
+  const unsigned saved = _mm_getcsr();
+  const std::vector<std::uint16_t> all = test::all_16bit_patterns();
+  std::vector<unsigned char> all_bytes(all.size() * 2);
+  std::memcpy(all_bytes.data(), all.data(), all_bytes.size());
+  const std::vector<float> sweep = test::tie_sweep_fp32(13);
+  std::vector<unsigned char> sweep_bytes(sweep.size() * 4);
+  std::memcpy(sweep_bytes.data(), sweep.data(), sweep_bytes.size());
+  for (unsigned mode : {_MM_FLUSH_ZERO_ON | 0x0040u /* DAZ */ | _MM_ROUND_TOWARD_ZERO,
+                        unsigned{_MM_ROUND_UP}}) {
+    _mm_setcsr((saved & ~0xE040u) | mode);
+    for (SimdLevel level : levels_to_test()) {
+      check_variant(level, DType::f16, DType::f32, all_bytes, all.size(), 0, 0);
+      check_variant(level, DType::bf16, DType::f16, all_bytes, all.size(), 0, 0);
+      check_variant(level, DType::f32, DType::f16, sweep_bytes, sweep.size(), 0, 0);
+      check_variant(level, DType::f32, DType::bf16, sweep_bytes, sweep.size(), 0, 0);
+    }
+    // The scalar reference runs under the changed mode too: keep its results, check them
+    // against the independent checker once the default mode is back.
+    std::vector<std::uint16_t> narrowed(sweep.size());
+    std::vector<float> widened(all.size());
+    for (std::size_t i = 0; i < sweep.size(); ++i) narrowed[i] = fp32_to_fp16(sweep[i]);
+    for (std::size_t i = 0; i < all.size(); ++i) widened[i] = fp16_to_fp32(all[i]);
+    _mm_setcsr(saved);
+    for (std::size_t i = 0; i < sweep.size(); ++i)
+      ASSERT_TRUE(test::is_rne(test::kFp16, sweep[i], narrowed[i]));
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      if (test::kFp16.is_nan(all[i])) continue;
+      ASSERT_EQ(static_cast<double>(widened[i]), test::kFp16.decode(all[i])) << i;
+    }
+  }
+}
+#endif
 
 TEST(DTypeSimd, TypedEntryPointsMatchScalar) {
   const std::vector<float> in = test::random_fp32(1001, 99);

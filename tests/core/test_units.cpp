@@ -56,3 +56,17 @@ TEST(Units, FormatsForReports) {
 
 }  // namespace
 }  // namespace strata
+
+namespace strata {
+namespace {
+
+TEST(Units, LargeIntegersAreExact) {
+  EXPECT_EQ(parse_bytes("9007199254740993"), 9007199254740993ull);  // 2^53 + 1
+  EXPECT_EQ(parse_bytes("18446744073709551615"), UINT64_MAX);
+  EXPECT_EQ(parse_bytes("18446744073709551616"), std::nullopt);
+  EXPECT_EQ(parse_bytes("16777216 TiB"), std::nullopt);  // 2^64 bytes
+  EXPECT_EQ(parse_bytes("16777215 TiB"), 16777215ull << 40);
+}
+
+}  // namespace
+}  // namespace strata

@@ -54,7 +54,8 @@ void check_pair(DType from, DType to, std::size_t n, std::size_t offset_elems) {
 
   Stream stream;
   DeviceBuffer d_src(src.size() + src_off + 1), d_dst(dst_off + dst_bytes + kGuard);
-  CUDA_CHECK(cudaMemcpy(d_src.bytes() + src_off, src.data(), src.size(), cudaMemcpyHostToDevice));
+  if (!src.empty())
+    CUDA_CHECK(cudaMemcpy(d_src.bytes() + src_off, src.data(), src.size(), cudaMemcpyHostToDevice));
   const std::size_t total = dst_off + dst_bytes + kGuard;
   CUDA_CHECK(cudaMemset(d_dst.ptr, kPoison, total));
   kernels::cuda::cast(d_src.bytes() + src_off, from, d_dst.bytes() + dst_off, to, n, stream.s);

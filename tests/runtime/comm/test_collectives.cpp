@@ -19,7 +19,7 @@ class CommTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (context().poison) GTEST_SKIP() << "poison run";
-    trace_.emplace("rank " + std::to_string(rank()) + " of " + std::to_string(world()) + " (" +
+    trace_.emplace(__FILE__, __LINE__, "rank " + std::to_string(rank()) + " of " + std::to_string(world()) + " (" +
                    std::string(comm().backend_name()) + ")");
   }
   Device& device() { return *context().device; }
@@ -320,7 +320,7 @@ TEST_F(CommTest, BarrierWaitsForEveryRank) {
   comm().all_gather(mine.data(), all.data(), 2, DType::f32, *stream);
   std::vector<unsigned char> bytes = download_bytes(*stream, all.data(), ranks() * sizeof(entered));
   for (std::size_t r = 0; r < ranks(); ++r) {
-    decltype(entered) t = 0;
+    Clock::rep t = 0;
     std::memcpy(&t, bytes.data() + r * sizeof(t), sizeof(t));
     EXPECT_LE(t, left) << "rank " << r << " entered the barrier after this rank left it";
   }

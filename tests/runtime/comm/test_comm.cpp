@@ -46,7 +46,9 @@ TEST_F(CommFactory, AutoPicksWhatTheLaunchSays) {
   } else {
     EXPECT_EQ(comm.rank(), launch.rank);
     EXPECT_EQ(comm.world(), launch.world);
-    if (comm_backend_compiled(CommBackend::mpi)) EXPECT_EQ(comm.backend(), CommBackend::mpi);
+    if (comm_backend_compiled(CommBackend::mpi)) {
+      EXPECT_EQ(comm.backend(), CommBackend::mpi);
+    }
   }
 }
 

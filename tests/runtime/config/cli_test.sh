@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Runs the built `strata config` on good and bad configs; checks exit codes and output.
+# Usage: cli_test.sh path/to/strata tests/runtime/config/data
+set -u
+strata="$1"
+data="$2"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+
+failures=0
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+
+# run NAME ARGS...: runs strata with ARGS, keeps stdout/stderr in $work/NAME.{out,err}, sets rc.
+run() {
+  local name="$1"
+  shift
+  "$strata" "$@" >"$work/$name.out" 2>"$work/$name.err"
+  rc=$?
+}
+expect_rc() {  # NAME WANT(0|nonzero)
+  if [[ "$2" == 0 && $rc -ne 0 ]] || [[ "$2" != 0 && $rc -eq 0 ]]; then
+    fail "$1: exit code $rc, wanted $2"
+    sed 's/^/  | /' "$work/$1.err" >&2
+  fi
+}
+expect_in() {  # NAME out|err TEXT
+  if ! grep -qF -- "$3" "$work/$1.$2"; then
+    fail "$1: std$2 lacks: $3"
+    sed 's/^/  | /' "$work/$1.$2" >&2
+  fi
+}
+
+# A good file: exit 0, every section printed, batch sizes resolved for 2 ranks.
+run good config "$data/ds_zero_offload_cpu.json" --world-size 2
+expect_rc good 0
+expect_in good out '"train_batch_size": 64'
+expect_in good out '"gradient_accumulation_steps": 4'
+expect_in good out '"stage3_prefetch_bucket_size": 50000000'
+expect_in good out '"device_memory": 1073741824'
+expect_in good out '"intra_op_parallelism": 1'
+expect_in good err "'steps_per_print' is a DeepSpeed setting that strata does not use"
+
+# Overrides apply before validation.
+run overridden config "$data/ds_zero_offload_cpu.json" --set zero_optimization.stage=3 \
+  --set strata.device_memory=0 --set zero_optimization.offload_param.device=cpu
+expect_rc overridden 0
+expect_in overridden out '"stage": 3'
+expect_in overridden out '"device_memory": 536870912'
+
+# "auto" values print as "auto" and are listed.
+run auto config "$data/hf_zero3_auto.json" --set train_micro_batch_size_per_gpu=2 --hidden-size 1024
+expect_rc auto 0
+expect_in auto out '"reduce_bucket_size": 1048576'
+expect_in auto out '"lr": "auto"'
+expect_in auto err 'still "auto"'
+
+# A bad value: non-zero, the message names the key path.
+run bad config "$data/bad_ratio.json"
+expect_rc bad nonzero
+expect_in bad err 'strata: error:'
+expect_in bad err 'zero_optimization.offload_optimizer.ratio'
+expect_in bad err 'expected a number in [0, 1], got 1.5'
+
+run bad_override config "$data/ds_zero_offload_cpu.json" --set zero_optimization.stge=3
+expect_rc bad_override nonzero
+expect_in bad_override err "override 'zero_optimization.stge=3' sets unknown config key"
+
+run malformed config "$data/malformed.json"
+expect_rc malformed nonzero
+expect_in malformed err 'malformed JSON'
+expect_in malformed err 'line 3'
+
+run missing config "$data/does_not_exist.json"
+expect_rc missing nonzero
+expect_in missing err 'No such file or directory'
+expect_in missing err "$data/does_not_exist.json"
+
+if [[ $failures -ne 0 ]]; then
+  echo "$failures check(s) failed" >&2
+  exit 1
+fi
+echo "strata config: all checks passed"
