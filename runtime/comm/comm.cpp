@@ -208,7 +208,7 @@ std::unique_ptr<Communicator> create_communicator(Device& device, const CommOpti
   switch (backend) {
     case CommBackend::mpi:
 #ifdef STRATA_HAVE_MPI
-      comm = create_mpi_communicator(launch);
+      comm = create_mpi_communicator(launch, options);
 #endif
       break;
     case CommBackend::nccl:

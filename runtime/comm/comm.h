@@ -76,6 +76,10 @@ bool comm_backend_compiled(CommBackend backend);
 
 struct CommOptions {
   CommBackend backend = CommBackend::automatic;
+  // mpi backend: the most bytes of one rank's part that a single MPI call moves. Larger
+  // collectives go in pieces (MPI counts are ints); reductions keep world() times this much
+  // host scratch. Small values only cost latency (the tests use them to exercise pieces).
+  std::size_t mpi_piece_bytes = std::size_t{8} << 20;
 };
 
 class Communicator {

@@ -11,7 +11,8 @@ namespace strata::runtime {
 
 std::unique_ptr<Communicator> create_single_communicator();
 #ifdef STRATA_HAVE_MPI
-std::unique_ptr<Communicator> create_mpi_communicator(const LaunchInfo& launch);  // mpi_comm.cpp
+std::unique_ptr<Communicator> create_mpi_communicator(const LaunchInfo& launch,
+                                                      const CommOptions& options);  // mpi_comm.cpp
 #endif
 #ifdef STRATA_HAVE_CUDA
 std::unique_ptr<Communicator> create_nccl_communicator(Device& device,

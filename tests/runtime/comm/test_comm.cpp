@@ -104,6 +104,9 @@ TEST(CommPoison, SkippedCollectiveBreaksTheMpiCommunicator) {
 
 int main(int argc, char** argv) {
   using namespace strata::runtime;
+  // Rank 0 prints the run, the others only their failures. Decided from the launcher's
+  // environment: InitGoogleTest picks the printer, before any communicator exists.
+  if (detect_launch().rank > 0) GTEST_FLAG_SET(brief, true);
   ::testing::InitGoogleTest(&argc, argv);
   CommOptions options;
   bool poison = false;
@@ -124,7 +127,6 @@ int main(int argc, char** argv) {
     comm_test::context() = {device.get(), comm.get(), poison};
     std::printf("communicator %s, rank %d of %d\n", std::string(comm->backend_name()).c_str(),
                 comm->rank(), comm->world());
-    if (comm->rank() > 0) GTEST_FLAG_SET(brief, true);  // rank 0 prints the run; others, failures
     if (poison) GTEST_FLAG_SET(filter, "CommPoison.*");
     const int rc = RUN_ALL_TESTS();
     comm_test::context() = {};
