@@ -66,8 +66,8 @@ class SingleCommunicator final : public Communicator {
 Error no_mpi_error(const LaunchInfo& launch, std::string_view wanted) {
   std::string what = "this build of strata has no MPI, which " + std::string(wanted) + " needs";
   if (launch.under_mpirun) {
-    what += " (started by " + launch.launcher + " as rank " + std::to_string(launch.rank) +
-            " of " + std::to_string(launch.world) + ")";
+    what += " (started by " + launch.launcher + " as rank " + std::to_string(launch.rank) + " of " +
+            std::to_string(launch.world) + ")";
   }
   return Error(what, "communicator",
                "install MPI (apt-get install libopenmpi-dev openmpi-bin) and reconfigure with "
@@ -79,7 +79,8 @@ CommBackend resolve_backend(CommBackend wanted, Backend device, const LaunchInfo
   const bool cuda = device == Backend::cuda;
   if (wanted == CommBackend::automatic) {
     if (!launch.under_mpirun) return CommBackend::single;
-    if (!launch.mpi_compiled && launch.world > 1) throw no_mpi_error(launch, "mpirun with several ranks");
+    if (!launch.mpi_compiled && launch.world > 1)
+      throw no_mpi_error(launch, "mpirun with several ranks");
     if (cuda) return CommBackend::nccl;
     return launch.mpi_compiled ? CommBackend::mpi : CommBackend::single;
   }
@@ -93,26 +94,31 @@ CommBackend resolve_backend(CommBackend wanted, Backend device, const LaunchInfo
       }
       break;
     case CommBackend::mpi:
-      if (!comm_backend_compiled(CommBackend::mpi)) throw no_mpi_error(launch, "the 'mpi' communicator");
+      if (!comm_backend_compiled(CommBackend::mpi))
+        throw no_mpi_error(launch, "the 'mpi' communicator");
       if (cuda) {
         throw Error("the 'mpi' communicator needs host-addressable buffers, but the device is cuda",
-                    "communicator", "use the 'nccl' (or 'auto') communicator on a cuda device, or "
+                    "communicator",
+                    "use the 'nccl' (or 'auto') communicator on a cuda device, or "
                     "the host device with 'mpi'");
       }
       break;
     case CommBackend::nccl:
       if (!comm_backend_compiled(CommBackend::nccl)) {
         throw Error("this build of strata has no CUDA/NCCL, which the 'nccl' communicator needs",
-                    "communicator", "reconfigure with -DSTRATA_CUDA=ON where nvcc and NCCL are "
+                    "communicator",
+                    "reconfigure with -DSTRATA_CUDA=ON where nvcc and NCCL are "
                     "installed, or use the 'mpi' or 'single' communicator");
       }
       if (!cuda) {
         throw Error("the 'nccl' communicator needs a cuda device, but the device is host",
-                    "communicator", "use the 'mpi' (or 'auto') communicator on the host device, or "
+                    "communicator",
+                    "use the 'mpi' (or 'auto') communicator on the host device, or "
                     "select the cuda device");
       }
       if (launch.world > 1 && !launch.mpi_compiled) {
-        throw no_mpi_error(launch, "the 'nccl' communicator with several ranks (to exchange the NCCL id)");
+        throw no_mpi_error(launch,
+                           "the 'nccl' communicator with several ranks (to exchange the NCCL id)");
       }
       break;
     case CommBackend::automatic:
@@ -125,16 +131,21 @@ CommBackend resolve_backend(CommBackend wanted, Backend device, const LaunchInfo
 
 std::string_view comm_backend_name(CommBackend backend) {
   switch (backend) {
-    case CommBackend::automatic: return "auto";
-    case CommBackend::single: return "single";
-    case CommBackend::mpi: return "mpi";
-    case CommBackend::nccl: return "nccl";
+    case CommBackend::automatic:
+      return "auto";
+    case CommBackend::single:
+      return "single";
+    case CommBackend::mpi:
+      return "mpi";
+    case CommBackend::nccl:
+      return "nccl";
   }
   return "unknown";
 }
 
 CommBackend parse_comm_backend(std::string_view name) {
-  for (CommBackend b : {CommBackend::automatic, CommBackend::single, CommBackend::mpi, CommBackend::nccl}) {
+  for (CommBackend b :
+       {CommBackend::automatic, CommBackend::single, CommBackend::mpi, CommBackend::nccl}) {
     if (name == comm_backend_name(b)) return b;
   }
   throw Error("unknown communicator '" + std::string(name) + "'", "communicator",
@@ -144,23 +155,28 @@ CommBackend parse_comm_backend(std::string_view name) {
 bool comm_backend_compiled(CommBackend backend) {
   switch (backend) {
     case CommBackend::automatic:
-    case CommBackend::single: return true;
+    case CommBackend::single:
+      return true;
 #ifdef STRATA_HAVE_MPI
-    case CommBackend::mpi: return true;
+    case CommBackend::mpi:
+      return true;
 #else
-    case CommBackend::mpi: return false;
+    case CommBackend::mpi:
+      return false;
 #endif
 #ifdef STRATA_HAVE_CUDA
-    case CommBackend::nccl: return true;
+    case CommBackend::nccl:
+      return true;
 #else
-    case CommBackend::nccl: return false;
+    case CommBackend::nccl:
+      return false;
 #endif
   }
   return false;
 }
 
-void Communicator::all_gather(const void* send, void* recv, std::size_t count_per_rank,
-                              DType dtype, Stream& stream) {
+void Communicator::all_gather(const void* send, void* recv, std::size_t count_per_rank, DType dtype,
+                              Stream& stream) {
   const std::size_t part = total_bytes(count_per_rank, 1, dtype);
   const std::size_t all = total_bytes(count_per_rank, world(), dtype);
   STRATA_ASSERT(send == offset(recv, static_cast<std::size_t>(rank()) * part) ||

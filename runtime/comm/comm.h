@@ -110,12 +110,12 @@ class Communicator {
   Communicator() = default;
 
   // Called with checked arguments and count > 0.
-  virtual void do_all_gather(const void* send, void* recv, std::size_t count_per_rank,
-                             DType dtype, Stream& stream) = 0;
+  virtual void do_all_gather(const void* send, void* recv, std::size_t count_per_rank, DType dtype,
+                             Stream& stream) = 0;
   virtual void do_reduce_scatter(const void* send, void* recv, std::size_t count_per_rank,
                                  DType dtype, ReduceOp op, Stream& stream) = 0;
-  virtual void do_all_reduce(const void* in, void* out, std::size_t count, DType dtype,
-                             ReduceOp op, Stream& stream) = 0;
+  virtual void do_all_reduce(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op,
+                             Stream& stream) = 0;
   virtual void do_broadcast(void* buf, std::size_t count, DType dtype, int root,
                             Stream& stream) = 0;
 };

@@ -23,7 +23,7 @@ std::unique_ptr<Communicator> create_nccl_communicator(Device& device,
 // chunks + k * count elements. Combined in fp32 in chunk order 0, 1, ..., n-1 and rounded once
 // (round-to-nearest-even) to `dtype`, so the result depends on nothing but the inputs and
 // their order. max propagates NaN. `out` must not overlap `chunks`; n >= 1.
-void reduce_in_order(const void* chunks, std::size_t n, std::size_t count, DType dtype,
-                     ReduceOp op, void* out);
+void reduce_in_order(const void* chunks, std::size_t n, std::size_t count, DType dtype, ReduceOp op,
+                     void* out);
 
 }  // namespace strata::runtime

@@ -9,8 +9,9 @@
 // rank order, in fp32, rounded once: results are reproducible, identical on all ranks and
 // move the same bytes as a ring all-reduce.
 //
-// Large buffers go in pieces: MPI counts are ints, and the all-to-all needs a scratch buffer
-// of W times the piece, which kScratchBytes bounds.
+// Large buffers go in pieces of at most `piece` elements per rank per MPI call
+// (CommOptions::mpi_piece_bytes): MPI counts are ints, and the all-to-all receives W pieces
+// into a scratch buffer.
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -27,15 +28,17 @@
 namespace strata::runtime {
 namespace {
 
-constexpr std::size_t kMaxPieceCount = std::size_t{1} << 30;  // elements per MPI call (int)
-constexpr std::size_t kScratchBytes = std::size_t{32} << 20;  // receive side of the all-to-all
+// W times a piece, and every displacement within it, must be an int.
+constexpr std::size_t kMaxElementsPerCall = std::size_t{1} << 30;
 
 MPI_Datatype mpi_type(DType dtype) {
   // fp16/bf16 only travel as bits: strata does their arithmetic.
   return dtype == DType::f32 ? MPI_FLOAT : MPI_UINT16_T;
 }
 
-const unsigned char* at(const void* p, std::size_t bytes) { return static_cast<const unsigned char*>(p) + bytes; }
+const unsigned char* at(const void* p, std::size_t bytes) {
+  return static_cast<const unsigned char*>(p) + bytes;
+}
 unsigned char* at(void* p, std::size_t bytes) { return static_cast<unsigned char*>(p) + bytes; }
 
 // `len` contiguous elements, with an extent of `stride_bytes`: with count 1 per rank, rank k's
@@ -68,7 +71,8 @@ class StridedBlock {
 
 class MpiCommunicator final : public Communicator {
  public:
-  explicit MpiCommunicator(const LaunchInfo& launch) {
+  MpiCommunicator(const LaunchInfo& launch, const CommOptions& options)
+      : piece_bytes_(options.mpi_piece_bytes) {
     // A private copy of MPI_COMM_WORLD, so that no other MPI user's collectives can be matched
     // with ours; errors come back as codes (mpi_check) instead of aborting the process.
     MPI_Request request = MPI_REQUEST_NULL;
@@ -103,12 +107,8 @@ class MpiCommunicator final : public Communicator {
 
   void barrier() override {
     sequencer_.run_in_turn(sequencer_.take(), [this] {
-      MPI_Request request = MPI_REQUEST_NULL;
-      {
-        auto lock = mpi_.lock();
-        mpi_check(MPI_Ibarrier(comm_, &request), "MPI_Ibarrier");
-      }
-      mpi_.wait(request, "MPI_Ibarrier");
+      start_and_wait("MPI_Ibarrier",
+                     [&](MPI_Request* request) { return MPI_Ibarrier(comm_, request); });
     });
   }
 
@@ -118,8 +118,9 @@ class MpiCommunicator final : public Communicator {
     const std::size_t elem = dtype_size(dtype);
     const bool in_place = send == at(recv, static_cast<std::size_t>(rank_) * count * elem);
     enqueue(stream, [=, this] {
-      for (std::size_t o = 0; o < count; o += kMaxPieceCount) {
-        const int len = static_cast<int>(std::min(kMaxPieceCount, count - o));
+      const std::size_t piece = piece_elements(dtype);
+      for (std::size_t o = 0; o < count; o += piece) {
+        const int len = static_cast<int>(std::min(piece, count - o));
         StridedBlock part(mpi_, mpi_type(dtype), len, count * elem);  // rank k's: recv + k * count
         start_and_wait("MPI_Iallgather", [&](MPI_Request* request) {
           return MPI_Iallgather(in_place ? MPI_IN_PLACE : at(send, o * elem), len, mpi_type(dtype),
@@ -134,8 +135,8 @@ class MpiCommunicator final : public Communicator {
     enqueue(stream, [=, this] {
       const std::size_t elem = dtype_size(dtype);
       const auto world = static_cast<std::size_t>(world_);
-      const std::size_t piece = std::clamp<std::size_t>(kScratchBytes / (world * elem), 1, kMaxPieceCount);
-      scratch_.resize(world * std::min(piece, count) * elem);
+      const std::size_t piece = piece_elements(dtype);
+      scratch_.resize(std::max(scratch_.size(), world * std::min(piece, count) * elem));
       // In place (recv == send + rank * count) is safe: piece o of our own chunk has been
       // received into scratch_ before it is overwritten, and later pieces lie beyond it.
       for (std::size_t o = 0; o < count; o += piece) {
@@ -156,8 +157,8 @@ class MpiCommunicator final : public Communicator {
     enqueue(stream, [=, this] {
       const std::size_t elem = dtype_size(dtype);
       const auto world = static_cast<std::size_t>(world_);
-      // Elements of `in` per piece; rank k reduces part k of each piece (about piece / W).
-      const std::size_t piece = std::max(world, std::min(kScratchBytes / elem, kMaxPieceCount / world));
+      // W parts of at most piece_elements per MPI call; rank k reduces part k.
+      const std::size_t piece = world * piece_elements(dtype);
       std::vector<int> part_len(world), part_begin(world), recv_len(world), recv_begin(world);
       for (std::size_t o = 0; o < count; o += piece) {
         const std::size_t len = std::min(piece, count - o);
@@ -176,18 +177,20 @@ class MpiCommunicator final : public Communicator {
         // Reduce-scatter: every rank's part `rank` into scratch_, then reduced into out. In
         // place is safe: the whole piece of `in` has been sent before out is written.
         start_and_wait("MPI_Ialltoallv", [&](MPI_Request* request) {
-          return MPI_Ialltoallv(at(in, o * elem), part_len.data(), part_begin.data(), mpi_type(dtype),
-                                scratch_.data(), recv_len.data(), recv_begin.data(), mpi_type(dtype),
-                                comm_, request);
+          return MPI_Ialltoallv(at(in, o * elem), part_len.data(), part_begin.data(),
+                                mpi_type(dtype), scratch_.data(), recv_len.data(),
+                                recv_begin.data(), mpi_type(dtype), comm_, request);
         });
         if (mine > 0) {
-          const std::size_t my_begin = static_cast<std::size_t>(part_begin[static_cast<std::size_t>(rank_)]);
+          const std::size_t my_begin =
+              static_cast<std::size_t>(part_begin[static_cast<std::size_t>(rank_)]);
           reduce_in_order(scratch_.data(), world, mine, dtype, op, at(out, (o + my_begin) * elem));
         }
         // All-gather of the reduced parts, each already at its place in out.
         start_and_wait("MPI_Iallgatherv", [&](MPI_Request* request) {
-          return MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, at(out, o * elem), part_len.data(),
-                                 part_begin.data(), mpi_type(dtype), comm_, request);
+          return MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, at(out, o * elem),
+                                 part_len.data(), part_begin.data(), mpi_type(dtype), comm_,
+                                 request);
         });
       }
     });
@@ -196,8 +199,9 @@ class MpiCommunicator final : public Communicator {
   void do_broadcast(void* buf, std::size_t count, DType dtype, int root, Stream& stream) override {
     enqueue(stream, [=, this] {
       const std::size_t elem = dtype_size(dtype);
-      for (std::size_t o = 0; o < count; o += kMaxPieceCount) {
-        const int len = static_cast<int>(std::min(kMaxPieceCount, count - o));
+      const std::size_t piece = piece_elements(dtype);
+      for (std::size_t o = 0; o < count; o += piece) {
+        const int len = static_cast<int>(std::min(piece, count - o));
         start_and_wait("MPI_Ibcast", [&](MPI_Request* request) {
           return MPI_Ibcast(at(buf, o * elem), len, mpi_type(dtype), root, comm_, request);
         });
@@ -206,6 +210,12 @@ class MpiCommunicator final : public Communicator {
   }
 
  private:
+  // Elements of one rank's part per MPI call: at least 1, and small enough for int counts.
+  std::size_t piece_elements(DType dtype) const {
+    const std::size_t limit = kMaxElementsPerCall / static_cast<std::size_t>(world_);
+    return std::clamp<std::size_t>(piece_bytes_ / dtype_size(dtype), 1, limit);
+  }
+
   // Takes a ticket now (issue order) and runs `body` in ticket order on the stream's thread.
   void enqueue(Stream& stream, std::function<void()> body) {
     auto guard = std::make_shared<TicketGuard>(sequencer_, sequencer_.take());
@@ -224,6 +234,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   MpiSession mpi_;  // first member: MPI outlives everything below
+  std::size_t piece_bytes_;
   Sequencer sequencer_;
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
@@ -233,8 +244,9 @@ class MpiCommunicator final : public Communicator {
 
 }  // namespace
 
-std::unique_ptr<Communicator> create_mpi_communicator(const LaunchInfo& launch) {
-  return std::make_unique<MpiCommunicator>(launch);
+std::unique_ptr<Communicator> create_mpi_communicator(const LaunchInfo& launch,
+                                                      const CommOptions& options) {
+  return std::make_unique<MpiCommunicator>(launch, options);
 }
 
 }  // namespace strata::runtime

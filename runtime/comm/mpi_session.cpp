@@ -30,10 +30,14 @@ constexpr std::chrono::microseconds kPollSleep{20};
 
 std::string thread_level_name(int level) {
   switch (level) {
-    case MPI_THREAD_SINGLE: return "MPI_THREAD_SINGLE";
-    case MPI_THREAD_FUNNELED: return "MPI_THREAD_FUNNELED";
-    case MPI_THREAD_SERIALIZED: return "MPI_THREAD_SERIALIZED";
-    case MPI_THREAD_MULTIPLE: return "MPI_THREAD_MULTIPLE";
+    case MPI_THREAD_SINGLE:
+      return "MPI_THREAD_SINGLE";
+    case MPI_THREAD_FUNNELED:
+      return "MPI_THREAD_FUNNELED";
+    case MPI_THREAD_SERIALIZED:
+      return "MPI_THREAD_SERIALIZED";
+    case MPI_THREAD_MULTIPLE:
+      return "MPI_THREAD_MULTIPLE";
   }
   return "level " + std::to_string(level);
 }
@@ -41,12 +45,15 @@ std::string thread_level_name(int level) {
 }  // namespace
 
 void mpi_check(int rc, const char* call) {
-  if (rc == MPI_SUCCESS) [[likely]] return;
+  if (rc == MPI_SUCCESS) [[likely]]
+    return;
   char text[MPI_MAX_ERROR_STRING] = {};
   int length = 0;
   if (MPI_Error_string(rc, text, &length) != MPI_SUCCESS) length = 0;
-  throw Error(std::string(call) + " failed: " + (length > 0 ? std::string(text, length) : "error " + std::to_string(rc)),
-              "MPI", "check that every rank issues the same collectives in the same order with "
+  throw Error(std::string(call) + " failed: " +
+                  (length > 0 ? std::string(text, length) : "error " + std::to_string(rc)),
+              "MPI",
+              "check that every rank issues the same collectives in the same order with "
               "the same counts, and that no rank has died");
 }
 
@@ -64,26 +71,31 @@ MpiSession::MpiSession() {
     mpi_check(MPI_Initialized(&initialized), "MPI_Initialized");
     int provided = MPI_THREAD_SINGLE;
     if (initialized == 0) {
-      mpi_check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
+      mpi_check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided),
+                "MPI_Init_thread");
       if (provided < MPI_THREAD_SERIALIZED) {
         MPI_Finalize();
-        throw Error("MPI provides only " + thread_level_name(provided) +
-                        "; strata calls MPI from its stream threads and needs MPI_THREAD_SERIALIZED",
-                    "MPI_Init_thread", "use an MPI library built with thread support (Open MPI, MPICH)");
+        throw Error(
+            "MPI provides only " + thread_level_name(provided) +
+                "; strata calls MPI from its stream threads and needs MPI_THREAD_SERIALIZED",
+            "MPI_Init_thread", "use an MPI library built with thread support (Open MPI, MPICH)");
       }
       p.initialized_here = true;
       // MPI is ours: report its errors as codes (mpi_check turns them into strata::Error)
       // rather than aborting. Some failures, e.g. of MPI_Test on a collective's request, are
       // reported on MPI_COMM_WORLD even for collectives on a duplicate of it.
-      mpi_check(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+      mpi_check(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN),
+                "MPI_Comm_set_errhandler");
       log::debug("MPI initialized ({})", thread_level_name(provided));
     } else {
       mpi_check(MPI_Query_thread(&provided), "MPI_Query_thread");
       if (provided < MPI_THREAD_SERIALIZED) {
-        throw Error("MPI was initialized before strata with " + thread_level_name(provided) +
-                        "; strata calls MPI from its stream threads and needs MPI_THREAD_SERIALIZED",
-                    "MPI_Init_thread", "initialize MPI with MPI_Init_thread(MPI_THREAD_SERIALIZED) or "
-                    "higher, or let strata initialize it");
+        throw Error(
+            "MPI was initialized before strata with " + thread_level_name(provided) +
+                "; strata calls MPI from its stream threads and needs MPI_THREAD_SERIALIZED",
+            "MPI_Init_thread",
+            "initialize MPI with MPI_Init_thread(MPI_THREAD_SERIALIZED) or "
+            "higher, or let strata initialize it");
       }
     }
   }

@@ -19,9 +19,12 @@ namespace {
 
 ncclDataType_t nccl_type(DType dtype) {
   switch (dtype) {
-    case DType::f32: return ncclFloat32;
-    case DType::f16: return ncclFloat16;
-    case DType::bf16: return ncclBfloat16;
+    case DType::f32:
+      return ncclFloat32;
+    case DType::f16:
+      return ncclFloat16;
+    case DType::bf16:
+      return ncclBfloat16;
   }
   STRATA_ASSERT(false, "unknown DType");
 }
@@ -52,7 +55,8 @@ class DeviceScope {
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(Device& device, const LaunchInfo& launch)
-      : rank_(launch.under_mpirun ? launch.rank : 0), world_(launch.under_mpirun ? launch.world : 1) {
+      : rank_(launch.under_mpirun ? launch.rank : 0),
+        world_(launch.under_mpirun ? launch.world : 1) {
     // barrier()'s operand, and the way to learn which GPU the Device uses: NCCL binds a
     // communicator to the current device of the thread that creates it.
     flag_ = device.allocate(sizeof(float), "nccl barrier flag");
@@ -73,7 +77,8 @@ class NcclCommunicator final : public Communicator {
     int nccl_world = -1;
     NCCL_CHECK(ncclCommUserRank(comm_, &nccl_rank));
     NCCL_CHECK(ncclCommCount(comm_, &nccl_world));
-    STRATA_ASSERT(nccl_rank == rank_ && nccl_world == world_, "NCCL disagrees with ncclCommInitRank");
+    STRATA_ASSERT(nccl_rank == rank_ && nccl_world == world_,
+                  "NCCL disagrees with ncclCommInitRank");
     int version = 0;
     NCCL_CHECK(ncclGetVersion(&version));
     log::debug("nccl communicator: rank {} of {} on cuda device {}, NCCL {}", rank_, world_,
@@ -116,7 +121,8 @@ class NcclCommunicator final : public Communicator {
   }
   void do_all_reduce(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op,
                      Stream& stream) override {
-    NCCL_CHECK(ncclAllReduce(in, out, count, nccl_type(dtype), nccl_op(op), comm_, cuda_stream(stream)));
+    NCCL_CHECK(
+        ncclAllReduce(in, out, count, nccl_type(dtype), nccl_op(op), comm_, cuda_stream(stream)));
   }
   void do_broadcast(void* buf, std::size_t count, DType dtype, int root, Stream& stream) override {
     NCCL_CHECK(ncclBroadcast(buf, buf, count, nccl_type(dtype), root, comm_, cuda_stream(stream)));
@@ -136,16 +142,17 @@ class NcclCommunicator final : public Communicator {
     }
     if (mpi_rank != rank_ || mpi_world != world_) {
       throw Error("MPI says rank " + std::to_string(mpi_rank) + " of " + std::to_string(mpi_world) +
-                      " but the launcher's environment says rank " + std::to_string(rank_) + " of " +
-                      std::to_string(world_),
+                      " but the launcher's environment says rank " + std::to_string(rank_) +
+                      " of " + std::to_string(world_),
                   "communicator", "start strata with the mpirun of the MPI it was built with");
     }
     if (rank_ == 0) NCCL_CHECK(ncclGetUniqueId(&id));
     MPI_Request request = MPI_REQUEST_NULL;
     {
       auto lock = mpi_->lock();
-      mpi_check(MPI_Ibcast(&id, static_cast<int>(sizeof(id)), MPI_BYTE, 0, MPI_COMM_WORLD, &request),
-                "MPI_Ibcast");
+      mpi_check(
+          MPI_Ibcast(&id, static_cast<int>(sizeof(id)), MPI_BYTE, 0, MPI_COMM_WORLD, &request),
+          "MPI_Ibcast");
     }
     mpi_->wait(request, "MPI_Ibcast");
 #else

@@ -29,8 +29,8 @@ void combine(float* acc, const float* x, std::size_t n, ReduceOp op) {
 
 }  // namespace
 
-void reduce_in_order(const void* chunks, std::size_t n, std::size_t count, DType dtype,
-                     ReduceOp op, void* out) {
+void reduce_in_order(const void* chunks, std::size_t n, std::size_t count, DType dtype, ReduceOp op,
+                     void* out) {
   STRATA_ASSERT(n >= 1, "reduce_in_order needs at least one chunk");
   const std::size_t elem = dtype_size(dtype);
   const auto* base = static_cast<const unsigned char*>(chunks);

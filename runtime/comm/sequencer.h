@@ -57,7 +57,8 @@ class Sequencer {
 // The sequencer must outlive the guard (the communicator drains before it goes away).
 class TicketGuard {
  public:
-  TicketGuard(Sequencer& sequencer, std::uint64_t ticket) : sequencer_(sequencer), ticket_(ticket) {}
+  TicketGuard(Sequencer& sequencer, std::uint64_t ticket)
+      : sequencer_(sequencer), ticket_(ticket) {}
   ~TicketGuard() {
     if (!ran_) sequencer_.skip(ticket_);
   }

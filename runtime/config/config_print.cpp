@@ -1,5 +1,7 @@
 // Config -> JSON with every key, in the order docs/config.md lists them. What this prints,
 // parse_config() reads back to the same Config ("auto" stays "auto", absent stays null).
+#include <type_traits>
+
 #include "core/log.h"
 #include "runtime/config/json_reader.h"
 

@@ -34,7 +34,8 @@ void upload_into(Stream& stream, void* dst, const std::vector<float>& values, DT
 
 DeviceBuffer upload(Device& device, Stream& stream, const std::vector<float>& values, DType dtype) {
   // Never empty: a zero-count collective still gets distinct, valid pointers.
-  DeviceBuffer buffer = device.allocate(std::max<std::size_t>(1, values.size()) * dtype_size(dtype), "comm test");
+  DeviceBuffer buffer =
+      device.allocate(std::max<std::size_t>(1, values.size()) * dtype_size(dtype), "comm test");
   upload_into(stream, buffer.data(), values, dtype);
   return buffer;
 }
@@ -56,14 +57,16 @@ std::vector<float> download(Stream& stream, const void* src, std::size_t count, 
 ::testing::AssertionResult same_values(const std::vector<float>& expected,
                                        const std::vector<float>& actual) {
   if (expected.size() != actual.size()) {
-    return ::testing::AssertionFailure() << "size " << actual.size() << ", expected " << expected.size();
+    return ::testing::AssertionFailure()
+           << "size " << actual.size() << ", expected " << expected.size();
   }
   std::size_t mismatches = 0;
   auto failure = ::testing::AssertionFailure();
   for (std::size_t i = 0; i < expected.size(); ++i) {
     // Bitwise: -0 vs +0 or a changed NaN would be a real difference too.
     if (std::memcmp(&expected[i], &actual[i], sizeof(float)) == 0) continue;
-    if (mismatches < 5) failure << "[" << i << "] = " << actual[i] << ", expected " << expected[i] << "; ";
+    if (mismatches < 5)
+      failure << "[" << i << "] = " << actual[i] << ", expected " << expected[i] << "; ";
     ++mismatches;
   }
   if (mismatches == 0) return ::testing::AssertionSuccess();

@@ -19,8 +19,9 @@ class CommTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (context().poison) GTEST_SKIP() << "poison run";
-    trace_.emplace(__FILE__, __LINE__, "rank " + std::to_string(rank()) + " of " + std::to_string(world()) + " (" +
-                   std::string(comm().backend_name()) + ")");
+    trace_.emplace(__FILE__, __LINE__,
+                   "rank " + std::to_string(rank()) + " of " + std::to_string(world()) + " (" +
+                       std::string(comm().backend_name()) + ")");
   }
   Device& device() { return *context().device; }
   Communicator& comm() { return *context().comm; }
@@ -46,7 +47,8 @@ class CommTest : public ::testing::Test {
   std::optional<::testing::ScopedTrace> trace_;
 };
 
-class Collectives : public CommTest, public ::testing::WithParamInterface<std::tuple<DType, std::size_t>> {
+class Collectives : public CommTest,
+                    public ::testing::WithParamInterface<std::tuple<DType, std::size_t>> {
  protected:
   void SetUp() override {
     CommTest::SetUp();
@@ -74,7 +76,8 @@ TEST_P(Collectives, AllGather) {
   }
   {  // out of place; recv starts as garbage that must all be overwritten
     DeviceBuffer send = upload(device(), *stream_, values_of(rank(), n), dtype());
-    DeviceBuffer recv = upload(device(), *stream_, std::vector<float>(ranks() * n, -99.0f), dtype());
+    DeviceBuffer recv =
+        upload(device(), *stream_, std::vector<float>(ranks() * n, -99.0f), dtype());
     comm().all_gather(send.data(), recv.data(), n, dtype(), *stream_);
     EXPECT_TRUE(same_values(expected, download(*stream_, recv.data(), ranks() * n, dtype())));
     EXPECT_TRUE(same_values(values_of(rank(), n), download(*stream_, send.data(), n, dtype())))
@@ -82,10 +85,13 @@ TEST_P(Collectives, AllGather) {
   }
   {  // in place: our part already sits at recv + rank * n
     std::vector<float> initial(ranks() * n, -99.0f);
-    for (std::size_t i = 0; i < n; ++i) initial[static_cast<std::size_t>(rank()) * n + i] = value(rank(), i);
+    for (std::size_t i = 0; i < n; ++i)
+      initial[static_cast<std::size_t>(rank()) * n + i] = value(rank(), i);
     DeviceBuffer recv = upload(device(), *stream_, initial, dtype());
-    comm().all_gather(at(recv, static_cast<std::size_t>(rank()) * n), recv.data(), n, dtype(), *stream_);
-    EXPECT_TRUE(same_values(expected, download(*stream_, recv.data(), ranks() * n, dtype()))) << "in place";
+    comm().all_gather(at(recv, static_cast<std::size_t>(rank()) * n), recv.data(), n, dtype(),
+                      *stream_);
+    EXPECT_TRUE(same_values(expected, download(*stream_, recv.data(), ranks() * n, dtype())))
+        << "in place";
   }
 }
 
@@ -105,13 +111,15 @@ void Collectives::check_reduce_scatter(ReduceOp op) {
     DeviceBuffer recv = upload(device(), *stream_, std::vector<float>(n, -99.0f), dtype());
     comm().reduce_scatter(send.data(), recv.data(), n, dtype(), *stream_, op);
     EXPECT_TRUE(same_values(expected, download(*stream_, recv.data(), n, dtype())));
-    EXPECT_TRUE(same_values(send_values, download(*stream_, send.data(), send_values.size(), dtype())))
+    EXPECT_TRUE(
+        same_values(send_values, download(*stream_, send.data(), send_values.size(), dtype())))
         << "send buffer changed";
   }
   {  // in place: the result lands on our own chunk of send
     DeviceBuffer send = upload(device(), *stream_, send_values, dtype());
     comm().reduce_scatter(send.data(), at(send, me * n), n, dtype(), *stream_, op);
-    EXPECT_TRUE(same_values(expected, download(*stream_, at(send, me * n), n, dtype()))) << "in place";
+    EXPECT_TRUE(same_values(expected, download(*stream_, at(send, me * n), n, dtype())))
+        << "in place";
   }
 }
 
@@ -151,13 +159,15 @@ TEST_P(Collectives, BroadcastFromEveryRoot) {
 }
 
 std::string param_name(const ::testing::TestParamInfo<std::tuple<DType, std::size_t>>& info) {
-  return std::string(dtype_name(std::get<0>(info.param))) + "_n" + std::to_string(std::get<1>(info.param));
+  return std::string(dtype_name(std::get<0>(info.param))) + "_n" +
+         std::to_string(std::get<1>(info.param));
 }
 
 INSTANTIATE_TEST_SUITE_P(Sizes, Collectives,
                          ::testing::Combine(::testing::Values(DType::f32, DType::bf16, DType::f16),
-                                            ::testing::Values(std::size_t{0}, std::size_t{1}, std::size_t{7},
-                                                              std::size_t{4099}, (std::size_t{1} << 20) + 3)),
+                                            ::testing::Values(std::size_t{0}, std::size_t{1},
+                                                              std::size_t{7}, std::size_t{4099},
+                                                              (std::size_t{1} << 20) + 3)),
                          param_name);
 
 // A chain across four streams, ordered only by events: produce (late, after a sleep) ->
@@ -224,7 +234,8 @@ TEST_F(CommTest, InterleavedStreamsMatchInIssueOrder) {
   std::vector<Round> rounds;
   for (int round = 0; round < kRounds; ++round) {
     std::vector<float> scatter(ranks() * n);
-    for (std::size_t j = 0; j < scatter.size(); ++j) scatter[j] = value(rank(), j + static_cast<std::size_t>(round));
+    for (std::size_t j = 0; j < scatter.size(); ++j)
+      scatter[j] = value(rank(), j + static_cast<std::size_t>(round));
     rounds.push_back(Round{upload(device(), *setup, values_of(rank(), n), dtype),
                            upload(device(), *setup, values_of(rank(), n), dtype),
                            upload(device(), *setup, values_of(rank(), n), dtype),
@@ -249,13 +260,16 @@ TEST_F(CommTest, InterleavedStreamsMatchInIssueOrder) {
     Round& r = rounds[static_cast<std::size_t>(round)];
     std::vector<float> sum(n), gathered(ranks() * n), scattered(n);
     for (std::size_t i = 0; i < n; ++i) sum[i] = reduced(i, ReduceOp::sum, dtype);
-    for (std::size_t j = 0; j < gathered.size(); ++j) gathered[j] = value(static_cast<int>(j / n), j % n);
+    for (std::size_t j = 0; j < gathered.size(); ++j)
+      gathered[j] = value(static_cast<int>(j / n), j % n);
     for (std::size_t i = 0; i < n; ++i) {
-      scattered[i] = reduced(static_cast<std::size_t>(rank()) * n + i + static_cast<std::size_t>(round),
-                             ReduceOp::sum, dtype);
+      scattered[i] =
+          reduced(static_cast<std::size_t>(rank()) * n + i + static_cast<std::size_t>(round),
+                  ReduceOp::sum, dtype);
     }
     EXPECT_TRUE(same_values(sum, download(*setup, r.reduce.data(), n, dtype))) << "all_reduce";
-    EXPECT_TRUE(same_values(values_of(round % world(), n), download(*setup, r.bcast.data(), n, dtype)))
+    EXPECT_TRUE(
+        same_values(values_of(round % world(), n), download(*setup, r.bcast.data(), n, dtype)))
         << "broadcast";
     EXPECT_TRUE(same_values(gathered, download(*setup, r.gather_out.data(), ranks() * n, dtype)))
         << "all_gather";
@@ -275,7 +289,8 @@ TEST_F(CommTest, AllReduceIsBitwiseReproducibleAndAgreedOn) {
       std::vector<float> v(n);
       for (std::size_t i = 0; i < n; ++i) {
         v[i] = round_to(std::sin(static_cast<float>(i) * 0.37f + static_cast<float>(r) * 1.3f) *
-                            static_cast<float>(1 + r) * 3.1f, dtype);
+                            static_cast<float>(1 + r) * 3.1f,
+                        dtype);
       }
       return v;
     };
@@ -290,7 +305,8 @@ TEST_F(CommTest, AllReduceIsBitwiseReproducibleAndAgreedOn) {
     EXPECT_EQ(mine, download_bytes(*stream, second.data(), bytes)) << "two runs differ";
     std::vector<unsigned char> everyone = download_bytes(*stream, all.data(), ranks() * bytes);
     for (std::size_t r = 0; r < ranks(); ++r) {
-      EXPECT_EQ(0, std::memcmp(everyone.data() + r * bytes, mine.data(), bytes)) << "rank " << r << " differs";
+      EXPECT_EQ(0, std::memcmp(everyone.data() + r * bytes, mine.data(), bytes))
+          << "rank " << r << " differs";
     }
     if (comm().backend() != CommBackend::nccl) {
       std::vector<float> expected = input(0);

@@ -4,6 +4,7 @@
 //
 //   test_comm --comm=single                      one process
 //   mpirun -n 3 test_comm                        auto: mpi, 3 ranks
+//   mpirun -n 3 test_comm --piece-bytes=4100     mpi: many small MPI calls per collective
 //   mpirun -n 2 test_comm --poison               breaks the communicator on purpose
 // Every rank checks every result; a rank with a failure exits 1, and so does mpirun.
 #include <cstdio>
@@ -26,7 +27,8 @@ class CommFactory : public ::testing::Test {
 };
 
 TEST_F(CommFactory, BackendNamesRoundTrip) {
-  for (CommBackend b : {CommBackend::automatic, CommBackend::single, CommBackend::mpi, CommBackend::nccl}) {
+  for (CommBackend b :
+       {CommBackend::automatic, CommBackend::single, CommBackend::mpi, CommBackend::nccl}) {
     EXPECT_EQ(parse_comm_backend(comm_backend_name(b)), b);
   }
   EXPECT_THROW(parse_comm_backend("gloo"), Error);
@@ -73,7 +75,8 @@ TEST_F(CommFactory, ImpossibleChoicesAreErrors) {
 TEST(CommPoison, SkippedCollectiveBreaksTheMpiCommunicator) {
   if (!context().poison) GTEST_SKIP() << "run with --poison";
   Communicator& comm = *context().comm;
-  if (comm.backend() != CommBackend::mpi) GTEST_SKIP() << "only the mpi backend sequences collectives";
+  if (comm.backend() != CommBackend::mpi)
+    GTEST_SKIP() << "only the mpi backend sequences collectives";
   Device& device = *context().device;
   auto failing = device.create_stream("failing");
   auto healthy = device.create_stream("healthy");
@@ -95,8 +98,10 @@ TEST(CommPoison, SkippedCollectiveBreaksTheMpiCommunicator) {
   }
   EXPECT_THROW(comm.barrier(), Error);
   const float world = static_cast<float>(comm.world());
-  EXPECT_TRUE(same_values(std::vector<float>(n, world), download(*healthy, a.data(), n, DType::f32)));
-  EXPECT_TRUE(same_values(std::vector<float>(n, 2.0f), download(*healthy, b.data(), n, DType::f32)));
+  EXPECT_TRUE(
+      same_values(std::vector<float>(n, world), download(*healthy, a.data(), n, DType::f32)));
+  EXPECT_TRUE(
+      same_values(std::vector<float>(n, 2.0f), download(*healthy, b.data(), n, DType::f32)));
 }
 
 }  // namespace
@@ -115,10 +120,15 @@ int main(int argc, char** argv) {
       const std::string_view arg = argv[i];
       if (arg.starts_with("--comm=")) {
         options.backend = parse_comm_backend(arg.substr(7));
+      } else if (arg.starts_with("--piece-bytes=")) {
+        options.mpi_piece_bytes = std::stoul(std::string(arg.substr(14)));
       } else if (arg == "--poison") {
         poison = true;
       } else {
-        std::fprintf(stderr, "unknown argument '%s' (use --comm=auto|single|mpi, --poison)\n", argv[i]);
+        std::fprintf(
+            stderr,
+            "unknown argument '%s' (use --comm=auto|single|mpi, --piece-bytes=N, --poison)\n",
+            argv[i]);
         return 2;
       }
     }

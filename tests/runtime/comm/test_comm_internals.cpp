@@ -45,7 +45,8 @@ TEST(Sequencer, ClosureDestroyedUnrunBreaksIt) {
   auto skipped = std::make_shared<TicketGuard>(sequencer, sequencer.take());
   const std::uint64_t next = sequencer.take();
   std::thread waiter([&] {
-    EXPECT_THROW(sequencer.run_in_turn(next, [] { ADD_FAILURE() << "ran after a skipped ticket"; }), Error);
+    EXPECT_THROW(sequencer.run_in_turn(next, [] { ADD_FAILURE() << "ran after a skipped ticket"; }),
+                 Error);
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(10));
   skipped.reset();  // as a failed stream drops its queued closures
@@ -70,7 +71,8 @@ TEST(Sequencer, FailureBreaksItAndIsRethrown) {
 TEST(ReduceInOrder, SumsInChunkOrderAndRoundsOnce) {
   // bf16 has 8 significant bits: 256 + 1 + 1 is 258 when summed in fp32 and rounded once,
   // but 256 when each step is rounded (256 + 1 ties to even, back to 256).
-  std::vector<std::uint16_t> chunks = {fp32_to_bf16(256.0f), fp32_to_bf16(1.0f), fp32_to_bf16(1.0f)};
+  std::vector<std::uint16_t> chunks = {fp32_to_bf16(256.0f), fp32_to_bf16(1.0f),
+                                       fp32_to_bf16(1.0f)};
   std::uint16_t out = 0;
   reduce_in_order(chunks.data(), 3, 1, DType::bf16, ReduceOp::sum, &out);
   EXPECT_EQ(bf16_to_fp32(out), 258.0f);

@@ -43,7 +43,8 @@ int main(int argc, char** argv) {
   int devices = 0;
   const cudaError_t rc = cudaGetDeviceCount(&devices);
   if (rc != cudaSuccess || devices == 0) {
-    std::printf("skipped: no CUDA device (%s)\n", rc != cudaSuccess ? cudaGetErrorString(rc) : "count is 0");
+    std::printf("skipped: no CUDA device (%s)\n",
+                rc != cudaSuccess ? cudaGetErrorString(rc) : "count is 0");
     return 77;
   }
   try {
