@@ -212,7 +212,10 @@ void ObjectReader::finish() {
     std::string path = path_of(key);
     std::string message = fmt::format("unknown config key '{}' is ignored", path);
     std::string suggestion;
-    if (!best.empty() && (best_distance <= 2 || best_distance * 4 <= key.size())) {
+    // Suggest only near misses (a swap of two letters is two edits): at most one edit for
+    // short keys, so that "foo" is not matched to "aio"; two, or one per four characters.
+    const std::size_t allowed = std::max<std::size_t>(key.size() < 5 ? 1 : 2, key.size() / 4);
+    if (!best.empty() && best_distance <= allowed) {
       suggestion = path_of(best);
       message += fmt::format(" (did you mean '{}'?)", suggestion);
     }
