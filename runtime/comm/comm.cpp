@@ -74,13 +74,15 @@ Error no_mpi_error(const LaunchInfo& launch, std::string_view wanted) {
                "-DSTRATA_MPI=ON, or run a single process without mpirun");
 }
 
-// Turns CommOptions::backend into the backend to build, or explains why it cannot work.
-CommBackend resolve_backend(CommBackend wanted, Backend device, const LaunchInfo& launch) {
+}  // namespace
+
+CommBackend resolve_comm_backend(CommBackend wanted, Backend device, const LaunchInfo& launch) {
   const bool cuda = device == Backend::cuda;
   if (wanted == CommBackend::automatic) {
     if (!launch.under_mpirun) return CommBackend::single;
-    if (!launch.mpi_compiled && launch.world > 1)
+    if (!launch.mpi_compiled && launch.world > 1) {
       throw no_mpi_error(launch, "mpirun with several ranks");
+    }
     if (cuda) return CommBackend::nccl;
     return launch.mpi_compiled ? CommBackend::mpi : CommBackend::single;
   }
@@ -94,8 +96,7 @@ CommBackend resolve_backend(CommBackend wanted, Backend device, const LaunchInfo
       }
       break;
     case CommBackend::mpi:
-      if (!comm_backend_compiled(CommBackend::mpi))
-        throw no_mpi_error(launch, "the 'mpi' communicator");
+      if (!launch.mpi_compiled) throw no_mpi_error(launch, "the 'mpi' communicator");
       if (cuda) {
         throw Error("the 'mpi' communicator needs host-addressable buffers, but the device is cuda",
                     "communicator",
@@ -126,8 +127,6 @@ CommBackend resolve_backend(CommBackend wanted, Backend device, const LaunchInfo
   }
   return wanted;
 }
-
-}  // namespace
 
 std::string_view comm_backend_name(CommBackend backend) {
   switch (backend) {
@@ -219,7 +218,7 @@ std::unique_ptr<Communicator> create_single_communicator() {
 
 std::unique_ptr<Communicator> create_communicator(Device& device, const CommOptions& options) {
   const LaunchInfo launch = detect_launch();
-  const CommBackend backend = resolve_backend(options.backend, device.backend(), launch);
+  const CommBackend backend = resolve_comm_backend(options.backend, device.backend(), launch);
   std::unique_ptr<Communicator> comm;
   switch (backend) {
     case CommBackend::mpi:
@@ -237,7 +236,7 @@ std::unique_ptr<Communicator> create_communicator(Device& device, const CommOpti
       comm = create_single_communicator();
       break;
   }
-  STRATA_ASSERT(comm != nullptr, "resolve_backend returned a backend this build lacks");
+  STRATA_ASSERT(comm != nullptr, "resolve_comm_backend returned a backend this build lacks");
   log::debug("communicator: {} (asked for {}), rank {} of {}, launcher {}", comm->backend_name(),
              comm_backend_name(options.backend), comm->rank(), comm->world(), launch.launcher);
   return comm;

@@ -39,12 +39,13 @@
 // the data is exchanged with MPI all-to-all and summed by strata, so results are bitwise
 // reproducible, identical on every rank, and independent of count. NCCL reduces in its own
 // order, reproducible in practice for a fixed world size, count, topology and NCCL version,
-// but not specified by NCCL, and it rounds fp16/bf16 at each step.
+// but not specified by NCCL, and it may round fp16/bf16 at each step.
 //
-// Failure: a collective that cannot complete (an MPI or NCCL error) throws strata::Error from
-// the stream's synchronize(). On the mpi backend, a collective skipped because its stream had
-// failed earlier breaks the communicator: later collectives fail instead of being matched
-// with the wrong collectives of the other ranks.
+// Failure: a collective that cannot complete throws strata::Error: on mpi from the stream's
+// synchronize() (the MPI calls run on the stream), on nccl from the call that enqueues it (or
+// later CUDA errors from the stream). On the mpi backend, a collective skipped because its stream
+// had failed earlier breaks the communicator: later collectives fail instead of being matched with
+// the wrong collectives of the other ranks.
 //
 // Ownership: create_communicator returns the owned communicator. It borrows the Device, which
 // must outlive it. Destroy it after the streams that carry its collectives have drained; the

@@ -6,8 +6,15 @@
 
 #include "runtime/comm/comm.h"
 #include "runtime/comm/launch.h"
+#include "runtime/device/device.h"
 
 namespace strata::runtime {
+
+// Turns CommOptions::backend into the backend to build for this device and launch, or throws
+// strata::Error saying why it cannot work. Whether MPI is built in is read from
+// launch.mpi_compiled (detect_launch() sets it from the build), so tests can pose as a build
+// without MPI.
+CommBackend resolve_comm_backend(CommBackend wanted, Backend device, const LaunchInfo& launch);
 
 std::unique_ptr<Communicator> create_single_communicator();
 #ifdef STRATA_HAVE_MPI

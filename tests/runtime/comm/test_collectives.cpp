@@ -320,7 +320,8 @@ TEST_F(CommTest, AllReduceIsBitwiseReproducibleAndAgreedOn) {
   }
 }
 
-// After the barrier, every rank's clock is past the moment every rank entered it.
+// After the barrier, every rank's clock is past the moment every rank entered it (the ranks of
+// these tests share one machine, hence one steady_clock).
 TEST_F(CommTest, BarrierWaitsForEveryRank) {
   using Clock = std::chrono::steady_clock;
   std::this_thread::sleep_for(std::chrono::milliseconds(20 * rank()));

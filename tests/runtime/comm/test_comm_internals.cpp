@@ -1,5 +1,6 @@
-// The pieces under the mpi backend that need no MPI: the Sequencer (issue order across
-// threads, skipped tickets) and reduce_in_order (rank-order fp32 reduction, one rounding).
+// The pieces of runtime/comm that need no MPI: backend selection for every launch and device
+// (posing as builds with and without MPI), the Sequencer (issue order across threads, skipped
+// tickets) and reduce_in_order (rank-order fp32 reduction, one rounding).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -7,6 +8,7 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -17,6 +19,72 @@
 
 namespace strata::runtime {
 namespace {
+
+LaunchInfo alone(bool mpi_compiled) { return {.mpi_compiled = mpi_compiled, .launcher = "none"}; }
+LaunchInfo mpirun(int world, bool mpi_compiled) {
+  return {.mpi_compiled = mpi_compiled,
+          .under_mpirun = true,
+          .rank = world - 1,
+          .world = world,
+          .launcher = "Open MPI"};
+}
+
+// The Error's text, or "" when resolve_comm_backend accepted the choice.
+std::string refusal(CommBackend wanted, Backend device, const LaunchInfo& launch) {
+  try {
+    resolve_comm_backend(wanted, device, launch);
+    return "";
+  } catch (const Error& e) {
+    EXPECT_FALSE(e.hint().empty()) << e.what();
+    return e.what();
+  }
+}
+
+TEST(ResolveCommBackend, AutoFollowsTheLaunchAndTheDevice) {
+  for (bool mpi : {false, true}) {
+    EXPECT_EQ(resolve_comm_backend(CommBackend::automatic, Backend::host, alone(mpi)),
+              CommBackend::single);
+    EXPECT_EQ(resolve_comm_backend(CommBackend::automatic, Backend::cuda, alone(mpi)),
+              CommBackend::single);
+    EXPECT_EQ(resolve_comm_backend(CommBackend::automatic, Backend::cuda, mpirun(1, mpi)),
+              CommBackend::nccl);
+  }
+  EXPECT_EQ(resolve_comm_backend(CommBackend::automatic, Backend::host, mpirun(3, true)),
+            CommBackend::mpi);
+  EXPECT_EQ(resolve_comm_backend(CommBackend::automatic, Backend::host, mpirun(1, true)),
+            CommBackend::mpi);
+  EXPECT_EQ(resolve_comm_backend(CommBackend::automatic, Backend::cuda, mpirun(3, true)),
+            CommBackend::nccl);
+  EXPECT_EQ(resolve_comm_backend(CommBackend::automatic, Backend::host, mpirun(1, false)),
+            CommBackend::single);
+}
+
+TEST(ResolveCommBackend, ImpossibleChoicesSayWhatToDo) {
+  // mpirun with several ranks and no MPI in the build: no way to talk.
+  EXPECT_NE(
+      refusal(CommBackend::automatic, Backend::host, mpirun(2, false)).find("-DSTRATA_MPI=ON"),
+      std::string::npos);
+  EXPECT_NE(refusal(CommBackend::automatic, Backend::cuda, mpirun(2, false)).find("no MPI"),
+            std::string::npos);
+  EXPECT_NE(refusal(CommBackend::mpi, Backend::host, alone(false)).find("no MPI"),
+            std::string::npos);
+  EXPECT_NE(refusal(CommBackend::mpi, Backend::cuda, mpirun(2, true)).find("cuda"),
+            std::string::npos);
+  EXPECT_NE(refusal(CommBackend::nccl, Backend::host, alone(true)).find("needs a cuda device"),
+            std::string::npos);
+  EXPECT_NE(refusal(CommBackend::single, Backend::host, mpirun(2, true)).find("rank 1 of 2"),
+            std::string::npos);
+  EXPECT_EQ(refusal(CommBackend::single, Backend::host, mpirun(1, true)), "");
+  EXPECT_EQ(refusal(CommBackend::mpi, Backend::host, alone(true)), "");  // a world of one
+  if (comm_backend_compiled(CommBackend::nccl)) {
+    EXPECT_EQ(refusal(CommBackend::nccl, Backend::cuda, alone(false)), "");
+    EXPECT_NE(refusal(CommBackend::nccl, Backend::cuda, mpirun(2, false)).find("NCCL id"),
+              std::string::npos);
+  } else {
+    EXPECT_NE(refusal(CommBackend::nccl, Backend::cuda, alone(true)).find("-DSTRATA_CUDA=ON"),
+              std::string::npos);
+  }
+}
 
 TEST(Sequencer, RunsTicketsInIssueOrderWhateverThreadComesFirst) {
   Sequencer sequencer;
