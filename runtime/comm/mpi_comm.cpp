@@ -117,7 +117,7 @@ class MpiCommunicator final : public Communicator {
                      Stream& stream) override {
     const std::size_t elem = dtype_size(dtype);
     const bool in_place = send == at(recv, static_cast<std::size_t>(rank_) * count * elem);
-    enqueue(stream, [=, this] {
+    enqueue(stream, "all_gather", [=, this] {
       const std::size_t piece = piece_elements(dtype);
       for (std::size_t o = 0; o < count; o += piece) {
         const int len = static_cast<int>(std::min(piece, count - o));
@@ -132,7 +132,7 @@ class MpiCommunicator final : public Communicator {
 
   void do_reduce_scatter(const void* send, void* recv, std::size_t count, DType dtype, ReduceOp op,
                          Stream& stream) override {
-    enqueue(stream, [=, this] {
+    enqueue(stream, "reduce_scatter", [=, this] {
       const std::size_t elem = dtype_size(dtype);
       const auto world = static_cast<std::size_t>(world_);
       const std::size_t piece = piece_elements(dtype);
@@ -154,7 +154,7 @@ class MpiCommunicator final : public Communicator {
 
   void do_all_reduce(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op,
                      Stream& stream) override {
-    enqueue(stream, [=, this] {
+    enqueue(stream, "all_reduce", [=, this] {
       const std::size_t elem = dtype_size(dtype);
       const auto world = static_cast<std::size_t>(world_);
       // W parts of at most piece_elements per MPI call; rank k reduces part k.
@@ -197,7 +197,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   void do_broadcast(void* buf, std::size_t count, DType dtype, int root, Stream& stream) override {
-    enqueue(stream, [=, this] {
+    enqueue(stream, "broadcast", [=, this] {
       const std::size_t elem = dtype_size(dtype);
       const std::size_t piece = piece_elements(dtype);
       for (std::size_t o = 0; o < count; o += piece) {
@@ -217,9 +217,10 @@ class MpiCommunicator final : public Communicator {
   }
 
   // Takes a ticket now (issue order) and runs `body` in ticket order on the stream's thread.
-  void enqueue(Stream& stream, std::function<void()> body) {
+  // `name` (a literal) labels the collective in a trace.
+  void enqueue(Stream& stream, const char* name, std::function<void()> body) {
     auto guard = std::make_shared<TicketGuard>(sequencer_, sequencer_.take());
-    stream.host_task([guard, body = std::move(body)] { guard->run(body); });
+    stream.host_task([guard, body = std::move(body)] { guard->run(body); }, name);
   }
 
   // start(&request) is an MPI_I* call, made under the MPI lock; then waits for it unlocked.

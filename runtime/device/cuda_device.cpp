@@ -54,7 +54,7 @@ class CudaStream final : public Stream {
     if (bytes == 0) return;
     CUDA_CHECK(cudaMemsetAsync(dst, value, bytes, stream_));
   }
-  void host_task(std::function<void()> fn) override {
+  void host_task(std::function<void()> fn, const char* /*name*/) override {
     auto call = std::make_unique<HostTaskCall>(HostTaskCall{std::move(fn), error_});
     CUDA_CHECK(cudaLaunchHostFunc(stream_, run_host_task, call.get()));
     call.release();  // owned by run_host_task from here

@@ -27,6 +27,8 @@
 
 namespace strata::runtime {
 
+class Tracer;  // runtime/trace/trace.h
+
 enum class Backend { host, cuda };
 std::string_view backend_name(Backend backend);
 
@@ -35,6 +37,10 @@ struct DeviceOptions {
   int ordinal = 0;                    // which CUDA device
   std::uint64_t memory_bytes = 0;     // arena budget; 0 = default (host: 512 MiB; cuda: free - reserve)
   std::uint64_t cuda_reserve_bytes = std::uint64_t{1} << 30;  // left free for CUDA/cuBLAS/NCCL
+  // Borrowed; must outlive the device. When enabled, the host backend records one span per
+  // piece of stream work (copies with their bytes, host tasks by name) on the stream's track.
+  // The cuda backend does not trace stream work yet (it would need timing events).
+  Tracer* tracer = nullptr;
 };
 
 class Stream;
@@ -73,7 +79,8 @@ class Stream {
   // on cuda it is cudaLaunchHostFunc (fn must not call CUDA). An exception thrown by fn is
   // kept and rethrown by synchronize(); later work on the stream is skipped (events still
   // complete so that other streams never hang on a failed one).
-  virtual void host_task(std::function<void()> fn) = 0;
+  // `name` labels the work in a trace; it must outlive the stream (a string literal).
+  virtual void host_task(std::function<void()> fn, const char* name = "host_task") = 0;
 
   // Work enqueued after this call starts only once `event`'s recorded work has completed.
   virtual void wait(const Event& event) = 0;

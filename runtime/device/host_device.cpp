@@ -26,6 +26,7 @@
 
 #include "core/log.h"
 #include "core/units.h"
+#include "runtime/trace/trace.h"
 
 namespace strata::runtime {
 namespace {
@@ -34,8 +35,10 @@ class HostEvent;
 
 class HostStream final : public Stream {
  public:
-  HostStream(std::string name, std::function<void(HostStream*, bool)> registry)
-      : name_(std::move(name)), registry_(std::move(registry)) {
+  HostStream(std::string name, Tracer* tracer, std::function<void(HostStream*, bool)> registry)
+      : name_(std::move(name)),
+        tracer_(tracer != nullptr && tracer->enabled() ? tracer : nullptr),
+        registry_(std::move(registry)) {
     worker_ = std::thread([this] { run(); });
     registry_(this, true);
   }
@@ -61,15 +64,18 @@ class HostStream final : public Stream {
 
   void copy_async(void* dst, const void* src, std::size_t bytes) override {
     if (bytes == 0) return;
-    enqueue([dst, src, bytes] { std::memcpy(dst, src, bytes); }, /*control=*/false);
+    enqueue([dst, src, bytes] { std::memcpy(dst, src, bytes); }, /*control=*/false, "copy", bytes);
   }
 
   void memset_async(void* dst, int value, std::size_t bytes) override {
     if (bytes == 0) return;
-    enqueue([dst, value, bytes] { std::memset(dst, value, bytes); }, /*control=*/false);
+    enqueue([dst, value, bytes] { std::memset(dst, value, bytes); }, /*control=*/false, "memset",
+            bytes);
   }
 
-  void host_task(std::function<void()> fn) override { enqueue(std::move(fn), /*control=*/false); }
+  void host_task(std::function<void()> fn, const char* name) override {
+    enqueue(std::move(fn), /*control=*/false, name);
+  }
 
   void wait(const Event& event) override;
 
@@ -87,11 +93,13 @@ class HostStream final : public Stream {
   void* native_handle() const override { return nullptr; }
 
   // Control tasks (event completion, cross-stream waits) run even on a failed stream.
-  void enqueue(std::function<void()> fn, bool control) {
+  // `name` (a literal) labels the work in a trace; control tasks are not traced.
+  void enqueue(std::function<void()> fn, bool control, const char* name = nullptr,
+               std::uint64_t bytes = 0) {
     {
       std::lock_guard lock(mutex_);
       STRATA_ASSERT(!stopping_, "work enqueued on a stream that is being destroyed");
-      queue_.push_back(Task{std::move(fn), control});
+      queue_.push_back(Task{std::move(fn), control, name, bytes});
       ++submitted_;
     }
     work_ready_.notify_one();
@@ -100,7 +108,9 @@ class HostStream final : public Stream {
  private:
   struct Task {
     std::function<void()> fn;
-    bool control;
+    bool control = false;
+    const char* name = nullptr;
+    std::uint64_t bytes = 0;
   };
 
   void run() {
@@ -116,7 +126,11 @@ class HostStream final : public Stream {
       }
       if (task.fn) {
         try {
+          const std::int64_t start_ns = tracer_ != nullptr ? Tracer::now_ns() : 0;
           task.fn();
+          if (tracer_ != nullptr && task.name != nullptr) {
+            tracer_->record(task.name, name_, start_ns, Tracer::now_ns(), task.bytes);
+          }
         } catch (...) {
           std::lock_guard lock(mutex_);
           if (!error_) error_ = std::current_exception();
@@ -132,6 +146,7 @@ class HostStream final : public Stream {
   }
 
   const std::string name_;
+  Tracer* const tracer_;  // null when tracing is off
   std::function<void(HostStream*, bool)> registry_;
   std::mutex mutex_;
   std::condition_variable work_ready_;
@@ -232,8 +247,8 @@ class HostMapping {
 
 class HostDevice final : public Device {
  public:
-  explicit HostDevice(std::uint64_t budget_bytes)
-      : mapping_(budget_bytes), arena_(mapping_.data(), budget_bytes, "device") {}
+  HostDevice(std::uint64_t budget_bytes, Tracer* tracer)
+      : mapping_(budget_bytes), arena_(mapping_.data(), budget_bytes, "device"), tracer_(tracer) {}
 
   ~HostDevice() override {
     std::lock_guard lock(mutex_);
@@ -244,7 +259,7 @@ class HostDevice final : public Device {
   std::string name() const override { return "host"; }
 
   std::unique_ptr<Stream> create_stream(std::string name) override {
-    return std::make_unique<HostStream>(std::move(name), [this](HostStream* s, bool add) {
+    return std::make_unique<HostStream>(std::move(name), tracer_, [this](HostStream* s, bool add) {
       std::lock_guard lock(mutex_);
       if (add) {
         streams_.insert(s);
@@ -275,6 +290,7 @@ class HostDevice final : public Device {
  private:
   HostMapping mapping_;
   Arena arena_;
+  Tracer* tracer_;
   std::mutex mutex_;
   std::set<HostStream*> streams_;
 };
@@ -283,7 +299,7 @@ class HostDevice final : public Device {
 
 std::unique_ptr<Device> create_host_device(const DeviceOptions& options) {
   const std::uint64_t budget = options.memory_bytes != 0 ? options.memory_bytes : kDefaultHostDeviceBytes;
-  return std::make_unique<HostDevice>(budget);
+  return std::make_unique<HostDevice>(budget, options.tracer);
 }
 
 }  // namespace strata::runtime

@@ -1,0 +1,58 @@
+// Host streams record their work in the device's tracer: one span per copy (with its bytes)
+// and per named host task, on the stream's track; nothing when tracing is off.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "runtime/device/device.h"
+#include "runtime/trace/trace.h"
+#include "tests/runtime/trace/trace_test_util.h"
+
+namespace strata::runtime {
+namespace {
+
+TEST(StreamTrace, HostStreamWorkBecomesSpansOnItsTrack) {
+  test::TracePath path;
+  Tracer tracer(path.file(), "rank 0");
+  {
+    auto device = Device::create({.kind = "host", .memory_bytes = 1 << 20, .tracer = &tracer});
+    auto h2d = device->create_stream("h2d");
+    auto compute = device->create_stream("compute");
+    DeviceBuffer buf = device->allocate(4096, "buf");
+    std::vector<char> host(4096, 1);
+    h2d->copy_async(buf.data(), host.data(), 4096);
+    compute->host_task([] {}, "layernorm");
+    device->synchronize();
+  }
+  tracer.flush();
+  nlohmann::json trace = test::read_json(path.file());
+  auto tracks = test::track_names(trace);
+  bool copy_seen = false, task_seen = false;
+  for (const auto& e : trace.at("traceEvents")) {
+    if (e.at("ph") != "X") continue;
+    const std::string track = tracks.at(e.at("tid").get<int>());
+    if (e.at("name") == "copy") {
+      EXPECT_EQ(track, "h2d");
+      EXPECT_EQ(e.at("args").at("bytes").get<std::uint64_t>(), 4096u);
+      copy_seen = true;
+    }
+    if (e.at("name") == "layernorm") {
+      EXPECT_EQ(track, "compute");
+      task_seen = true;
+    }
+  }
+  EXPECT_TRUE(copy_seen);
+  EXPECT_TRUE(task_seen);
+}
+
+TEST(StreamTrace, DisabledTracerRecordsNothing) {
+  Tracer tracer("");
+  auto device = Device::create({.kind = "host", .memory_bytes = 1 << 20, .tracer = &tracer});
+  auto s = device->create_stream("s");
+  s->host_task([] {}, "work");
+  s->synchronize();
+  EXPECT_EQ(tracer.span_count(), 0u);
+}
+
+}  // namespace
+}  // namespace strata::runtime
