@@ -1,5 +1,6 @@
 #include "runtime/comm/launch.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <string_view>
 
@@ -28,26 +29,31 @@ LaunchInfo detect_launch() {
 #ifdef STRATA_HAVE_MPI
   info.mpi_compiled = true;
 #endif
-  struct Pair { const char* rank; const char* size; const char* launcher; };
-  static constexpr Pair kLaunchers[] = {
-      {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "Open MPI"},
-      {"PMIX_RANK", "PMIX_SIZE", "PMIx"},
-      {"PMI_RANK", "PMI_SIZE", "PMI"},
+  struct Launcher { const char* rank; const char* size; const char* local_rank; const char* name; };
+  static constexpr Launcher kLaunchers[] = {
+      {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "Open MPI"},
+      {"PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPICH (PMI)"},
   };
   info.launcher = "none";
-  for (const Pair& p : kLaunchers) {
-    int rank = env_int(p.rank);
-    int size = env_int(p.size);
+  for (const Launcher& l : kLaunchers) {
+    int rank = env_int(l.rank);
+    int size = env_int(l.size);
     if (rank < 0 || size < 0) continue;
     if (size == 0 || rank >= size) {
       throw Error("launcher environment says rank " + std::to_string(rank) + " of " +
-                      std::to_string(size), p.rank, "start the processes with mpirun");
+                      std::to_string(size), l.rank, "start the processes with mpirun");
     }
     info.under_mpirun = true;
     info.rank = rank;
     info.world = size;
-    info.launcher = p.launcher;
-    break;
+    info.local_rank = std::max(env_int(l.local_rank), 0);
+    info.launcher = l.name;
+    return info;
+  }
+  if (env_int("PMIX_RANK") >= 0) {
+    throw Error("started by a PMIx launcher that gives a rank (PMIX_RANK) but no world size",
+                "PMIX_RANK",
+                "start strata with Open MPI's mpirun or MPICH's mpiexec, which set the world size");
   }
   return info;
 }

@@ -10,9 +10,13 @@ struct LaunchInfo {
   bool under_mpirun = false;  // the environment of an MPI launcher was found
   int rank = 0;
   int world = 1;
-  std::string launcher;       // "Open MPI", "PMI", "PMIx", or "none"
+  int local_rank = 0;         // rank among the processes on this machine (picks the GPU)
+  std::string launcher;       // "Open MPI", "MPICH (PMI)", or "none"
 };
 
+// Open MPI (OMPI_COMM_WORLD_*) and MPICH's hydra (PMI_RANK / PMI_SIZE / MPI_LOCALRANKID).
+// A PMIx launch that names a rank but no world size is an error rather than a silent
+// single-rank run. Malformed values are errors naming the variable.
 LaunchInfo detect_launch();
 
 }  // namespace strata::runtime

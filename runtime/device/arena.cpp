@@ -52,26 +52,35 @@ Arena::~Arena() {
 
 DeviceBuffer Arena::allocate(std::size_t bytes, std::string_view what) {
   if (bytes == 0) return {};
-  const std::uint64_t need = round_up(bytes, kAlignment);
-  std::lock_guard lock(mutex_);
-  // Best fit: the smallest free block that holds the request keeps large blocks whole.
-  auto it = free_by_size_.lower_bound(need);
-  if (it == free_by_size_.end()) {
-    ArenaStats own = stats_;
+  // Checked before rounding so that a huge request (a negative size cast to size_t) cannot
+  // wrap around to a small one.
+  const bool over_budget = bytes > budget_bytes_;
+  const std::uint64_t need = over_budget ? 0 : round_up(bytes, kAlignment);
+  ArenaStats own;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = over_budget ? free_by_size_.end() : free_by_size_.lower_bound(need);  // best fit
+    if (it != free_by_size_.end()) return take(it, need, bytes);
+    own = stats_;
     own.largest_free_bytes = free_by_size_.empty() ? 0 : free_by_size_.rbegin()->first;
-    std::string why = own.current_bytes + need > budget_bytes_
-                          ? "the budget would be exceeded"
-                          : fmt::format("the free space is fragmented (largest free block {})",
-                                        format_bytes(own.largest_free_bytes));
-    throw OutOfMemory(
-        fmt::format("out of {} memory: {} for '{}' does not fit ({})\n{}", tier_,
-                    format_bytes(bytes), what, why, usage_table(own)),
-        std::string(what),
-        "raise strata.device_memory, lower the micro-batch size, enable activation "
-        "checkpointing, or offload more states (zero_optimization.offload_param / "
-        "offload_optimizer)",
-        bytes);
   }
+  // Out of memory. The report asks the other tiers for their usage outside our lock: their
+  // callbacks take their own locks and may call back into this arena.
+  const bool budget_cause = over_budget || own.current_bytes + need > budget_bytes_;
+  std::string why = budget_cause ? "the budget would be exceeded"
+                                 : fmt::format("the free space is fragmented (largest free block {})",
+                                               format_bytes(own.largest_free_bytes));
+  throw OutOfMemory(
+      fmt::format("out of {} memory: {} for '{}' does not fit ({})\n{}", tier_, format_bytes(bytes),
+                  what, why, usage_table(own)),
+      std::string(what),
+      "raise strata.device_memory, lower the micro-batch size, or offload more states "
+      "(zero_optimization.offload_param / offload_optimizer)",
+      bytes);
+}
+
+DeviceBuffer Arena::take(std::multimap<std::uint64_t, std::uint64_t>::iterator it, std::uint64_t need,
+                         std::size_t bytes) {
   const std::uint64_t block_size = it->first;
   const std::uint64_t offset = it->second;
   free_by_size_.erase(it);
@@ -139,13 +148,23 @@ void Arena::add_tier(std::function<TierUsage()> report) {
 }
 
 std::string Arena::usage_table(const ArenaStats& own) const {
-  std::vector<TierUsage> rows;
-  rows.push_back({tier_, own.current_bytes, own.peak_bytes, own.budget_bytes});
-  for (const auto& report : other_tiers_) rows.push_back(report());
+  std::vector<std::function<TierUsage()>> reports;
+  {
+    std::lock_guard lock(mutex_);
+    reports = other_tiers_;
+  }
   std::string out = fmt::format("  {:<12} {:>14} {:>14} {:>14}\n", "tier", "current", "peak", "budget");
-  for (const TierUsage& r : rows) {
+  auto row = [&out](const TierUsage& r) {
     out += fmt::format("  {:<12} {:>14} {:>14} {:>14}\n", r.tier, format_bytes(r.current_bytes),
                        format_bytes(r.peak_bytes), format_bytes(r.budget_bytes));
+  };
+  row({tier_, own.current_bytes, own.peak_bytes, own.budget_bytes});
+  for (const auto& report : reports) {
+    try {
+      row(report());
+    } catch (const std::exception& e) {
+      out += fmt::format("  (a tier could not report its usage: {})\n", e.what());
+    }
   }
   out += fmt::format("  ({} live allocations in the {} arena)", own.live_allocations, tier_);
   return out;

@@ -90,6 +90,9 @@ class Arena {
 
  private:
   friend class DeviceBuffer;
+  // Carves `need` bytes from the free block `it`; called with mutex_ held.
+  DeviceBuffer take(std::multimap<std::uint64_t, std::uint64_t>::iterator it, std::uint64_t need,
+                    std::size_t bytes);
   void free(std::uint64_t offset);
   std::string usage_table(const ArenaStats& own) const;
 

@@ -1,7 +1,12 @@
 // CUDA backend: cudaStream_t / cudaEvent_t, the arena carved from one cudaMalloc with a hard
 // budget, cudaMemcpyAsync, and the pin hook (cudaHostRegister). Compiled only with CUDA.
+//
+// Every entry point makes the device's ordinal current first (cudaSetDevice is a cheap
+// thread-local switch): a thread other than the creator, or one left on another GPU, must
+// still reach the right context.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <mutex>
 #include <set>
 #include <utility>
@@ -10,35 +15,60 @@
 
 #include "core/log.h"
 #include "core/units.h"
+#include "runtime/comm/launch.h"
 #include "runtime/device/device.h"
 
 namespace strata::runtime {
 namespace {
 
-// A host_task's closure and the slot where its failure is kept (Note [Failed streams] in
-// host_device.cpp: the CUDA backend reports host-task failures the same way).
+// Where a stream keeps the first failure of its host tasks. Written on CUDA's callback
+// thread, read by synchronize() on the caller's: guarded by a mutex.
+class FailureSlot {
+ public:
+  bool failed() const {
+    std::lock_guard lock(mutex_);
+    return error_ != nullptr;
+  }
+  void set(std::exception_ptr e) {
+    std::lock_guard lock(mutex_);
+    if (!error_) error_ = std::move(e);
+  }
+  std::exception_ptr take() {
+    std::lock_guard lock(mutex_);
+    return std::exchange(error_, nullptr);
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::exception_ptr error_;
+};
+
 struct HostTaskCall {
   std::function<void()> fn;
-  std::shared_ptr<std::exception_ptr> error;
+  std::shared_ptr<FailureSlot> failure;
 };
 
 void CUDART_CB run_host_task(void* user) {
   std::unique_ptr<HostTaskCall> call(static_cast<HostTaskCall*>(user));
-  if (*call->error) return;  // the stream already failed: skip later host work
+  if (call->failure->failed()) return;  // the stream already failed: skip later host work
   try {
     call->fn();
   } catch (...) {
-    *call->error = std::current_exception();
+    call->failure->set(std::current_exception());
   }
 }
 
 class CudaStream final : public Stream {
  public:
-  CudaStream(std::string name, int ordinal) : name_(std::move(name)), ordinal_(ordinal) {
+  CudaStream(std::string name, int ordinal, std::function<void(CudaStream*, bool)> registry)
+      : name_(std::move(name)), ordinal_(ordinal), registry_(std::move(registry)) {
     CUDA_CHECK(cudaSetDevice(ordinal_));
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    registry_(this, true);
   }
   ~CudaStream() override {
+    registry_(this, false);
+    cudaSetDevice(ordinal_);
     cudaError_t rc = cudaStreamSynchronize(stream_);
     if (rc != cudaSuccess) log::warn("stream '{}': {}", name_, cudaGetErrorString(rc));
     cudaStreamDestroy(stream_);
@@ -48,40 +78,51 @@ class CudaStream final : public Stream {
 
   void copy_async(void* dst, const void* src, std::size_t bytes) override {
     if (bytes == 0) return;
+    CUDA_CHECK(cudaSetDevice(ordinal_));
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_));
   }
   void memset_async(void* dst, int value, std::size_t bytes) override {
     if (bytes == 0) return;
+    CUDA_CHECK(cudaSetDevice(ordinal_));
     CUDA_CHECK(cudaMemsetAsync(dst, value, bytes, stream_));
   }
   void host_task(std::function<void()> fn, const char* /*name*/) override {
-    auto call = std::make_unique<HostTaskCall>(HostTaskCall{std::move(fn), error_});
+    CUDA_CHECK(cudaSetDevice(ordinal_));
+    auto call = std::make_unique<HostTaskCall>(HostTaskCall{std::move(fn), failure_});
     CUDA_CHECK(cudaLaunchHostFunc(stream_, run_host_task, call.get()));
     call.release();  // owned by run_host_task from here
   }
   void wait(const Event& event) override;
   void synchronize() override {
+    CUDA_CHECK(cudaSetDevice(ordinal_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
-    if (*error_) {
-      std::exception_ptr error = std::exchange(*error_, nullptr);
-      std::rethrow_exception(error);
-    }
+    rethrow_failure();
   }
   void* native_handle() const override { return stream_; }
+
+  void rethrow_failure() {
+    if (std::exception_ptr e = failure_->take()) std::rethrow_exception(e);
+  }
 
  private:
   std::string name_;
   int ordinal_;
+  std::function<void(CudaStream*, bool)> registry_;
   cudaStream_t stream_ = nullptr;
-  std::shared_ptr<std::exception_ptr> error_ = std::make_shared<std::exception_ptr>();
+  std::shared_ptr<FailureSlot> failure_ = std::make_shared<FailureSlot>();
 };
 
 class CudaEvent final : public Event {
  public:
-  CudaEvent() { CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming)); }
+  explicit CudaEvent(int ordinal) : ordinal_(ordinal) {
+    CUDA_CHECK(cudaSetDevice(ordinal_));
+    CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
+  }
   ~CudaEvent() override { cudaEventDestroy(event_); }
   void record(Stream& stream) override {
-    CUDA_CHECK(cudaEventRecord(event_, static_cast<cudaStream_t>(stream.native_handle())));
+    auto& cuda = dynamic_cast<CudaStream&>(stream);  // a host stream here is a programming error
+    CUDA_CHECK(cudaSetDevice(ordinal_));
+    CUDA_CHECK(cudaEventRecord(event_, static_cast<cudaStream_t>(cuda.native_handle())));
   }
   bool query() const override {
     cudaError_t rc = cudaEventQuery(event_);
@@ -93,10 +134,12 @@ class CudaEvent final : public Event {
   cudaEvent_t handle() const { return event_; }
 
  private:
+  int ordinal_;
   cudaEvent_t event_ = nullptr;
 };
 
 void CudaStream::wait(const Event& event) {
+  CUDA_CHECK(cudaSetDevice(ordinal_));
   CUDA_CHECK(cudaStreamWaitEvent(stream_, dynamic_cast<const CudaEvent&>(event).handle(), 0));
 }
 
@@ -107,6 +150,11 @@ class CudaDevice final : public Device {
         arena_(memory_, budget_bytes, "device") {}
 
   ~CudaDevice() override {
+    {
+      std::lock_guard lock(mutex_);
+      STRATA_ASSERT(streams_.empty(), "streams outlive their device");
+    }
+    cudaSetDevice(ordinal_);
     cudaDeviceSynchronize();
     cudaFree(memory_);
   }
@@ -114,17 +162,44 @@ class CudaDevice final : public Device {
   Backend backend() const override { return Backend::cuda; }
   std::string name() const override { return name_; }
   std::unique_ptr<Stream> create_stream(std::string name) override {
-    return std::make_unique<CudaStream>(std::move(name), ordinal_);
+    return std::make_unique<CudaStream>(std::move(name), ordinal_, [this](CudaStream* s, bool add) {
+      std::lock_guard lock(mutex_);
+      if (add) {
+        streams_.insert(s);
+      } else {
+        streams_.erase(s);
+      }
+    });
   }
-  std::unique_ptr<Event> create_event() override {
+  std::unique_ptr<Event> create_event() override { return std::make_unique<CudaEvent>(ordinal_); }
+  void synchronize() override {
     CUDA_CHECK(cudaSetDevice(ordinal_));
-    return std::make_unique<CudaEvent>();
+    CUDA_CHECK(cudaDeviceSynchronize());
+    std::lock_guard lock(mutex_);
+    std::exception_ptr first;
+    for (CudaStream* s : streams_) {
+      try {
+        s->rethrow_failure();
+      } catch (...) {
+        if (!first) first = std::current_exception();
+      }
+    }
+    if (first) std::rethrow_exception(first);
   }
-  void synchronize() override { CUDA_CHECK(cudaDeviceSynchronize()); }
   void pin_host(void* ptr, std::size_t bytes) override {
-    CUDA_CHECK(cudaHostRegister(ptr, bytes, cudaHostRegisterDefault));
+    CUDA_CHECK(cudaSetDevice(ordinal_));
+    // Portable: the pages count as pinned for every GPU's context, not only the current one.
+    cudaError_t rc = cudaHostRegister(ptr, bytes, cudaHostRegisterPortable);
+    if (rc != cudaSuccess) {
+      throw Error(fmt::format("cudaHostRegister of {} at {} failed: {}", format_bytes(bytes), ptr,
+                              cudaGetErrorString(rc)),
+                  name_, "lower strata.pinned_memory, or raise the locked-memory limit (ulimit -l)");
+    }
   }
-  void unpin_host(void* ptr) override { CUDA_CHECK(cudaHostUnregister(ptr)); }
+  void unpin_host(void* ptr) noexcept override {
+    cudaError_t rc = cudaHostUnregister(ptr);
+    if (rc != cudaSuccess) log::warn("cudaHostUnregister({}) failed: {}", ptr, cudaGetErrorString(rc));
+  }
 
  protected:
   Arena& arena() override { return arena_; }
@@ -147,35 +222,42 @@ class CudaDevice final : public Device {
   std::string name_;
   void* memory_;
   Arena arena_;
+  std::mutex mutex_;
+  std::set<CudaStream*> streams_;
 };
 
 }  // namespace
 
 std::unique_ptr<Device> create_cuda_device(const DeviceOptions& options) {
   CudaAvailability cuda = cuda_availability();
-  if (options.ordinal < 0 || options.ordinal >= static_cast<int>(cuda.devices.size())) {
-    throw Error(fmt::format("CUDA device {} does not exist ({} found)", options.ordinal,
-                            cuda.devices.size()),
+  const int count = static_cast<int>(cuda.devices.size());
+  // One process per GPU: by default rank k on a machine takes GPU k (modulo the count).
+  const int ordinal = options.ordinal >= 0 ? options.ordinal : detect_launch().local_rank % count;
+  if (ordinal >= count) {
+    throw Error(fmt::format("CUDA device {} does not exist ({} found)", ordinal, count),
                 "device ordinal", "pick a device between 0 and the count minus one");
   }
-  const CudaDeviceInfo& info = cuda.devices[options.ordinal];
+  const CudaDeviceInfo& info = cuda.devices[ordinal];
+  // Free memory of this device only: asking every GPU would create a context on each.
+  CUDA_CHECK(cudaSetDevice(ordinal));
+  std::size_t free_bytes = 0, total_bytes = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
   std::uint64_t budget = options.memory_bytes;
   if (budget == 0) {
-    if (info.free_bytes <= options.cuda_reserve_bytes) {
+    if (free_bytes <= options.cuda_reserve_bytes) {
       throw Error(fmt::format("CUDA device {} has only {} free, not more than the {} reserve",
-                              options.ordinal, format_bytes(info.free_bytes),
-                              format_bytes(options.cuda_reserve_bytes)),
+                              ordinal, format_bytes(free_bytes), format_bytes(options.cuda_reserve_bytes)),
                   info.name, "free the GPU (nvidia-smi shows who holds it) or set strata.device_memory");
     }
-    budget = info.free_bytes - options.cuda_reserve_bytes;
-  } else if (budget > info.free_bytes) {
+    budget = free_bytes - options.cuda_reserve_bytes;
+  } else if (budget > free_bytes) {
     throw Error(fmt::format("strata.device_memory = {} but CUDA device {} has only {} free",
-                            format_bytes(budget), options.ordinal, format_bytes(info.free_bytes)),
+                            format_bytes(budget), ordinal, format_bytes(free_bytes)),
                 info.name, "lower strata.device_memory");
   }
   budget = budget / Arena::kAlignment * Arena::kAlignment;
-  log::info("cuda device {}: {}, arena {}", options.ordinal, info.name, format_bytes(budget));
-  return std::make_unique<CudaDevice>(options.ordinal, budget, info.name);
+  log::info("cuda device {}: {}, arena {}", ordinal, info.name, format_bytes(budget));
+  return std::make_unique<CudaDevice>(ordinal, budget, info.name);
 }
 
 }  // namespace strata::runtime

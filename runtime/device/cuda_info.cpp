@@ -10,6 +10,13 @@
 namespace strata::runtime {
 namespace {
 
+// nvmlMemory_t (v1): what nvmlDeviceGetMemoryInfo fills.
+struct NvmlMemory {
+  unsigned long long total;
+  unsigned long long free;
+  unsigned long long used;
+};
+
 // The few NVML entry points we use, resolved at run time.
 class Nvml {
  public:
@@ -24,6 +31,7 @@ class Nvml {
         dlsym(lib_, "nvmlDeviceGetCurrPcieLinkGeneration"));
     link_width_ = reinterpret_cast<int (*)(void*, unsigned*)>(
         dlsym(lib_, "nvmlDeviceGetCurrPcieLinkWidth"));
+    memory_ = reinterpret_cast<int (*)(void*, NvmlMemory*)>(dlsym(lib_, "nvmlDeviceGetMemoryInfo"));
     ok_ = init_ && shutdown_ && by_bus_id_ && link_gen_ && link_width_ && init_() == 0;
   }
   ~Nvml() {
@@ -33,13 +41,16 @@ class Nvml {
   Nvml(const Nvml&) = delete;
   Nvml& operator=(const Nvml&) = delete;
 
-  void fill_link(CudaDeviceInfo& info) const {
+  // PCIe link and free memory, without creating a CUDA context on the device.
+  void fill(CudaDeviceInfo& info) const {
     if (!ok_) return;
     void* handle = nullptr;
     if (by_bus_id_(info.pci_bus_id.c_str(), &handle) != 0) return;
     unsigned gen = 0, width = 0;
     if (link_gen_(handle, &gen) == 0) info.pcie_generation = static_cast<int>(gen);
     if (link_width_(handle, &width) == 0) info.pcie_width = static_cast<int>(width);
+    NvmlMemory memory{};
+    if (memory_ != nullptr && memory_(handle, &memory) == 0) info.free_bytes = memory.free;
   }
 
  private:
@@ -50,6 +61,7 @@ class Nvml {
   int (*by_bus_id_)(const char*, void**) = nullptr;
   int (*link_gen_)(void*, unsigned*) = nullptr;
   int (*link_width_)(void*, unsigned*) = nullptr;
+  int (*memory_)(void*, NvmlMemory*) = nullptr;
 };
 
 }  // namespace
@@ -84,11 +96,7 @@ CudaAvailability cuda_availability() {
     info.compute_minor = prop.minor;
     char bus_id[32] = {};
     if (cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), i) == cudaSuccess) info.pci_bus_id = bus_id;
-    size_t free_bytes = 0, total_bytes = 0;
-    if (cudaSetDevice(i) == cudaSuccess && cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) {
-      info.free_bytes = free_bytes;
-    }
-    nvml.fill_link(info);
+    nvml.fill(info);
     a.devices.push_back(std::move(info));
   }
   return a;

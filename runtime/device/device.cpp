@@ -34,7 +34,9 @@ std::unique_ptr<Device> Device::create(const DeviceOptions& options) {
   if (cuda.devices.empty()) {
     if (options.kind == "cuda") {
       throw Error("the cuda device was asked for but none is usable: " + cuda.why_not,
-                  "strata.device", "use --device host, or run where an NVIDIA GPU and driver are present");
+                  "strata.device",
+                  "set strata.device to \"host\" (or \"auto\"), or run where an NVIDIA GPU and "
+                  "driver are present");
     }
     log::debug("device auto: host backend ({})", cuda.why_not);
     return create_host_device(options);

@@ -34,7 +34,7 @@ std::string_view backend_name(Backend backend);
 
 struct DeviceOptions {
   std::string kind = "auto";          // "auto" (cuda when a GPU is usable, else host) | "host" | "cuda"
-  int ordinal = 0;                    // which CUDA device
+  int ordinal = -1;                   // which CUDA device; -1 = the local rank modulo the device count
   std::uint64_t memory_bytes = 0;     // arena budget; 0 = default (host: 512 MiB; cuda: free - reserve)
   std::uint64_t cuda_reserve_bytes = std::uint64_t{1} << 30;  // left free for CUDA/cuBLAS/NCCL
   // Borrowed; must outlive the device. When enabled, the host backend records one span per
@@ -75,10 +75,14 @@ class Stream {
   virtual void copy_async(void* dst, const void* src, std::size_t bytes) = 0;
   virtual void memset_async(void* dst, int value, std::size_t bytes) = 0;
 
-  // Runs fn on a host thread in stream order. On the host backend this is how kernels run;
-  // on cuda it is cudaLaunchHostFunc (fn must not call CUDA). An exception thrown by fn is
-  // kept and rethrown by synchronize(); later work on the stream is skipped (events still
-  // complete so that other streams never hang on a failed one).
+  // Runs fn on a host thread in stream order. On the host backend this is how kernels run:
+  // each stream has its own worker thread, and an exception thrown by fn is kept and
+  // rethrown by synchronize(); later work on the stream is skipped, and streams that wait on
+  // its events fail too (events still complete so that nothing hangs).
+  // On cuda it is cudaLaunchHostFunc: fn must not call CUDA, must be short, and must not wait
+  // for work of other streams (CUDA may run the host functions of all streams on one thread).
+  // An exception is kept and rethrown by the stream's or the device's synchronize(), later
+  // host tasks of the stream are skipped, but its copies and kernels still run.
   // `name` labels the work in a trace; it must outlive the stream (a string literal).
   virtual void host_task(std::function<void()> fn, const char* name = "host_task") = 0;
 
@@ -111,13 +115,14 @@ class Device {
   virtual std::unique_ptr<Stream> create_stream(std::string name) = 0;
   virtual std::unique_ptr<Event> create_event() = 0;
 
-  // Blocks until every stream of this device has drained.
+  // Blocks until every stream of this device has drained, then rethrows the first failure of
+  // work on any of them.
   virtual void synchronize() = 0;
 
   // The pin hook for host buffers that will be copied to or from the device often
   // (cudaHostRegister on cuda; nothing on host). unpin_host undoes it.
   virtual void pin_host(void* ptr, std::size_t bytes) = 0;
-  virtual void unpin_host(void* ptr) = 0;
+  virtual void unpin_host(void* ptr) noexcept = 0;  // logs a failure (called from destructors)
 
   // Device memory from the arena; throws OutOfMemory (naming `what`) past the budget.
   DeviceBuffer allocate(std::size_t bytes, std::string_view what) { return arena().allocate(bytes, what); }
@@ -137,7 +142,7 @@ struct CudaDeviceInfo {
   int ordinal = 0;
   std::string name;
   std::uint64_t total_bytes = 0;
-  std::uint64_t free_bytes = 0;
+  std::uint64_t free_bytes = 0;  // from NVML; 0 = unknown (listing creates no CUDA context)
   int compute_major = 0;
   int compute_minor = 0;
   std::string pci_bus_id;

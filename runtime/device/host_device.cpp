@@ -9,13 +9,16 @@
 //
 // Note [Failed streams]: an exception in a task is kept and rethrown by synchronize(); the
 // stream then skips its remaining work but still runs event completions and waits, so that a
-// failure on one stream never hangs another that waits on it.
+// failure on one stream never hangs another that waits on it. An event completed by a failed
+// stream carries the failure: a stream that waits on it fails too ("stream 'x' failed: ..."),
+// so work downstream of a failure never runs on bytes that were not written.
 #include "runtime/device/host_device.h"
 
 #include <sys/mman.h>
 
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <cstring>
 #include <mutex>
 #include <set>
@@ -92,6 +95,12 @@ class HostStream final : public Stream {
 
   void* native_handle() const override { return nullptr; }
 
+  // Empty while the stream is healthy; otherwise "stream 'name' failed: what".
+  std::string failure() {
+    std::lock_guard lock(mutex_);
+    return failed_ ? failure_ : std::string();
+  }
+
   // Control tasks (event completion, cross-stream waits) run even on a failed stream.
   // `name` (a literal) labels the work in a trace; control tasks are not traced.
   void enqueue(std::function<void()> fn, bool control, const char* name = nullptr,
@@ -122,8 +131,11 @@ class HostStream final : public Stream {
         if (queue_.empty()) return;  // stopping and drained
         task = std::move(queue_.front());
         queue_.pop_front();
-        if (failed_ && !task.control) task.fn = nullptr;  // Note [Failed streams]
       }
+      // Note [Failed streams]. A skipped closure is destroyed outside the lock: its destructor
+      // may run code that enqueues on this stream.
+      const bool skip = !task.control && !failure().empty();
+      if (skip) task.fn = nullptr;
       if (task.fn) {
         try {
           const std::int64_t start_ns = tracer_ != nullptr ? Tracer::now_ns() : 0;
@@ -132,8 +144,18 @@ class HostStream final : public Stream {
             tracer_->record(task.name, name_, start_ns, Tracer::now_ns(), task.bytes);
           }
         } catch (...) {
+          std::string what = "unknown exception";
+          try {
+            throw;
+          } catch (const std::exception& e) {
+            what = e.what();
+          } catch (...) {
+          }
           std::lock_guard lock(mutex_);
-          if (!error_) error_ = std::current_exception();
+          if (!error_) {
+            error_ = std::current_exception();
+            failure_ = "stream '" + name_ + "' failed: " + what;
+          }
           failed_ = true;
         }
       }
@@ -157,6 +179,7 @@ class HostStream final : public Stream {
   bool stopping_ = false;
   bool failed_ = false;
   std::exception_ptr error_;
+  std::string failure_;  // describes error_
   std::thread worker_;
 };
 
@@ -167,11 +190,15 @@ struct EventState {
   std::condition_variable completed;
   std::uint64_t last_generation = 0;
   std::set<std::uint64_t> pending;
+  std::map<std::uint64_t, std::string> failed;  // generations completed by a failed stream
 
   bool done(std::uint64_t g) const { return g == 0 || !pending.contains(g); }
-  void wait_for(std::uint64_t g) {
+  // Waits until generation g is complete; returns the failure it carries ("" when none).
+  std::string wait_for(std::uint64_t g) {
     std::unique_lock lock(mutex);
     completed.wait(lock, [&] { return done(g); });
+    auto it = failed.find(g);
+    return it == failed.end() ? std::string() : it->second;
   }
 };
 
@@ -186,10 +213,12 @@ class HostEvent final : public Event {
       state_->pending.insert(g);
     }
     host.enqueue(
-        [state = state_, g] {
+        [state = state_, g, &host] {
+          std::string failure = host.failure();  // the stream outlives its queued tasks
           {
             std::lock_guard lock(state->mutex);
             state->pending.erase(g);
+            if (!failure.empty()) state->failed.emplace(g, std::move(failure));
           }
           state->completed.notify_all();
         },
@@ -201,6 +230,8 @@ class HostEvent final : public Event {
     return state_->done(state_->last_generation);
   }
 
+  // Host-side waits do not throw for an upstream failure: the failed stream's synchronize()
+  // reports it.
   void synchronize() const override { state_->wait_for(latest()); }
 
   std::uint64_t latest() const {
@@ -217,7 +248,15 @@ void HostStream::wait(const Event& event) {
   const auto& host = dynamic_cast<const HostEvent&>(event);
   const std::uint64_t g = host.latest();
   if (g == 0) return;  // never recorded: nothing to wait for
-  enqueue([state = host.state(), g] { state->wait_for(g); }, /*control=*/true);
+  enqueue(
+      [this, state = host.state(), g] {
+        std::string upstream = state->wait_for(g);
+        if (!upstream.empty()) {
+          throw Error("stream '" + name_ + "' waited on work that failed: " + upstream, name_,
+                      "fix the first failure; everything that depends on it was skipped");
+        }
+      },
+      /*control=*/true);
 }
 
 // Anonymous, page-aligned, reserved lazily: a 512 MiB arena costs nothing until it is touched.
@@ -271,17 +310,24 @@ class HostDevice final : public Device {
 
   std::unique_ptr<Event> create_event() override { return std::make_unique<HostEvent>(); }
 
+  // Drains every stream, even after one has failed (so that no work still runs when the
+  // caller frees buffers), then rethrows the first failure. Holding the lock keeps streams
+  // from being destroyed meanwhile.
   void synchronize() override {
-    std::vector<HostStream*> streams;
-    {
-      std::lock_guard lock(mutex_);
-      streams.assign(streams_.begin(), streams_.end());
+    std::lock_guard lock(mutex_);
+    std::exception_ptr first;
+    for (HostStream* s : streams_) {
+      try {
+        s->synchronize();
+      } catch (...) {
+        if (!first) first = std::current_exception();
+      }
     }
-    for (HostStream* s : streams) s->synchronize();
+    if (first) std::rethrow_exception(first);
   }
 
   void pin_host(void*, std::size_t) override {}  // host memory is what the "device" reads
-  void unpin_host(void*) override {}
+  void unpin_host(void*) noexcept override {}
 
  protected:
   Arena& arena() override { return arena_; }

@@ -352,8 +352,9 @@ std::string format_machine_report(const MachineReport& r) {
     t.row("devices", std::to_string(r.cuda.devices.size()));
     for (const CudaDeviceInfo& d : r.cuda.devices) {
       t.row("device " + std::to_string(d.ordinal),
-            d.name + ", " + format_bytes(d.total_bytes) + " (" + format_bytes(d.free_bytes) +
-                " free), sm_" + std::to_string(d.compute_major) + std::to_string(d.compute_minor) +
+            d.name + ", " + format_bytes(d.total_bytes) +
+                (d.free_bytes != 0 ? " (" + format_bytes(d.free_bytes) + " free)" : std::string()) +
+                ", sm_" + std::to_string(d.compute_major) + std::to_string(d.compute_minor) +
                 ", " + pcie_text(d));
     }
     if (!r.cuda.why_not.empty()) t.row("note", r.cuda.why_not);
@@ -387,6 +388,7 @@ std::string format_machine_report(const MachineReport& r) {
   } else {
     t.row("launch", l.under_mpirun ? "under mpirun (" + l.launcher + ")" : "not under mpirun");
     t.row("rank / world", std::to_string(l.rank) + " / " + std::to_string(l.world));
+    t.row("local rank", std::to_string(l.local_rank));
   }
 
   t.section("hwloc");
@@ -456,6 +458,7 @@ std::string machine_report_json(const MachineReport& r, int indent) {
         {"launcher", r.launch.launcher},
         {"rank", r.launch.rank},
         {"world", r.launch.world},
+        {"local_rank", r.launch.local_rank},
         {"error", r.launch_error}}},
       {"hwloc", {{"compiled", r.hwloc_compiled}, {"version", r.hwloc_version}}},
   };

@@ -10,6 +10,7 @@
 #include <numeric>
 #include <random>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include "runtime/device/device.h"
@@ -140,17 +141,28 @@ TEST(HostEvent, ReRecordOnAnotherStreamDoesNotReleaseEarlierWaiters) {
   EXPECT_TRUE(seen) << "the waiter ran before the work it waited for";
 }
 
-TEST(HostStream, FailureIsRethrownLaterWorkSkippedEventsStillComplete) {
+TEST(HostStream, FailureIsRethrownLaterWorkSkippedAndDownstreamFails) {
   auto device = host_device();
   auto stream = device->create_stream("s");
   auto other = device->create_stream("other");
   auto event = device->create_event();
   bool ran_after_failure = false;
+  bool downstream_ran = false;
   stream->host_task([] { throw std::runtime_error("kernel exploded"); });
   stream->host_task([&] { ran_after_failure = true; });
   event->record(*stream);
   other->wait(*event);
-  other->synchronize();  // must not hang on the failed stream
+  other->host_task([&] { downstream_ran = true; });
+  // The waiting stream neither hangs nor runs on bytes the failed work never wrote.
+  try {
+    other->synchronize();
+    FAIL() << "the downstream stream did not learn of the failure";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("stream 's' failed: kernel exploded"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(downstream_ran);
+  EXPECT_TRUE(event->query());
   try {
     stream->synchronize();
     FAIL() << "the failure was not reported";
@@ -185,16 +197,27 @@ TEST(HostStream, CopiesBetweenHostAndArena) {
   EXPECT_EQ(dst[n - 1], 0xab);
 }
 
-TEST(HostDevice, SynchronizeDrainsEveryStream) {
+TEST(HostDevice, SynchronizeDrainsEveryStreamEvenAfterAFailure) {
   auto device = host_device();
   std::vector<std::unique_ptr<Stream>> streams;
   std::atomic<int> done{0};
+  Signal release;
+  // Every stream starts with work held until a helper thread lets it go, so a synchronize
+  // that returned early would see done < 400.
   for (int i = 0; i < 4; ++i) {
     streams.push_back(device->create_stream("s" + std::to_string(i)));
+    streams.back()->host_task([&] { release.wait_for(60s); });
     for (int k = 0; k < 100; ++k) streams.back()->host_task([&] { done.fetch_add(1); });
   }
-  device->synchronize();
+  streams[0]->host_task([] { throw std::runtime_error("first stream failed"); });
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(50ms);
+    release.set();
+  });
+  EXPECT_THROW(device->synchronize(), std::runtime_error);
   EXPECT_EQ(done.load(), 400);
+  releaser.join();
+  device->synchronize();  // reported once
 }
 
 // 10,000 random small ops on 4 streams with random cross-stream waits. Every op checks, when
@@ -218,8 +241,8 @@ TEST(HostStream, RandomOpsWithCrossWaits) {
     const int s = static_cast<int>(rng() % kStreams);
     Stream& stream = *streams[s];
     switch (rng() % 4) {
-      case 0: {  // record an event, and make a random other stream wait on it
-        const int other = static_cast<int>(rng() % kStreams);
+      case 0: {  // record an event, and make another stream wait on it
+        const int other = static_cast<int>((s + 1 + rng() % (kStreams - 1)) % kStreams);
         const int required = enqueued[s];
         auto event = device->create_event();
         event->record(stream);
@@ -236,11 +259,22 @@ TEST(HostStream, RandomOpsWithCrossWaits) {
         events.push_back(std::move(event));
         break;
       }
-      case 1: {  // a copy into this stream's slice of the arena and back
+      case 1: {  // a copy of fresh bytes into this stream's slice of the arena and back
         unsigned char* dev = scratch.as<unsigned char>() + s * 4096;
         const std::size_t bytes = 1 + rng() % 4096;
+        const auto fill = static_cast<unsigned char>(rng());
+        stream.memset_async(host[s].data(), fill, bytes);
         stream.copy_async(dev, host[s].data(), bytes);
+        stream.memset_async(host[s].data(), fill ^ 0xff, bytes);
         stream.copy_async(host[s].data(), dev, bytes);
+        stream.host_task([&host, &violations, s, bytes, fill] {
+          for (std::size_t i = 0; i < bytes; ++i) {
+            if (host[s][i] != fill) {
+              violations.fetch_add(1);
+              break;
+            }
+          }
+        });
         [[fallthrough]];
       }
       default: {  // an in-order counter step
