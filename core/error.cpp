@@ -45,8 +45,8 @@ void assert_fail(const char* cond, const char* file, int line, std::string_view 
   std::abort();
 }
 
-void throw_sys_error(const char* call, std::string where, std::string hint) {
-  throw system_error(errno, call, std::move(where), std::move(hint));
+void throw_sys_error(int errnum, const char* call, std::string where, std::string hint) {
+  throw system_error(errnum, call, std::move(where), std::move(hint));
 }
 
 void throw_gpu_error(const char* library, const char* call, const char* name, const char* text,

@@ -9,6 +9,7 @@
 //
 // CUDA_CHECK / NCCL_CHECK are plain macros: they name CUDA symbols only where they are
 // expanded, so this header includes no CUDA header and is safe everywhere.
+#include <cerrno>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -37,7 +38,8 @@ Error system_error(int errnum, std::string_view call, std::string where, std::st
 namespace detail {
 [[noreturn]] void assert_fail(const char* cond, const char* file, int line);
 [[noreturn]] void assert_fail(const char* cond, const char* file, int line, std::string_view msg);
-[[noreturn]] void throw_sys_error(const char* call, std::string where, std::string hint);
+[[noreturn]] void throw_sys_error(int errnum, const char* call, std::string where,
+                                  std::string hint = {});
 [[noreturn]] void throw_gpu_error(const char* library, const char* call, const char* name,
                                   const char* text, const char* file, int line);
 }  // namespace detail
@@ -53,13 +55,16 @@ namespace detail {
   } while (0)
 
 // SYS_CHECK(expr, where[, hint]): expr is a syscall returning -1 and setting errno on failure.
-// Evaluates to expr's value when it succeeds.
-#define SYS_CHECK(expr, ...)                                                  \
-  ([&]() {                                                                    \
-    auto strata_sys_rc_ = (expr);                                             \
-    if (strata_sys_rc_ == -1) [[unlikely]]                                    \
-      ::strata::detail::throw_sys_error(#expr, __VA_ARGS__);                  \
-    return strata_sys_rc_;                                                    \
+// Evaluates to expr's value when it succeeds. errno is read before `where` and `hint` are
+// built, since building them may change it.
+#define SYS_CHECK(expr, ...)                                                        \
+  ([&]() {                                                                          \
+    auto strata_sys_rc_ = (expr);                                                   \
+    if (strata_sys_rc_ == -1) [[unlikely]] {                                        \
+      const int strata_errno_ = errno;                                              \
+      ::strata::detail::throw_sys_error(strata_errno_, #expr, __VA_ARGS__);         \
+    }                                                                               \
+    return strata_sys_rc_;                                                          \
   }())
 
 // CUDA_CHECK(cudaMalloc(...)): throws strata::Error naming the call, the CUDA error and file:line.

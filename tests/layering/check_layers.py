@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Checks that #includes follow the layer arrows of docs/architecture.md.
 
-Layers, bottom to top: core, cpu_adam, offload, kernels, runtime, models, tools. A file may
-include project headers from its own layer or a lower one, never a higher one. CUDA headers
-(cuda*.h, cublas*.h, nccl.h, curand*.h, <cuda/...>) may be included only in runtime/ and
-kernels/cuda/ (and tests): offload/, cpu_adam/, core/ and the rest build without a GPU stack.
+Each layer may include project headers from itself and from the layers it links (the
+CMake targets' dependencies): core <- cpu_adam, offload, kernels (siblings: none includes
+another) <- runtime <- models <- tools. CUDA headers (cuda*.h, cublas*.h, nccl.h, nvml.h,
+curand*.h, <cuda/...>, cub, thrust) may be included only in runtime/device/, runtime/comm/
+and kernels/cuda/ (and tests): everything else builds without a GPU stack.
 
 Usage: check_layers.py ROOT   (exit 1 and one line per violation when any is found)
 """
@@ -13,14 +14,23 @@ import re
 import sys
 
 LAYERS = ["core", "cpu_adam", "offload", "kernels", "runtime", "models", "tools"]
-RANK = {name: i for i, name in enumerate(LAYERS)}
+ALLOWED = {
+    "core": {"core"},
+    "cpu_adam": {"cpu_adam", "core"},
+    "offload": {"offload", "core"},
+    "kernels": {"kernels", "core"},
+    "runtime": {"runtime", "kernels", "offload", "cpu_adam", "core"},
+    "models": {"models", "runtime", "kernels", "offload", "cpu_adam", "core"},
+    "tools": set(LAYERS),
+}
+CUDA_DIRS = ("runtime/device/", "runtime/comm/", "kernels/cuda/")
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
 CUDA_HEADER = re.compile(r'^(cuda[^/]*\.h|cublas[^/]*\.h|nccl\.h|nvml\.h|curand[^/]*\.h|cuda/.*|cub/.*|thrust/.*)$')
 SOURCE_EXT = (".h", ".hpp", ".cpp", ".cc", ".cu", ".cuh")
 
 
 def cuda_allowed(rel_path):
-    return rel_path.startswith("runtime/") or rel_path.startswith("kernels/cuda/")
+    return rel_path.startswith(CUDA_DIRS)
 
 
 def check(root):
@@ -39,12 +49,12 @@ def check(root):
                             continue
                         header = m.group(2)
                         top = header.split("/", 1)[0]
-                        if m.group(1) == '"' and top in RANK and RANK[top] > RANK[layer]:
-                            problems.append(f"{rel}:{lineno}: {layer}/ includes \"{header}\" from the "
-                                            f"higher layer {top}/")
+                        if m.group(1) == '"' and top in ALLOWED and top not in ALLOWED[layer]:
+                            problems.append(f"{rel}:{lineno}: {layer}/ includes \"{header}\" from "
+                                            f"{top}/, which it does not depend on")
                         if CUDA_HEADER.match(header) and not cuda_allowed(rel):
                             problems.append(f"{rel}:{lineno}: includes the CUDA header {header}; only "
-                                            "runtime/ and kernels/cuda/ may")
+                                            "runtime/device/, runtime/comm/ and kernels/cuda/ may")
     return problems
 
 

@@ -1,0 +1,1 @@
+#include "offload/probe.h"
