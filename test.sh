@@ -12,25 +12,40 @@ presets=${STRATA_TEST_PRESETS:-"release asan tsan"}
 jobs=$(nproc)
 summary=()
 status=0
+total_passed=0
+total_failed=0
+total_skipped=0
 for preset in $presets; do
   echo "=== $preset: configure and build"
-  cmake --preset "$preset" >"build-$preset.configure.log" 2>&1 || {
-    cat "build-$preset.configure.log"; exit 1; }
-  rm -f "build-$preset.configure.log"
+  log="build-$preset.configure.log"
+  cmake --preset "$preset" >"$log" 2>&1 || { cat "$log"; rm -f "$log"; exit 1; }
+  rm -f "$log"
   cmake --build --preset "$preset" -j "$jobs"
   echo "=== $preset: test"
   runner=()
-  # TSan needs the fixed memory layout that ASLR with many random bits breaks (clang 14).
+  # TSan keeps its shadow memory at fixed addresses; no ASLR keeps mappings out of its way.
   [[ $preset == tsan ]] && runner=(setarch "$(uname -m)" -R)
-  if "${runner[@]}" ctest --preset "$preset" -j "$jobs" 2>&1 | tee "build/$preset/ctest.log"; then
-    summary+=("$preset: $(grep -E 'tests passed|tests failed' "build/$preset/ctest.log" | tail -1)")
-  else
-    summary+=("$preset: FAILED ($(grep -E 'tests passed|tests failed' "build/$preset/ctest.log" | tail -1))")
+  ctest_log="build/$preset/ctest.log"
+  if ! "${runner[@]}" ctest --preset "$preset" -j "$jobs" 2>&1 | tee "$ctest_log"; then
     status=1
   fi
+  line=$(grep -E 'tests passed, [0-9]+ tests failed out of [0-9]+' "$ctest_log" | tail -1)
+  if [[ -z $line ]]; then
+    summary+=("$preset: no ctest summary (see $ctest_log)")
+    status=1
+    continue
+  fi
+  failed=$(sed -E 's/.* ([0-9]+) tests failed out of ([0-9]+).*/\1/' <<<"$line")
+  total=$(sed -E 's/.* tests failed out of ([0-9]+).*/\1/' <<<"$line")
+  skipped=$(grep -c '(Skipped)' "$ctest_log" || true)
+  total_failed=$((total_failed + failed))
+  total_skipped=$((total_skipped + skipped))
+  total_passed=$((total_passed + total - failed - skipped))
+  summary+=("$preset: $line ($skipped skipped)")
 done
 
 echo
 echo "=== summary"
 printf '%s\n' "${summary[@]}"
+echo "tests: $total_passed passed, $total_failed failed, $total_skipped skipped"
 exit $status
