@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <mutex>
-#include <set>
 #include <utility>
 
 #include <fmt/format.h>
@@ -17,6 +16,7 @@
 #include "core/units.h"
 #include "runtime/comm/launch.h"
 #include "runtime/device/device.h"
+#include "runtime/device/stream_registry.h"
 
 namespace strata::runtime {
 namespace {
@@ -150,10 +150,7 @@ class CudaDevice final : public Device {
         arena_(memory_, budget_bytes, "device") {}
 
   ~CudaDevice() override {
-    {
-      std::lock_guard lock(mutex_);
-      STRATA_ASSERT(streams_.empty(), "streams outlive their device");
-    }
+    STRATA_ASSERT(streams_.empty(), "streams outlive their device");
     cudaSetDevice(ordinal_);
     cudaDeviceSynchronize();
     cudaFree(memory_);
@@ -162,29 +159,13 @@ class CudaDevice final : public Device {
   Backend backend() const override { return Backend::cuda; }
   std::string name() const override { return name_; }
   std::unique_ptr<Stream> create_stream(std::string name) override {
-    return std::make_unique<CudaStream>(std::move(name), ordinal_, [this](CudaStream* s, bool add) {
-      std::lock_guard lock(mutex_);
-      if (add) {
-        streams_.insert(s);
-      } else {
-        streams_.erase(s);
-      }
-    });
+    return std::make_unique<CudaStream>(std::move(name), ordinal_, streams_.hook());
   }
   std::unique_ptr<Event> create_event() override { return std::make_unique<CudaEvent>(ordinal_); }
   void synchronize() override {
     CUDA_CHECK(cudaSetDevice(ordinal_));
     CUDA_CHECK(cudaDeviceSynchronize());
-    std::lock_guard lock(mutex_);
-    std::exception_ptr first;
-    for (CudaStream* s : streams_) {
-      try {
-        s->rethrow_failure();
-      } catch (...) {
-        if (!first) first = std::current_exception();
-      }
-    }
-    if (first) std::rethrow_exception(first);
+    streams_.for_each([](CudaStream& s) { s.rethrow_failure(); });
   }
   void pin_host(void* ptr, std::size_t bytes) override {
     CUDA_CHECK(cudaSetDevice(ordinal_));
@@ -222,8 +203,7 @@ class CudaDevice final : public Device {
   std::string name_;
   void* memory_;
   Arena arena_;
-  std::mutex mutex_;
-  std::set<CudaStream*> streams_;
+  StreamRegistry<CudaStream> streams_;
 };
 
 }  // namespace

@@ -29,6 +29,7 @@
 
 #include "core/log.h"
 #include "core/units.h"
+#include "runtime/device/stream_registry.h"
 #include "runtime/trace/trace.h"
 
 namespace strata::runtime {
@@ -289,41 +290,21 @@ class HostDevice final : public Device {
   HostDevice(std::uint64_t budget_bytes, Tracer* tracer)
       : mapping_(budget_bytes), arena_(mapping_.data(), budget_bytes, "device"), tracer_(tracer) {}
 
-  ~HostDevice() override {
-    std::lock_guard lock(mutex_);
-    STRATA_ASSERT(streams_.empty(), "streams outlive their device");
-  }
+  ~HostDevice() override { STRATA_ASSERT(streams_.empty(), "streams outlive their device"); }
 
   Backend backend() const override { return Backend::host; }
   std::string name() const override { return "host"; }
 
   std::unique_ptr<Stream> create_stream(std::string name) override {
-    return std::make_unique<HostStream>(std::move(name), tracer_, [this](HostStream* s, bool add) {
-      std::lock_guard lock(mutex_);
-      if (add) {
-        streams_.insert(s);
-      } else {
-        streams_.erase(s);
-      }
-    });
+    return std::make_unique<HostStream>(std::move(name), tracer_, streams_.hook());
   }
 
   std::unique_ptr<Event> create_event() override { return std::make_unique<HostEvent>(); }
 
   // Drains every stream, even after one has failed (so that no work still runs when the
-  // caller frees buffers), then rethrows the first failure. Holding the lock keeps streams
-  // from being destroyed meanwhile.
+  // caller frees buffers), then rethrows the first failure.
   void synchronize() override {
-    std::lock_guard lock(mutex_);
-    std::exception_ptr first;
-    for (HostStream* s : streams_) {
-      try {
-        s->synchronize();
-      } catch (...) {
-        if (!first) first = std::current_exception();
-      }
-    }
-    if (first) std::rethrow_exception(first);
+    streams_.for_each([](HostStream& s) { s.synchronize(); });
   }
 
   void pin_host(void*, std::size_t) override {}  // host memory is what the "device" reads
@@ -337,8 +318,7 @@ class HostDevice final : public Device {
   HostMapping mapping_;
   Arena arena_;
   Tracer* tracer_;
-  std::mutex mutex_;
-  std::set<HostStream*> streams_;
+  StreamRegistry<HostStream> streams_;
 };
 
 }  // namespace
