@@ -2,6 +2,7 @@
 // machine without the NVIDIA driver still runs the binary). Compiled only with CUDA.
 #include <cuda_runtime.h>
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <fmt/format.h>
 
@@ -72,7 +73,10 @@ CudaAvailability cuda_availability() {
   int count = 0;
   cudaError_t rc = cudaGetDeviceCount(&count);
   if (rc != cudaSuccess) {
-    a.why_not = fmt::format("{} ({})", cudaGetErrorString(rc), cudaGetErrorName(rc));
+    // cudart says "driver version is insufficient" also when there is no driver at all.
+    const bool no_driver = access("/proc/driver/nvidia/version", F_OK) != 0;
+    a.why_not = fmt::format("{}{} ({})", no_driver ? "no NVIDIA kernel driver is loaded; cudart: " : "",
+                            cudaGetErrorString(rc), cudaGetErrorName(rc));
     cudaGetLastError();  // clear the sticky-free error so later calls start clean
     return a;
   }
