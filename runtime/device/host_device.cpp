@@ -126,16 +126,17 @@ class HostStream final : public Stream {
   void run() {
     for (;;) {
       Task task;
+      bool skip = false;
       {
         std::unique_lock lock(mutex_);
         work_ready_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
         if (queue_.empty()) return;  // stopping and drained
         task = std::move(queue_.front());
         queue_.pop_front();
+        skip = failed_ && !task.control;  // Note [Failed streams]
       }
-      // Note [Failed streams]. A skipped closure is destroyed outside the lock: its destructor
-      // may run code that enqueues on this stream.
-      const bool skip = !task.control && !failure().empty();
+      // A skipped closure is destroyed outside the lock: its destructor may run code that
+      // enqueues on this stream.
       if (skip) task.fn = nullptr;
       if (task.fn) {
         try {
