@@ -1,0 +1,26 @@
+#pragma once
+// Vectorized, deterministic helpers on gradient shards, in the style of the Adam step (same
+// variants, same dispatch, OpenMP over fixed chunks).
+//
+// Determinism: the sum of squares is reduced in a fixed tree for a given thread count (per
+// chunk in a fixed lane order, chunks combined in index order), so the same inputs and thread
+// count give the same bits.
+#include <cstddef>
+
+#include "core/cpu_features.h"
+#include "core/dtype.h"
+
+namespace strata::cpu_adam {
+
+// Squared L2 norm of grads * scale, accumulated in double (for global gradient clipping).
+double grad_sq_norm(SimdLevel simd, int threads, const void* grads, DType dtype, std::size_t numel,
+                    float scale = 1.0f);
+
+// True when every element is finite (no Inf or NaN): the fp16 overflow check.
+bool all_finite(SimdLevel simd, int threads, const void* grads, DType dtype, std::size_t numel);
+
+// acc[i] += grads[i] (fp32 accumulation across micro-batches; grads in any dtype).
+void accumulate_grads(SimdLevel simd, int threads, float* acc, const void* grads, DType dtype,
+                      std::size_t numel);
+
+}  // namespace strata::cpu_adam
