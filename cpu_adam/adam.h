@@ -19,7 +19,9 @@
 // AVX-512-BF16 where the CPU has it, identical bits to integer round-to-nearest-even). The best
 // the CPU supports is used; STRATA_SIMD=scalar|avx2|avx512 lowers it (core/cpu_features.h).
 // Each variant is bitwise deterministic and independent of thread count and tiling: every
-// element's update depends only on its own inputs.
+// element's update depends only on its own inputs. The variants also agree with each other
+// bit for bit: all perform the same IEEE fp32 operations in the same order, without FMA
+// (cpu_adam/adam_impl.h), with the per-step scalars computed once in double.
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -86,7 +88,9 @@ class CpuAdam {
   void update(int group, const AdamShard& shard, float grad_scale = 1.0f) const;
 
   // Checkpoint hooks: the groups' hyper-parameters and step counters as JSON text; load
-  // validates (a clear strata::Error for a malformed or mismatched state).
+  // validates (a clear strata::Error for a malformed or mismatched state). Loading replaces
+  // the groups; an optimizer that already has groups must have as many as the state (format
+  // in cpu_adam/cpu_adam.cpp). A failed load changes nothing.
   std::string save_state() const;
   void load_state(const std::string& json);
 
@@ -100,7 +104,20 @@ class CpuAdam {
 };
 
 // The step itself, for a given variant and thread count (what CpuAdam::update calls).
+// threads: 0 = the CPUs of the affinity mask; shards under 64K elements run on the calling
+// thread. step >= 1. simd must not be above detected_simd(). Throws strata::Error for invalid
+// hyper-parameters (check_hyper); a malformed shard (null pointers with numel > 0, an
+// out_dtype of f32) is a STRATA_ASSERT.
 void adam_step(SimdLevel simd, int threads, const AdamHyper& hyper, std::int64_t step,
                const AdamShard& shard, float grad_scale);
+
+// Throws strata::Error naming the field when a hyper-parameter is out of range: lr < 0,
+// beta1 or beta2 outside [0, 1), eps <= 0, weight_decay < 0, or any of them not finite.
+void check_hyper(const AdamHyper& hyper);
+
+// Zero-fills p[0, n) with the partition and threads adam_step uses for a shard of n elements
+// and the same `threads`, so each page is first touched (and placed, on a NUMA machine) by the
+// thread that will update it. For exp_avg / exp_avg_sq (and params before loading them).
+void first_touch(float* p, std::size_t n, int threads);
 
 }  // namespace strata::cpu_adam

@@ -2,9 +2,12 @@
 // Vectorized, deterministic helpers on gradient shards, in the style of the Adam step (same
 // variants, same dispatch, OpenMP over fixed chunks).
 //
-// Determinism: the sum of squares is reduced in a fixed tree for a given thread count (per
-// chunk in a fixed lane order, chunks combined in index order), so the same inputs and thread
-// count give the same bits.
+// Determinism: the sum of squares is reduced in a fixed tree (16 double lanes per chunk of 4096
+// elements in a fixed order, chunks combined in index order; cpu_adam/grad_ops_impl.h), so the
+// same inputs give the same bits for every thread count, and every SIMD variant.
+//
+// threads: 0 = the CPUs of the affinity mask; shards under 64K elements run on the calling
+// thread. simd must not be above detected_simd(). Null grads are accepted when numel == 0.
 #include <cstddef>
 
 #include "core/cpu_features.h"
