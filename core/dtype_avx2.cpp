@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "core/bf16_simd_impl.h"
 #include "core/dtype_impl.h"
 
 namespace strata::detail {
@@ -25,14 +26,7 @@ void store8_f32(MutBytes p, __m256 v) { _mm256_storeu_ps(reinterpret_cast<float*
 void store8_u16(MutBytes p, __m128i v) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), v); }
 
 // 8 fp32 (as bits) -> 8 bf16 in the low halves of 32-bit lanes: RNE, NaN quieted.
-__m256i bf16_lanes(__m256i x) {
-  const __m256i magnitude = _mm256_and_si256(x, _mm256_set1_epi32(0x7FFFFFFF));
-  const __m256i is_nan = _mm256_cmpgt_epi32(magnitude, _mm256_set1_epi32(0x7F800000));
-  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
-  const __m256i rounded = _mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7FFF)), lsb);
-  const __m256i quiet = _mm256_or_si256(x, _mm256_set1_epi32(0x00400000));
-  return _mm256_srli_epi32(_mm256_blendv_epi8(rounded, quiet, is_nan), 16);
-}
+__m256i bf16_lanes(__m256i x) { return detail::bf16_lanes_avx2(x); }
 
 // Two vectors of bf16 lanes -> 16 packed u16 in order. The lanes hold values <= 0xFFFF, so
 // the unsigned saturation of packus never triggers; packus works per 128-bit half, and the

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "core/bf16_simd_impl.h"
 #include "core/dtype_impl.h"
 
 namespace strata::detail {
@@ -39,14 +40,7 @@ void store16_u16(MutBytes p, __m256i v) {
 void store16_u16(MutBytes p, __m256i v, __mmask16 m) { _mm256_mask_storeu_epi16(p, m, v); }
 
 // 16 fp32 (as bits) -> 16 bf16: RNE on the integer bits, NaN quieted (as dtype.h).
-__m256i to_bf16(__m512i x) {
-  const __m512i magnitude = _mm512_and_si512(x, _mm512_set1_epi32(0x7FFFFFFF));
-  const __mmask16 is_nan = _mm512_cmpgt_epi32_mask(magnitude, _mm512_set1_epi32(0x7F800000));
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
-  __m512i r = _mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7FFF)), lsb);
-  r = _mm512_mask_or_epi32(r, is_nan, x, _mm512_set1_epi32(0x00400000));
-  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
-}
+__m256i to_bf16(__m512i x) { return detail::bf16_avx512(x); }
 
 __m512i widen_bf16(__m256i h) { return _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16); }
 

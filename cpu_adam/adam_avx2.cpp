@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/bf16_simd_impl.h"
 #include "cpu_adam/adam_impl.h"
 
 namespace strata::cpu_adam::detail {
@@ -33,13 +34,7 @@ __m256 load_grad(const unsigned char* grads, std::size_t i) {
 
 // 8 fp32 -> 8 bf16: round to nearest even on the integer bits, NaN quieted (core/dtype.h).
 __m128i to_bf16(__m256 p) {
-  const __m256i x = _mm256_castps_si256(p);
-  const __m256i magnitude = _mm256_and_si256(x, _mm256_set1_epi32(0x7FFFFFFF));
-  const __m256i is_nan = _mm256_cmpgt_epi32(magnitude, _mm256_set1_epi32(0x7F800000));
-  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
-  const __m256i rounded = _mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7FFF)), lsb);
-  const __m256i quiet = _mm256_or_si256(x, _mm256_set1_epi32(0x00400000));
-  const __m256i lanes = _mm256_srli_epi32(_mm256_blendv_epi8(rounded, quiet, is_nan), 16);
+  const __m256i lanes = strata::detail::bf16_lanes_avx2(_mm256_castps_si256(p));
   // Lanes hold values <= 0xFFFF: packus does not saturate.
   return _mm_packus_epi32(_mm256_castsi256_si128(lanes), _mm256_extracti128_si256(lanes, 1));
 }

@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/bf16_simd_impl.h"
 #include "cpu_adam/adam_impl.h"
 
 namespace strata::cpu_adam::detail {
@@ -57,15 +58,7 @@ __m512 load_grad(const unsigned char* grads, std::size_t i, Mask mask) {
 }
 
 // 16 fp32 -> 16 bf16: round to nearest even on the integer bits, NaN quieted (core/dtype.h).
-inline __m256i to_bf16_int(__m512 p) {
-  const __m512i x = _mm512_castps_si512(p);
-  const __m512i magnitude = _mm512_and_si512(x, _mm512_set1_epi32(0x7FFFFFFF));
-  const __mmask16 is_nan = _mm512_cmpgt_epi32_mask(magnitude, _mm512_set1_epi32(0x7F800000));
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
-  __m512i r = _mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7FFF)), lsb);
-  r = _mm512_mask_or_epi32(r, is_nan, x, _mm512_set1_epi32(0x00400000));
-  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
-}
+inline __m256i to_bf16_int(__m512 p) { return strata::detail::bf16_avx512(_mm512_castps_si512(p)); }
 
 #if defined(STRATA_ADAM_BF16_INSN)
 // vcvtneps2bf16 (AVX512-BF16), per the Intel SDM's convert_fp32_to_bfloat16(x):
