@@ -4,9 +4,9 @@
 // converters (core/dtype_avx*.cpp) and the Adam step (cpu_adam/adam_avx*.cpp).
 //
 // Include it only from a file compiled with the matching -m flags. Everything here has
-// internal linkage (anonymous namespace; `inline` only silences unused-function warnings), so each such file gets its own copy and the linker
-// can never hand an AVX-512 body to code that runs on a CPU without AVX-512 (see
-// core/dtype_impl.h).
+// internal linkage (an anonymous namespace; `inline` only silences unused-function warnings),
+// so each such file gets its own copy and the linker can never hand an AVX-512 body to code
+// that runs on a CPU without AVX-512 (see core/dtype_impl.h).
 #include <immintrin.h>
 
 namespace strata::detail {
