@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config git python3
   clang libomp-dev libclang-rt-14-dev      # the tsan preset: clang with its own OpenMP runtime
-  liburing-dev libtbb-dev libhwloc-dev
+  liburing-dev fio libtbb-dev libhwloc-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
   libopenblas-dev libopenmpi-dev openmpi-bin

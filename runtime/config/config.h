@@ -54,6 +54,8 @@ enum class OptimizerType { kAdam, kAdamW };                          // "Adam" |
 enum class SchedulerType { kWarmupLR, kWarmupDecayLR, kWarmupCosineLR };
 enum class WarmupType { kLog, kLinear };                             // "log" | "linear"
 enum class DeviceKind { kAuto, kHost, kCuda };                       // "auto" | "host" | "cuda"
+enum class IoBackend { kAuto, kIoUring, kThreads };          // "auto" | "io_uring" | "threads"
+enum class DirectIoMode { kAuto, kRequire, kOff };           // "auto" | "require" | "off"
 
 // The spelling used in config files and in the printed config.
 std::string_view to_string(OffloadDevice value);
@@ -61,6 +63,8 @@ std::string_view to_string(OptimizerType value);
 std::string_view to_string(SchedulerType value);
 std::string_view to_string(WarmupType value);
 std::string_view to_string(DeviceKind value);
+std::string_view to_string(IoBackend value);
+std::string_view to_string(DirectIoMode value);
 
 // ---- DeepSpeed sections ------------------------------------------------------------------
 
@@ -112,7 +116,9 @@ struct SchedulerConfig {
 // Sizes below are element counts, as in DeepSpeed, except where a name says bytes.
 struct OffloadParamConfig {
   OffloadDevice device = OffloadDevice::kNone;
-  std::string nvme_path;                       // empty = not set
+  // Folders for the swap files: DeepSpeed's single string, or a list to stripe over several
+  // drives. Empty = not set.
+  std::vector<std::string> nvme_path;
   std::uint64_t buffer_count = 5;              // NVMe staging buffers
   std::uint64_t buffer_size = 100'000'000;     // elements per staging buffer
   std::uint64_t max_in_cpu = 1'000'000'000;    // elements kept in host memory with NVMe offload
@@ -122,7 +128,7 @@ struct OffloadParamConfig {
 
 struct OffloadOptimizerConfig {
   OffloadDevice device = OffloadDevice::kNone;
-  std::string nvme_path;        // empty = not set
+  std::vector<std::string> nvme_path;  // as OffloadParamConfig::nvme_path
   std::uint64_t buffer_count = 4;
   bool pin_memory = false;
   bool pipeline_read = false;   // overlap the read of the next sub-group with this step
@@ -172,6 +178,9 @@ struct StrataConfig {
   std::uint32_t cpu_threads = 0;          // 0 = the CPUs in this process's affinity mask
   std::string trace;                      // trace output path; empty = tracing off
   bool checksum = false;                  // checksum every offloaded block on write and read
+  IoBackend io_backend = IoBackend::kAuto;  // NVMe I/O: io_uring, or the pread/pwrite threads
+  DirectIoMode direct_io = DirectIoMode::kAuto;  // O_DIRECT swap files: where possible / or fail
+  bool io_uring_sqpoll = false;           // ask for a kernel submission-polling thread
   bool operator==(const StrataConfig&) const = default;
 };
 

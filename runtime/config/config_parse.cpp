@@ -212,6 +212,9 @@ void parse_strata(ObjectReader r, StrataConfig& out) {
   r.read("cpu_threads", out.cpu_threads);
   r.read("trace", out.trace);
   r.read("checksum", out.checksum);
+  r.read_enum("io_backend", out.io_backend, kIoBackends);
+  r.read_enum("direct_io", out.direct_io, kDirectIoModes);
+  r.read("io_uring_sqpoll", out.io_uring_sqpoll);
   r.finish();
 }
 

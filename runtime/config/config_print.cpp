@@ -50,6 +50,24 @@ std::string_view to_string(DeviceKind value) {
   STRATA_ASSERT(false, "unknown DeviceKind");
 }
 
+std::string_view to_string(IoBackend value) {
+  switch (value) {
+    case IoBackend::kAuto: return "auto";
+    case IoBackend::kIoUring: return "io_uring";
+    case IoBackend::kThreads: return "threads";
+  }
+  STRATA_ASSERT(false, "unknown IoBackend");
+}
+
+std::string_view to_string(DirectIoMode value) {
+  switch (value) {
+    case DirectIoMode::kAuto: return "auto";
+    case DirectIoMode::kRequire: return "require";
+    case DirectIoMode::kOff: return "off";
+  }
+  STRATA_ASSERT(false, "unknown DirectIoMode");
+}
+
 namespace detail {
 namespace {
 
@@ -75,9 +93,11 @@ Json value_json(const std::optional<T>& value) {
 }
 
 // An unset path prints as null, which reads back as unset.
-Json path_json(const std::string& path) {
-  if (path.empty()) return nullptr;
-  return path;
+// DeepSpeed's form where it fits: null for none, a string for one folder, a list for more.
+Json path_json(const std::vector<std::string>& paths) {
+  if (paths.empty()) return nullptr;
+  if (paths.size() == 1) return paths.front();
+  return Json(paths);
 }
 
 Json fp16_json(const Fp16Config& f) {
@@ -183,6 +203,9 @@ Json strata_json(const StrataConfig& s) {
   j["cpu_threads"] = s.cpu_threads;
   j["trace"] = s.trace;
   j["checksum"] = s.checksum;
+  j["io_backend"] = value_json(s.io_backend);
+  j["direct_io"] = value_json(s.direct_io);
+  j["io_uring_sqpoll"] = s.io_uring_sqpoll;
   return j;
 }
 

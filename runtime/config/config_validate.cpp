@@ -127,7 +127,7 @@ void validate_scheduler(const SchedulerConfig& s, std::vector<ConfigWarning>* wa
 }
 
 void validate_offload_nvme(std::string_view section, OffloadDevice device,
-                           const std::string& nvme_path) {
+                           const std::vector<std::string>& nvme_path) {
   if (device == OffloadDevice::kNvme && nvme_path.empty()) {
     throw Error("offload device is \"nvme\" but no nvme_path is given",
                 fmt::format("{}.nvme_path", section),
@@ -175,18 +175,23 @@ void validate_zero(const ZeroConfig& z) {
   check_positive("zero_optimization.allgather_bucket_size", z.allgather_bucket_size);
 }
 
-void validate_aio(const AioConfig& a, std::vector<ConfigWarning>* warnings) {
+void validate_aio(const AioConfig& a) {
   check_positive("aio.block_size", a.block_size);
   check_positive("aio.queue_depth", a.queue_depth);
   check_positive("aio.intra_op_parallelism", a.intra_op_parallelism);
+  // The engine's limits (offload/aio_engine.h): O_DIRECT needs 4 KiB-aligned pieces; one ring
+  // per worker thread, each with queue_depth entries.
   constexpr std::uint64_t kDirectIoAlignment = 4096;
   if (a.block_size % kDirectIoAlignment != 0) {
-    warnings->push_back({ConfigWarning::Kind::kOther, "aio.block_size",
-                         fmt::format("aio.block_size ({}) is not a multiple of {} bytes; direct "
-                                     "I/O may be refused or slow",
-                                     a.block_size, kDirectIoAlignment),
-                         {}});
+    throw Error(fmt::format("aio.block_size ({}) is not a multiple of {} bytes, which direct I/O "
+                            "needs",
+                            a.block_size, kDirectIoAlignment),
+                "aio.block_size", "use a power of two from 128K up, e.g. 1048576 (the default)");
   }
+  if (a.queue_depth > 4096)
+    throw_range("aio.queue_depth", "1 to 4096", std::to_string(a.queue_depth));
+  if (a.intra_op_parallelism > 64)
+    throw_range("aio.intra_op_parallelism", "1 to 64", std::to_string(a.intra_op_parallelism));
 }
 
 }  // namespace
@@ -198,7 +203,7 @@ std::vector<ConfigWarning> validate_config(const Config& config) {
   if (config.optimizer) validate_optimizer(*config.optimizer);
   if (config.scheduler) validate_scheduler(*config.scheduler, &warnings);
   validate_zero(config.zero_optimization);
-  validate_aio(config.aio, &warnings);
+  validate_aio(config.aio);
   return warnings;
 }
 

@@ -139,6 +139,24 @@ void convert(const Json& v, const std::string& path, std::array<double, 2>& out)
   }
 }
 
+void convert(const Json& v, const std::string& path, std::vector<std::string>& out) {
+  constexpr std::string_view kExpected =
+      "a folder, or a list of folders to stripe over (e.g. [\"/mnt/nvme0\", \"/mnt/nvme1\"])";
+  auto one = [&](const Json& item, const std::string& item_path) {
+    if (!item.is_string() || item.get_ref<const std::string&>().empty())
+      throw_bad_value(item_path, kExpected, item);
+    return item.get<std::string>();
+  };
+  out.clear();
+  if (v.is_array()) {
+    if (v.empty()) throw_bad_value(path, kExpected, v);
+    for (std::size_t i = 0; i < v.size(); ++i)
+      out.push_back(one(v[i], fmt::format("{}[{}]", path, i)));
+    return;
+  }
+  out.push_back(one(v, path));
+}
+
 std::uint64_t to_bytes(const Json& v, const std::string& path) {
   constexpr std::string_view kExpected =
       "a byte count: a non-negative integer or a string such as \"512MiB\" or \"2GB\"";

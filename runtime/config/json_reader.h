@@ -44,6 +44,8 @@ void convert(const Json& v, const std::string& path, double& out);
 void convert(const Json& v, const std::string& path, bool& out);
 void convert(const Json& v, const std::string& path, std::string& out);
 void convert(const Json& v, const std::string& path, std::array<double, 2>& out);
+// A folder list: one non-empty string, or an array of them.
+void convert(const Json& v, const std::string& path, std::vector<std::string>& out);
 
 template <typename T>
 void convert(const Json& v, const std::string& path, AutoOr<T>& out) {
@@ -76,6 +78,10 @@ inline constexpr std::array kSchedulerTypes = {
 inline constexpr std::array kWarmupTypes = {WarmupType::kLog, WarmupType::kLinear};
 inline constexpr std::array kDeviceKinds = {DeviceKind::kAuto, DeviceKind::kHost,
                                             DeviceKind::kCuda};
+inline constexpr std::array kIoBackends = {IoBackend::kAuto, IoBackend::kIoUring,
+                                           IoBackend::kThreads};
+inline constexpr std::array kDirectIoModes = {DirectIoMode::kAuto, DirectIoMode::kRequire,
+                                              DirectIoMode::kOff};
 
 bool iequals(std::string_view a, std::string_view b);
 

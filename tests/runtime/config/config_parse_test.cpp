@@ -45,6 +45,9 @@ TEST(ConfigParse, EmptyObjectGivesDeepSpeedDefaults) {
   EXPECT_EQ(c.strata.device, DeviceKind::kAuto);
   EXPECT_EQ(c.strata.device_memory_bytes, 0u);
   EXPECT_FALSE(c.strata.checksum);
+  EXPECT_EQ(c.strata.io_backend, IoBackend::kAuto);
+  EXPECT_EQ(c.strata.direct_io, DirectIoMode::kAuto);
+  EXPECT_FALSE(c.strata.io_uring_sqpoll);
 }
 
 TEST(ConfigParse, OverlapCommDefaultsOnAtStage3Only) {
@@ -73,7 +76,7 @@ TEST(ConfigParse, DeepSpeedZero3NvmeExample) {
   EXPECT_EQ(z.stage3_prefetch_bucket_size.value(), 10'000'000u);  // written 1e7
   EXPECT_EQ(z.reduce_bucket_size.value(), 10'000'000u);
   EXPECT_EQ(z.offload_param.device, OffloadDevice::kNvme);
-  EXPECT_EQ(z.offload_param.nvme_path, "/local_nvme");
+  EXPECT_EQ(z.offload_param.nvme_path, std::vector<std::string>{"/local_nvme"});
   EXPECT_EQ(z.offload_param.buffer_size, 100'000'000u);  // written 1e8
   EXPECT_TRUE(z.offload_param.pin_memory);
   EXPECT_EQ(z.offload_optimizer.device, OffloadDevice::kNvme);
@@ -126,10 +129,11 @@ TEST(ConfigParse, RoundTripsThroughPrint) {
           "warmup_num_steps": 50, "warmup_min_ratio": 0.1, "cos_min_ratio": 0.01,
           "warmup_type": "linear"}},
           "zero_optimization": {"stage": 1, "offload_optimizer": {"device": "nvme",
-          "nvme_path": "/nvme", "ratio": 1, "pipeline_read": true}},
+          "nvme_path": ["/nvme0", "/nvme1"], "ratio": 1, "pipeline_read": true}},
           "aio": {"single_submit": true},
           "strata": {"device": "cuda", "device_memory": 123456789, "trace": "/tmp/t.json",
-          "checksum": true}})",
+          "checksum": true, "io_backend": "threads", "direct_io": "require",
+          "io_uring_sqpoll": true}})",
   };
   for (const char* file : {"ds_zero3_nvme.json", "ds_zero_offload_cpu.json", "hf_zero3_auto.json"})
     texts.push_back(config_to_json(load_config_file(data_file(file)).config));
@@ -241,6 +245,15 @@ TEST(ConfigErrors, OutOfRangeNamesThePath) {
       {R"({"train_micro_batch_size_per_gpu": 0})", "train_micro_batch_size_per_gpu", "positive"},
       {R"({"fp16": {"min_loss_scale": 0}})", "fp16.min_loss_scale", "> 0"},
       {R"({"aio": {"queue_depth": 0}})", "aio.queue_depth", "positive"},
+      {R"({"aio": {"queue_depth": 5000}})", "aio.queue_depth", "1 to 4096"},
+      {R"({"aio": {"intra_op_parallelism": 65}})", "aio.intra_op_parallelism", "1 to 64"},
+      {R"({"aio": {"block_size": 1000}})", "aio.block_size", "multiple of 4096"},
+      {R"({"zero_optimization": {"offload_param": {"nvme_path": []}}})",
+       "zero_optimization.offload_param.nvme_path", "list of folders"},
+      {R"({"zero_optimization": {"offload_param": {"nvme_path": ["/a", ""]}}})",
+       "zero_optimization.offload_param.nvme_path[1]", "a folder"},
+      {R"({"strata": {"io_backend": "libaio"}})", "strata.io_backend", "io_uring"},
+      {R"({"strata": {"direct_io": "yes"}})", "strata.direct_io", "require"},
       {R"({"scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 10,
           "cos_min_ratio": 2}}})", "scheduler.params.cos_min_ratio", "[0, 1]"},
   };
