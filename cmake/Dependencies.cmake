@@ -1,11 +1,12 @@
 # Every third-party dependency is found here, from Debian packages (scripts/setup.sh).
-# Required: liburing, oneTBB, OpenMP, nlohmann-json, CLI11, spdlog/fmt, OpenBLAS, GoogleTest,
+# Required: liburing, xxHash, oneTBB, OpenMP, nlohmann-json, CLI11, spdlog/fmt, OpenBLAS, GoogleTest,
 # Google Benchmark. Optional (auto-detected, forced with STRATA_CUDA/MPI/HWLOC=ON|OFF):
 # CUDA (nvcc, cudart, cuBLAS, NCCL), MPI, hwloc.
 find_package(PkgConfig REQUIRED)
 find_package(Threads REQUIRED)
 find_package(OpenMP REQUIRED COMPONENTS CXX)
 pkg_check_modules(URING REQUIRED IMPORTED_TARGET liburing)
+pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
 find_package(TBB REQUIRED)
 find_package(nlohmann_json 3.10 REQUIRED)
 find_package(CLI11 REQUIRED)

@@ -228,6 +228,12 @@ std::string errno_text(int errnum) {
   return text;
 }
 
+std::string file_system_type(const std::string& path) {
+  struct statfs sfs{};
+  if (::statfs(path.c_str(), &sfs) != 0) return "unknown";
+  return fs_type_of(path, static_cast<unsigned long>(sfs.f_type));
+}
+
 IoUringProbe probe_io_uring() {
   IoUringProbe p;
   utsname u{};
@@ -289,6 +295,8 @@ ODirectProbe probe_o_direct(const std::string& dir) {
   Fd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC, 0600));
   if (fd.get() < 0) {
     int e = errno;
+    // Some file systems (ramfs) create the file and then refuse O_DIRECT: remove it.
+    if (e != EEXIST) ::unlink(path.c_str());
     p.reason = "open(O_DIRECT|O_CREAT): " + errno_text(e);
     if (e == EINVAL) p.reason += "; " + p.fs_type + " does not support O_DIRECT";
     if (e == EACCES || e == EROFS || e == EPERM) p.reason += "; the folder is not writable";

@@ -44,6 +44,10 @@ struct ODirectProbe {
 // as not working, with the reason. Never throws.
 ODirectProbe probe_o_direct(const std::string& dir);
 
+// The file system type of the folder or file at `path` ("ext4", "tmpfs", ...), as
+// ODirectProbe::fs_type names it; "unknown" when it cannot be inspected. Never throws.
+std::string file_system_type(const std::string& path);
+
 // "Operation not permitted (EPERM)": errno as text with its symbolic name, for reasons.
 std::string errno_text(int errnum);
 

@@ -1,0 +1,246 @@
+// Fault injection through AioOptions::completion_hook, on both backends: short transfers,
+// -EAGAIN and -EINTR, errors. Reads that come back short also get the bytes they did not
+// "deliver" scribbled over, so an engine that skipped the rest would return wrong data.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/units.h"
+#include "offload/aio_engine.h"
+#include "offload/probe.h"
+#include "tests/offload/offload_test_util.h"
+
+namespace strata::offload {
+namespace {
+
+using testing::fill_random;
+using testing::TempDir;
+
+constexpr std::size_t kBlock = 64 * kKiB;
+constexpr std::size_t kBytes = 5 * kBlock + 3000;  // five whole pieces and a short tail
+
+void scribble(std::byte* p, std::size_t bytes) { std::memset(p, 0xEE, bytes); }
+
+class AioFaultTest : public ::testing::TestWithParam<AioBackend> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == AioBackend::kIoUring) {
+      IoUringProbe p = probe_io_uring();
+      if (!p.works) GTEST_SKIP() << "io_uring unavailable: " << p.reason;
+    }
+    ASSERT_FALSE(dir_.path().empty());
+  }
+
+  AioOptions options(CompletionHook hook) const {
+    AioOptions o;
+    o.block_size = kBlock;
+    o.queue_depth = 4;
+    o.parallelism = 2;
+    o.backend = GetParam();
+    o.completion_hook = std::move(hook);
+    return o;
+  }
+
+  // Writes random bytes through `engine` and reads them back through it; returns the
+  // (src, dst) pair for the caller to compare.
+  void write_then_read(AioEngine& engine, const std::string& name, std::vector<std::byte>& src,
+                       std::vector<std::byte>& dst) {
+    AioFile file = AioFile::open(dir_.path() + "/" + name, O_RDWR | O_CREAT, DirectIo::kOff);
+    FileId f = engine.add_file(file);
+    src.resize(kBytes);
+    dst.assign(kBytes, std::byte{0});
+    fill_random(src, 4242);
+    engine.wait(engine.write(f, 100, src.data(), src.size()));
+    engine.wait(engine.read(f, 100, dst.data(), dst.size()));
+    engine.remove_file(f);
+  }
+
+  TempDir dir_;
+};
+
+TEST_P(AioFaultTest, ShortReadsContinueWhereTheyStopped) {
+  for (int variant = 0; variant < 2; ++variant) {
+    // Every first completion of a read delivers half (variant 0) or 512 bytes (variant 1);
+    // what it did not deliver is scribbled over.
+    std::atomic<int> shortened{0};
+    AioEngine engine(options([&, variant](const Completion& c) {
+      if (c.op != IoOp::kRead || c.attempt != 0 || c.result <= 1) return c.result;
+      const int keep = variant == 0 ? c.result / 2 : std::min(c.result - 1, 512);
+      scribble(c.buffer + keep, c.bytes - static_cast<std::size_t>(keep));
+      ++shortened;
+      return keep;
+    }));
+    std::vector<std::byte> src, dst;
+    write_then_read(engine, "short-read" + std::to_string(variant), src, dst);
+    EXPECT_EQ(src, dst) << "variant " << variant;
+    EXPECT_EQ(shortened.load(), 6);
+    EXPECT_EQ(engine.stats().short_transfers, 6u);
+  }
+}
+
+TEST_P(AioFaultTest, ShortWritesContinueWhereTheyStopped) {
+  // The kernel wrote everything, but the engine is told only 512 bytes: it must write the rest
+  // again from the right offset and the right place in the buffer.
+  std::atomic<int> shortened{0};
+  AioEngine engine(options([&](const Completion& c) {
+    if (c.op != IoOp::kWrite || c.attempt > 2 || c.result <= 512) return c.result;
+    ++shortened;
+    return 512;
+  }));
+  std::vector<std::byte> src, dst;
+  write_then_read(engine, "short-write", src, dst);
+  EXPECT_EQ(src, dst);
+  EXPECT_GT(shortened.load(), 6);
+  EXPECT_EQ(engine.stats().short_transfers, static_cast<std::uint64_t>(shortened.load()));
+}
+
+TEST_P(AioFaultTest, HookSeesTheContinuationOfAShortTransfer) {
+  std::mutex m;
+  std::vector<Completion> seen;
+  std::vector<std::string> paths;
+  AioEngine engine(options([&](const Completion& c) {
+    std::lock_guard lock(m);
+    seen.push_back(c);
+    paths.push_back(c.path);
+    return c.attempt == 0 ? std::min(c.result, 1000) : c.result;
+  }));
+  AioFile file = AioFile::open(dir_.path() + "/seen", O_RDWR | O_CREAT, DirectIo::kOff);
+  FileId f = engine.add_file(file);
+  std::vector<std::byte> data(4096);
+  engine.wait(engine.write(f, 8192, data.data(), data.size()));
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[0].offset, 8192u);
+  EXPECT_EQ(seen[0].bytes, 4096u);
+  EXPECT_EQ(seen[0].buffer, data.data());
+  EXPECT_EQ(seen[0].attempt, 0);
+  EXPECT_EQ(seen[1].offset, 8192u + 1000);
+  EXPECT_EQ(seen[1].bytes, 4096u - 1000);
+  EXPECT_EQ(seen[1].buffer, data.data() + 1000);
+  EXPECT_EQ(seen[1].attempt, 1);
+  EXPECT_EQ(paths[0], file.path());
+}
+
+TEST_P(AioFaultTest, EagainAndEintrAreRetried) {
+  // The first three submissions of every piece "fail" (and reads get scribbled over): the
+  // engine must resubmit, and the data must come out identical.
+  AioEngine engine(options([](const Completion& c) {
+    if (c.attempt >= 3) return c.result;
+    if (c.op == IoOp::kRead) scribble(c.buffer, c.bytes);
+    return c.attempt % 2 == 0 ? -EAGAIN : -EINTR;
+  }));
+  std::vector<std::byte> src, dst;
+  write_then_read(engine, "eagain", src, dst);
+  EXPECT_EQ(src, dst);
+  AioStats s = engine.stats();
+  EXPECT_EQ(s.pieces, 12u);  // 6 per request
+  EXPECT_EQ(s.retries, 3 * s.pieces);
+}
+
+TEST_P(AioFaultTest, EioFailsTheRequestWithPathOffsetLengthAndErrno) {
+  // The third piece of the read (offset 100 + 2 blocks) fails with EIO.
+  const std::uint64_t bad_offset = 100 + 2 * kBlock;
+  AioEngine engine(options([&](const Completion& c) {
+    return c.op == IoOp::kRead && c.offset == bad_offset ? -EIO : c.result;
+  }));
+  AioFile file = AioFile::open(dir_.path() + "/eio", O_RDWR | O_CREAT, DirectIo::kOff);
+  FileId f = engine.add_file(file);
+  std::vector<std::byte> data(kBytes);
+  engine.wait(engine.write(f, 100, data.data(), data.size()));
+  AioHandle h = engine.read(f, 100, data.data(), data.size());
+  for (int i = 0; i < 2; ++i) {
+    try {
+      engine.wait(h);
+      FAIL() << "an EIO read succeeded";
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(file.path()), std::string::npos) << msg;
+      EXPECT_NE(msg.find(std::to_string(bad_offset)), std::string::npos) << msg;
+      EXPECT_NE(msg.find(std::to_string(kBlock) + " bytes"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("EIO"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("read"), std::string::npos) << msg;
+    }
+  }
+  // The engine goes on working for other requests.
+  engine.wait(engine.read(f, 100, data.data(), kBlock));
+}
+
+TEST_P(AioFaultTest, PersistentEagainIsAnErrorNotAHang) {
+  AioEngine engine(options([](const Completion& c) {
+    return c.op == IoOp::kRead ? -EAGAIN : c.result;
+  }));
+  AioFile file = AioFile::open(dir_.path() + "/busy", O_RDWR | O_CREAT, DirectIo::kOff);
+  FileId f = engine.add_file(file);
+  std::vector<std::byte> data(4096);
+  engine.wait(engine.write(f, 0, data.data(), data.size()));
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    engine.wait(engine.read(f, 0, data.data(), data.size()));
+    FAIL() << "a read that always answers EAGAIN succeeded";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("EAGAIN"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(file.path()), std::string::npos) << msg;
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+  EXPECT_GE(engine.stats().retries, 999u);
+}
+
+TEST_P(AioFaultTest, EnospcOnWriteSaysHowMuchIsFree) {
+  AioEngine engine(options([](const Completion& c) {
+    return c.op == IoOp::kWrite ? -ENOSPC : c.result;
+  }));
+  AioFile file = AioFile::open(dir_.path() + "/full", O_RDWR | O_CREAT, DirectIo::kOff);
+  FileId f = engine.add_file(file);
+  std::vector<std::byte> data(4096);
+  try {
+    engine.wait(engine.write(f, 0, data.data(), data.size()));
+    FAIL() << "an ENOSPC write succeeded";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("ENOSPC"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("free"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(file.path()), std::string::npos) << msg;
+  }
+}
+
+TEST_P(AioFaultTest, ShortDirectReadsStayAligned) {
+  // A short O_DIRECT transfer stops on a block boundary; the continuation must keep the
+  // buffer, offset and length aligned (the kernel answers EINVAL otherwise).
+  ODirectProbe probe = probe_o_direct(dir_.path());
+  if (!probe.works) GTEST_SKIP() << "no O_DIRECT in " << dir_.path() << ": " << probe.reason;
+  std::atomic<int> shortened{0};
+  AioEngine engine(options([&](const Completion& c) {
+    if (c.attempt != 0 || c.result <= 4096) return c.result;
+    const int keep = c.result / 2 / 4096 * 4096;
+    if (c.op == IoOp::kRead) scribble(c.buffer + keep, c.bytes - static_cast<std::size_t>(keep));
+    ++shortened;
+    return keep;
+  }));
+  HostBuffer src = HostBuffer::allocate(4 * kBlock, "src");
+  HostBuffer dst = HostBuffer::allocate(4 * kBlock, "dst");
+  fill_random(src.bytes(), 99);
+  AioFile file = AioFile::open(dir_.path() + "/direct", O_RDWR | O_CREAT, DirectIo::kRequire);
+  FileId f = engine.add_file(file);
+  engine.wait(engine.write(f, 4096, src.data(), src.size()));
+  engine.wait(engine.read(f, 4096, dst.data(), dst.size()));
+  EXPECT_EQ(std::memcmp(src.data(), dst.data(), src.size()), 0);
+  EXPECT_EQ(shortened.load(), 8);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, AioFaultTest,
+                         ::testing::Values(AioBackend::kIoUring, AioBackend::kThreads),
+                         [](const ::testing::TestParamInfo<AioBackend>& p) {
+                           return std::string(p.param == AioBackend::kIoUring ? "IoUring"
+                                                                              : "Threads");
+                         });
+
+}  // namespace
+}  // namespace strata::offload
