@@ -30,4 +30,25 @@ struct AdamBenchOptions {
 
 void bench_adam(const AdamBenchOptions& options);  // bench_adam.cpp
 
+// `strata bench nvme`: the NVMe tier's I/O engine (offload/aio_engine.h) on an O_DIRECT scratch
+// file, against fio's io_uring engine on the same file and cells, interleaved. Lists are
+// comma-separated; sizes take K/M/G = 2^10/2^20/2^30.
+struct NvmeBenchOptions {
+  std::string dir;                           // empty: $TMPDIR, else /var/tmp (a disk, not tmpfs)
+  std::string size;                          // bytes per cell; empty: 1 GiB (shrunk on a full disk)
+  std::string block_sizes = "128K,1M,8M";    // aio.block_size
+  std::string queue_depths = "1,8,32,128";   // aio.queue_depth
+  std::string parallelism = "1,2";           // aio.intra_op_parallelism
+  std::string ops = "read,write";
+  std::string patterns = "seq,rand";
+  int reps = 3;                              // rounds per cell (ours, fio, ours, fio, ...)
+  bool fio = true;                           // false: skip fio
+  std::string fio_path = "fio";              // the fio binary (PATH lookup)
+  bool fio_fixed = false;                    // fio with fixedbufs=1 registerfiles=1, as ours
+  bool json = false;                         // one JSON object per cell on stdout, table on stderr
+  bool tune = false;                         // print the best "aio" config section
+};
+
+void bench_nvme(const NvmeBenchOptions& options);  // bench_nvme.cpp
+
 }  // namespace strata::tools

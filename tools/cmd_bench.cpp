@@ -1,6 +1,9 @@
 // strata bench convert [--elements N] [--reps R] [--threads T]
 // strata bench adam [--params 16M,256M] [--threads 1,all] [--grad fp32,bf16] [--reps N] [--json]
 //                   [--aligned] [--no-torch] [--python PATH] [--torch-script PATH]
+// strata bench nvme [--dir DIR] [--size 1G] [--block-size 128K,1M,8M] [--queue-depth 1,8,32,128]
+//                   [--parallelism 1,2] [--op read,write] [--pattern seq,rand] [--reps 3]
+//                   [--no-fio] [--fio PATH] [--fio-fixedbufs] [--json] [--tune]
 #include <memory>
 
 #include "tools/bench.h"
@@ -43,6 +46,40 @@ void add_bench_command(CLI::App& app) {
   adam->add_option("--torch-script", adam_options->torch_script,
                    "tools/bench/adam_torch.py (default: next to the binary, then the source tree)");
   adam->callback([adam_options] { bench_adam(*adam_options); });
+
+  auto nvme_options = std::make_shared<NvmeBenchOptions>();
+  CLI::App* nvme = bench->add_subcommand(
+      "nvme", "the NVMe tier's I/O engine (io_uring, O_DIRECT) vs fio on the same file and cells");
+  nvme->add_option("--dir", nvme_options->dir,
+                   "folder for the scratch file, on the disk to measure (default: $TMPDIR, else "
+                   "/var/tmp; not tmpfs)");
+  nvme->add_option("--size", nvme_options->size,
+                   "bytes each cell moves, e.g. 256M (default 1G; at most a quarter of the free space)");
+  nvme->add_option("--block-size", nvme_options->block_sizes,
+                   "block sizes (aio.block_size), comma-separated multiples of 4K")
+      ->capture_default_str();
+  nvme->add_option("--queue-depth", nvme_options->queue_depths,
+                   "queue depths per engine thread (aio.queue_depth), comma-separated")
+      ->capture_default_str();
+  nvme->add_option("--parallelism", nvme_options->parallelism,
+                   "engine threads (aio.intra_op_parallelism; fio numjobs), comma-separated")
+      ->capture_default_str();
+  nvme->add_option("--op", nvme_options->ops, "read, write or both")->capture_default_str();
+  nvme->add_option("--pattern", nvme_options->patterns, "seq, rand or both")->capture_default_str();
+  nvme->add_option("--reps", nvme_options->reps, "rounds per cell, medians reported")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  nvme->add_flag("!--no-fio", nvme_options->fio, "skip fio (no ratios)");
+  nvme->add_option("--fio", nvme_options->fio_path, "the fio binary")->capture_default_str();
+  nvme->add_flag("--fio-fixedbufs", nvme_options->fio_fixed,
+                 "fio with registered buffers and files (fixedbufs=1, registerfiles=1), as the "
+                 "engine uses them (default: fio's defaults, plain buffers)");
+  nvme->add_flag("--json", nvme_options->json,
+                 "one JSON object per cell on stdout (the table goes to stderr)");
+  nvme->add_flag("--tune", nvme_options->tune,
+                 "print the \"aio\" config section with the best sequential read and write "
+                 "(geometric mean of their GB/s)");
+  nvme->callback([nvme_options] { bench_nvme(*nvme_options); });
 }
 
 }  // namespace strata::tools

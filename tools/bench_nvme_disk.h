@@ -1,0 +1,54 @@
+#pragma once
+// The folder, the disk and the scratch file of `strata bench nvme` (bench_nvme.cpp).
+#include <climits>
+#include <csignal>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+#include "offload/aio_file.h"
+#include "offload/probe.h"
+
+namespace strata::tools {
+
+// --dir as given, else $TMPDIR, else /var/tmp (a disk; /tmp is often tmpfs).
+std::string resolve_bench_dir(const std::string& given);
+
+// Throws strata::Error, saying what to do, when `dir` is missing, not a folder, not writable,
+// or refuses O_DIRECT (tmpfs, some FUSE and network file systems). Returns the probe.
+offload::ODirectProbe check_bench_dir(const std::string& dir);
+
+// "ext4 on /dev/vda (254:0, mounted at /; rotational 0, scheduler [mq-deadline])": the mount
+// that holds `dir`, from /proc/self/mountinfo, and its block device's queue from /sys.
+std::string describe_mount(const std::string& dir);
+
+// Bytes per cell: `size_text` (empty: 1 GiB), shrunk to a quarter of the free space in `dir`
+// when the disk is nearly full (said on `text`), but never below 64 MiB: then an error.
+std::uint64_t resolve_bench_size(const std::string& size_text, const std::string& dir,
+                                 std::FILE* text);
+
+// DIR/strata-bench-nvme-PID.bin, created with O_DIRECT (DirectIo::kRequire), unlinked when
+// destroyed and when SIGINT / SIGTERM / SIGHUP arrive (the handler unlinks, then dies of the
+// signal as it would have). At most one per process.
+class ScratchFile {
+ public:
+  explicit ScratchFile(const std::string& dir);
+  ~ScratchFile();
+  ScratchFile(const ScratchFile&) = delete;
+  ScratchFile& operator=(const ScratchFile&) = delete;
+
+  const offload::AioFile& file() const { return file_; }
+  const std::string& path() const { return path_; }
+
+  // Allocates the file's blocks up front (posix_fallocate), so that a full disk is found here
+  // and said plainly.
+  void reserve(std::uint64_t bytes) const;
+
+ private:
+  static constexpr int kSignals[3] = {SIGINT, SIGTERM, SIGHUP};
+  std::string path_;
+  offload::AioFile file_;
+  struct sigaction previous_[3] {};
+};
+
+}  // namespace strata::tools
