@@ -299,6 +299,10 @@ AioHandle AioEngine::submit(IoOp op, std::span<const IoSegment> segments,
         req->on_complete();
       } catch (...) {
         req->fail(std::current_exception());
+        // As finish_piece does: kept for wait_all() (and the destructor's log) in case the
+        // handle is dropped.
+        std::lock_guard lock(impl_->shared.mutex);
+        impl_->shared.failed.push_back(req);
       }
     }
     req->done.store(true, std::memory_order_release);

@@ -26,6 +26,7 @@
 #include "core/error.h"
 #include "core/units.h"
 #include "offload/aio_engine.h"
+#include "offload/host_buffer.h"
 #include "offload/probe.h"
 
 namespace strata::offload {
@@ -178,6 +179,15 @@ inline PieceAction on_piece_result(Piece& p, int result, EngineShared& shared) {
   }
   p.busy_tries = 0;
   p.done += static_cast<std::size_t>(result);
+  if (p.done < p.bytes && op == IoOp::kRead && p.file->direct &&
+      (p.offset + p.done) % kDirectIoAlignment != 0) {
+    // An O_DIRECT read stops short at an unaligned offset only at the end of the file: asking
+    // for the rest would start unaligned and draw EINVAL, blaming the caller's alignment.
+    p.request->fail(std::make_exception_ptr(detail::piece_error(
+        p, op,
+        fmt::format("past the end of the file (it ends at byte {})", p.offset + p.done), 0)));
+    return PieceAction::kDone;
+  }
   if (p.done < p.bytes) {
     // Short transfer: continue from where it stopped.
     shared.counters.short_transfers.fetch_add(1, std::memory_order_relaxed);

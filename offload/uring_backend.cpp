@@ -229,18 +229,28 @@ class Lane {
     if (c.done != nullptr) c.done->count_down();
   }
 
+  // A free SQ entry. The SQ has queue_depth + 1 entries and at most that many requests are in
+  // flight, so without SQPOLL one is always free here. With SQPOLL the kernel's SQ thread
+  // publishes the SQ head only at the end of a batch, after the batch's requests may already
+  // have completed and been reaped: then flush what is prepared and wait for the SQ thread.
+  io_uring_sqe* get_sqe() {
+    for (;;) {
+      if (io_uring_sqe* sqe = io_uring_get_sqe(&ring_)) return sqe;
+      STRATA_ASSERT((ring_.flags & IORING_SETUP_SQPOLL) != 0, "io_uring SQ full");
+      io_uring_submit(&ring_);       // hands the prepared entries over, wakes the SQ thread
+      io_uring_sqring_wait(&ring_);  // until the SQ thread has consumed some (EINTR: retry)
+    }
+  }
+
   void arm_wake() {
-    io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
-    STRATA_ASSERT(sqe != nullptr, "io_uring SQ full while arming the wake read");
+    io_uring_sqe* sqe = get_sqe();
     io_uring_prep_read(sqe, wake_fd_, &wake_value_, sizeof wake_value_, 0);
     io_uring_sqe_set_data64(sqe, kWakeTag);
     wake_armed_ = true;
   }
 
   void prepare(Piece& p) {
-    io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
-    // The SQ has queue_depth + 1 entries and is submitted every loop: never full here.
-    STRATA_ASSERT(sqe != nullptr, "io_uring SQ full");
+    io_uring_sqe* sqe = get_sqe();
     std::byte* addr = p.buffer + p.done;
     const auto len = static_cast<unsigned>(p.bytes - p.done);
     const std::uint64_t offset = p.offset + p.done;

@@ -205,6 +205,42 @@ TEST_P(AioConcurrencyTest, DestructorDrainsRequestsNobodyWaitedFor) {
   EXPECT_EQ(file.size_bytes(), 64 * kSlotBytes);
 }
 
+// With IORING_SETUP_SQPOLL the kernel's SQ thread frees SQ entries only at the end of a
+// submission batch, after the pieces it issued may already have completed (page-cache reads and
+// writes complete inline). A CQE that was reaped therefore does not prove its SQ entry is free:
+// the lane must wait for room instead of asserting "SQ full".
+TEST(AioConcurrencySqpoll, ManyThreadsOnASmallSqpollRing) {
+  IoUringProbe probe = probe_io_uring();
+  if (!probe.works) GTEST_SKIP() << "io_uring unavailable: " << probe.reason;
+  TempDir dir;
+  AioOptions o;
+  o.block_size = 4 * kKiB;
+  o.queue_depth = 3;
+  o.parallelism = 1;
+  o.sqpoll = true;
+  o.backend = AioBackend::kIoUring;
+  AioEngine engine(o);
+  AioFile file = AioFile::open(dir.path() + "/sqpoll", O_RDWR | O_CREAT, DirectIo::kOff);
+  const FileId f = engine.add_file(file);
+  std::atomic<int> mismatches{0};
+  auto worker = [&](int t) {
+    std::vector<std::byte> src(8 * 4 * kKiB), dst(src.size());
+    for (int i = 0; i < 200; ++i) {
+      fill_random(src, seed_of(t, i, 9));
+      const std::uint64_t offset = static_cast<std::uint64_t>(t) * src.size();
+      engine.wait(engine.write(f, offset, src.data(), src.size()));
+      engine.wait(engine.read(f, offset, dst.data(), dst.size()));
+      if (std::memcmp(src.data(), dst.data(), src.size()) != 0) ++mismatches;
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) threads.emplace_back(worker, t);
+  for (auto& th : threads) th.join();
+  engine.wait_all();
+  EXPECT_EQ(mismatches.load(), 0);
+  engine.remove_file(f);
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, AioConcurrencyTest,
                          ::testing::Values(AioBackend::kIoUring, AioBackend::kThreads),
                          [](const ::testing::TestParamInfo<AioBackend>& p) {
