@@ -4,6 +4,8 @@
 #include <cstddef>
 #include <string>
 
+#include "tools/device_flags.h"
+
 namespace strata::tools {
 
 struct BenchOptions {
@@ -50,5 +52,23 @@ struct NvmeBenchOptions {
 };
 
 void bench_nvme(const NvmeBenchOptions& options);  // bench_nvme.cpp
+
+// `strata bench gpt`: a GPT-2 forward + backward micro-step on a device (parameters resident),
+// against the model's largest GEMM measured in the same run.
+struct GptBenchOptions {
+  std::string preset = "gpt2";   // models::GptConfig::preset names
+  std::string model;             // a config.json instead of a preset
+  int batch = 4;
+  int seq_len = 128;
+  std::string dtype = "fp32";    // fp32, bf16 or fp16
+  bool checkpointing = false;
+  int steps = 5;                 // timed steps after one warm-up; the median is reported
+  bool json = false;
+  bool torch = true;             // also time PyTorch's fwd+bwd of the same model
+  std::string python = "/usr/bin/python3";  // the interpreter with torch (Debian's python3-torch)
+  DeviceFlags device;            // --device, --device-memory, --config
+};
+
+void bench_gpt(const GptBenchOptions& options);  // bench_gpt.cpp
 
 }  // namespace strata::tools

@@ -39,10 +39,7 @@
 #include "core/units.h"
 #include "cpu_adam/adam.h"
 #include "tools/bench.h"
-
-#ifndef STRATA_SOURCE_DIR
-#define STRATA_SOURCE_DIR ""
-#endif
+#include "tools/bench_scripts.h"
 
 namespace strata::tools {
 namespace {
@@ -446,31 +443,6 @@ void measure_cell(Report& report, Arrays& a, DType grad, int threads, int reps,
 
 // ---- torch.optim.AdamW, in a subprocess -----------------------------------------------------
 
-std::string shell_quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
-std::optional<std::filesystem::path> find_torch_script(const std::string& given) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (!given.empty()) {
-    if (fs::is_regular_file(given, ec)) return fs::path(given);
-    return std::nullopt;
-  }
-  std::vector<fs::path> candidates;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) candidates.push_back(exe.parent_path() / "bench" / "adam_torch.py");  // build tree copy
-  if (std::string_view(STRATA_SOURCE_DIR).size() > 0) {
-    candidates.push_back(fs::path(STRATA_SOURCE_DIR) / "tools" / "bench" / "adam_torch.py");
-  }
-  for (const fs::path& p : candidates) {
-    if (fs::is_regular_file(p, ec)) return p;
-  }
-  return std::nullopt;
-}
-
 // Runs the script for one size; records its cells against the reference cells of this run.
 // Returns false (after saying why in one line) when torch is not there.
 bool measure_torch(Report& report, const AdamBenchOptions& options, std::size_t params,
@@ -480,13 +452,13 @@ bool measure_torch(Report& report, const AdamBenchOptions& options, std::size_t 
     std::fprintf(text, "torch: %s not found; torch.optim.AdamW skipped\n", options.python.c_str());
     return false;
   }
-  const auto script = find_torch_script(options.torch_script);
+  const auto script = find_bench_script("adam_torch.py", options.torch_script);
   if (!script) {
     if (!options.torch_script.empty()) {
       std::fprintf(text, "torch: --torch-script %s not found; skipped\n", options.torch_script.c_str());
     } else {
       std::fprintf(text, "torch: tools/bench/adam_torch.py not found next to the binary or in %s; "
-                   "skipped (give --torch-script)\n", STRATA_SOURCE_DIR);
+                   "skipped (give --torch-script)\n", "the source tree");
     }
     return false;
   }

@@ -1,6 +1,8 @@
 // strata bench convert [--elements N] [--reps R] [--threads T]
 // strata bench adam [--params 16M,256M] [--threads 1,all] [--grad fp32,bf16] [--reps N] [--json]
 //                   [--aligned] [--no-torch] [--python PATH] [--torch-script PATH]
+// strata bench gpt [--preset gpt2 | --model config.json] [--batch 4] [--seq-len 128]
+//                  [--dtype fp32] [--checkpointing] [--steps 5] [--json] [device flags]
 // strata bench nvme [--dir DIR] [--size 1G] [--block-size 128K,1M,8M] [--queue-depth 1,8,32,128]
 //                   [--parallelism 1,2] [--op read,write] [--pattern seq,rand] [--reps 3]
 //                   [--no-fio] [--fio PATH] [--fio-fixedbufs] [--json] [--tune]
@@ -46,6 +48,26 @@ void add_bench_command(CLI::App& app) {
   adam->add_option("--torch-script", adam_options->torch_script,
                    "tools/bench/adam_torch.py (default: next to the binary, then the source tree)");
   adam->callback([adam_options] { bench_adam(*adam_options); });
+
+  auto gpt_options = std::make_shared<GptBenchOptions>();
+  CLI::App* gpt = bench->add_subcommand(
+      "gpt", "a GPT-2 forward + backward step on the device vs its largest GEMM alone");
+  gpt->add_option("--preset", gpt_options->preset, "model preset (gpt2, gpt2-medium, tiny, ...)")
+      ->capture_default_str();
+  gpt->add_option("--model", gpt_options->model, "a Hugging Face GPT-2 config.json instead");
+  gpt->add_option("--batch", gpt_options->batch, "micro-batch size B")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  gpt->add_option("--seq-len", gpt_options->seq_len, "sequence length T")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  gpt->add_option("--dtype", gpt_options->dtype, "fp32, bf16 or fp16 storage")->capture_default_str();
+  gpt->add_flag("--checkpointing", gpt_options->checkpointing, "recompute each block in backward");
+  gpt->add_option("--steps", gpt_options->steps, "timed steps (median reported)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  gpt->add_flag("--json", gpt_options->json, "one JSON object on stdout");
+  gpt->add_flag("!--no-torch", gpt_options->torch, "skip PyTorch's fwd+bwd of the same model");
+  gpt->add_option("--python", gpt_options->python, "python with torch")->capture_default_str();
+  add_device_flags(*gpt, gpt_options->device);
+  gpt->callback([gpt_options] { bench_gpt(*gpt_options); });
 
   auto nvme_options = std::make_shared<NvmeBenchOptions>();
   CLI::App* nvme = bench->add_subcommand(

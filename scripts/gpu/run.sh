@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the lent GPU machine, in the repo root with .gpu/ carried (scripts/gpu/package.sh).
-# Runs the CUDA tests (must pass), then every other test binary (reported), then strata info.
+# Runs the CUDA tests (must pass), then every other test binary (reported), strata info and
+# strata bench gpt (GPT-2 124M, fp32 and bf16).
 # Writes logs to $OUT when set.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -24,4 +25,9 @@ for bin in .gpu/bin/test_*; do
   echo "=== $t: rc=$?"
 done
 .gpu/bin/strata info 2>&1 | tee "$out/info.txt"
+# GPT-2 124M fwd+bwd on the GPU vs its largest GEMM and vs PyTorch (the machine's python3).
+for dtype in fp32 bf16; do
+  .gpu/bin/strata bench gpt --preset gpt2 --batch 4 --seq-len 1024 --dtype "$dtype" \
+    --device cuda --python "$(command -v python3)" 2>&1 | tee "$out/bench_gpt_$dtype.txt"
+done
 exit $failed

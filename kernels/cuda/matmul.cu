@@ -1,0 +1,241 @@
+// Matmul with bias (torch.nn.Linear, weight (OC, C)) on cuBLAS, forward and backward.
+//
+// Layouts. cuBLAS is column-major; a row-major (R, K) matrix is a column-major (K, R) one with
+// leading dimension K. So, with every product computed transposed:
+//   out (N,OC) = inp @ W^T     <=>  out^T (OC,N)  = W^T[T] (OC,C) * inp^T (C,N)
+//   dinp (N,C) = dout @ W      <=>  dinp^T (C,N)  = W^T (C,OC)    * dout^T (OC,N)
+//   dW (OC,C) += dout^T @ inp  <=>  dW^T (C,OC)  += inp^T (C,N)   * dout^T[T] (N,OC)
+// All three: cublasGemmEx with A/B/C in the storage type (CUDA_R_32F, CUDA_R_16BF, CUDA_R_16F)
+// and CUBLAS_COMPUTE_32F (fp32 accumulation, no TF32 for fp32).
+//
+// Bias: the output is first filled with the broadcast bias and the GEMM runs with beta = 1, so
+// cuBLAS adds the bias in fp32 before the single rounding to the storage type. dbias: column
+// sums of dout in fp32 per chunk of rows (scratch), then added in chunk order: deterministic.
+//
+// Note [cuBLAS handles]: one handle per (thread, device, stream), created on first use and kept
+// in a thread_local cache, bound to its stream once. A handle is never used by two threads at
+// once (cuBLAS handles are not thread-safe) and two streams never share one handle's workspace,
+// so concurrent streams cannot race on it. There is no global mutable state, hence no lock. The
+// cache holds one entry per distinct stream a thread has used (a destroyed stream's address
+// reused by a new stream finds the same, still valid, entry); the handles are destroyed when
+// the thread exits.
+#include <cublas_v2.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/cuda/common_impl.cuh"
+#include "kernels/cuda/ops.h"
+
+#define CUBLAS_CHECK(expr)                                                                   \
+  do {                                                                                       \
+    cublasStatus_t strata_cublas_rc_ = (expr);                                               \
+    if (strata_cublas_rc_ != CUBLAS_STATUS_SUCCESS) [[unlikely]]                             \
+      ::strata::detail::throw_gpu_error("cuBLAS", #expr, cublasGetStatusName(strata_cublas_rc_), \
+                                        cublasGetStatusString(strata_cublas_rc_), __FILE__,  \
+                                        __LINE__);                                           \
+  } while (0)
+
+namespace strata::kernels::cuda {
+namespace {
+
+using detail::from_f32;
+using detail::to_f32;
+
+// ---- cuBLAS handles (Note [cuBLAS handles]) ------------------------------------------------
+
+class HandleCache {
+ public:
+  HandleCache() = default;
+  HandleCache(const HandleCache&) = delete;
+  HandleCache& operator=(const HandleCache&) = delete;
+  ~HandleCache() {
+    // At process exit the CUDA runtime may already be gone; nothing useful to do on failure.
+    for (const Entry& e : entries_) static_cast<void>(cublasDestroy(e.handle));
+  }
+
+  cublasHandle_t get(cudaStream_t stream) {
+    int device = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    for (const Entry& e : entries_)
+      if (e.device == device && e.stream == stream) return e.handle;
+    cublasHandle_t handle = nullptr;
+    CUBLAS_CHECK(cublasCreate(&handle));
+    try {
+      CUBLAS_CHECK(cublasSetStream(handle, stream));
+      entries_.push_back(Entry{device, stream, handle});
+    } catch (...) {
+      static_cast<void>(cublasDestroy(handle));
+      throw;
+    }
+    return handle;
+  }
+
+ private:
+  struct Entry {
+    int device;
+    cudaStream_t stream;
+    cublasHandle_t handle;
+  };
+  std::vector<Entry> entries_;
+};
+
+cublasHandle_t handle_for(cudaStream_t stream) {
+  thread_local HandleCache cache;
+  return cache.get(stream);
+}
+
+cudaDataType_t cuda_type(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return CUDA_R_32F;
+    case DType::bf16: return CUDA_R_16BF;
+    case DType::f16: return CUDA_R_16F;
+  }
+  STRATA_ASSERT(false, "matmul: dtype is not a DType");
+}
+
+// Column-major C (m,n) = alpha op(A) op(B) + beta C, all in `dtype`, fp32 compute.
+void gemm(cublasHandle_t handle, cublasOperation_t op_a, cublasOperation_t op_b, int m, int n,
+          int k, const void* A, int lda, const void* B, int ldb, float beta, void* C, int ldc,
+          DType dtype) {
+  const float alpha = 1.0f;
+  const cudaDataType_t t = cuda_type(dtype);
+  CUBLAS_CHECK(cublasGemmEx(handle, op_a, op_b, m, n, k, &alpha, A, t, lda, B, t, ldb, &beta, C,
+                            t, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+// ---- bias kernels -------------------------------------------------------------------------
+
+constexpr int kThreads = 256;
+
+// out[n, oc] = bias[oc] for every row.
+template <typename T>
+__global__ void broadcast_bias_kernel(T* __restrict__ out, const T* __restrict__ bias,
+                                      std::int64_t n, int OC) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride)
+    out[i] = bias[i % OC];
+}
+
+constexpr int kTileC = 32;    // columns per block of the partial-sum kernel
+constexpr int kTileRows = 8;  // threads along the rows
+
+// Block (column tile, chunk), threads (kTileC, kTileRows): partial[chunk, oc] = sum over the
+// chunk's rows of dout[n, oc], in a fixed order.
+template <typename T>
+__global__ void column_sum_partials_kernel(float* __restrict__ partial, const T* __restrict__ dout,
+                                           std::int64_t N, int OC, std::int64_t rows_per_chunk) {
+  __shared__ float s[kTileRows][kTileC];
+  const int oc = blockIdx.x * kTileC + threadIdx.x;
+  const std::int64_t r0 = static_cast<std::int64_t>(blockIdx.y) * rows_per_chunk;
+  const std::int64_t r1 = N < r0 + rows_per_chunk ? N : r0 + rows_per_chunk;
+  float acc = 0.0f;
+  if (oc < OC)
+    for (std::int64_t r = r0 + threadIdx.y; r < r1; r += kTileRows) acc += to_f32(dout[r * OC + oc]);
+  s[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && oc < OC) {
+    for (int k = 1; k < kTileRows; ++k) acc += s[k][threadIdx.x];
+    partial[static_cast<std::int64_t>(blockIdx.y) * OC + oc] = acc;
+  }
+}
+
+// dbias[oc] += sum over chunks (in order) of partial[chunk, oc].
+template <typename T>
+__global__ void column_sum_finish_kernel(T* __restrict__ dbias, const float* __restrict__ partial,
+                                         int chunks, int OC) {
+  const int oc = blockIdx.x * blockDim.x + threadIdx.x;
+  if (oc >= OC) return;
+  float sum = 0.0f;
+  for (int k = 0; k < chunks; ++k) sum += partial[static_cast<std::int64_t>(k) * OC + oc];
+  dbias[oc] = from_f32<T>(to_f32(dbias[oc]) + sum);
+}
+
+void bias_grad(void* dbias, const void* dout, std::int64_t N, int OC, DType dtype,
+               cudaStream_t stream) {
+  // About 64 rows per chunk (8 per thread), at most 1024 chunks.
+  const std::int64_t chunks64 = std::clamp<std::int64_t>(detail::ceil_div(N, 64), 1, 1024);
+  const std::int64_t rows_per_chunk = detail::ceil_div(N, chunks64);
+  const int chunks = static_cast<int>(detail::ceil_div(N, rows_per_chunk));
+  detail::StreamScratch scratch(static_cast<std::size_t>(chunks) * OC * sizeof(float), stream);
+  detail::dispatch_dtype(dtype, [&](auto tag) {
+    using E = typename decltype(tag)::type;
+    const dim3 grid(static_cast<unsigned>(detail::ceil_div(OC, kTileC)),
+                    static_cast<unsigned>(chunks));
+    column_sum_partials_kernel<E><<<grid, dim3(kTileC, kTileRows), 0, stream>>>(
+        scratch.as<float>(), static_cast<const E*>(dout), N, OC, rows_per_chunk);
+    CUDA_CHECK_LAUNCH();
+    column_sum_finish_kernel<E><<<static_cast<unsigned>(detail::ceil_div(OC, kThreads)), kThreads,
+                                  0, stream>>>(static_cast<E*>(dbias), scratch.as<float>(),
+                                               chunks, OC);
+    CUDA_CHECK_LAUNCH();
+  });
+  scratch.release();
+}
+
+void check_dims(std::int64_t N, int C, int OC) {
+  STRATA_ASSERT(N >= 0 && C >= 0 && OC >= 0);
+  STRATA_ASSERT(N <= INT_MAX, "matmul: N must fit in an int (cuBLAS dimensions)");
+}
+
+}  // namespace
+
+void matmul_fwd(void* out, const void* inp, const void* weight, const void* bias,
+                std::int64_t N, int C, int OC, DType dtype, cudaStream_t stream) {
+  check_dims(N, C, OC);
+  if (N == 0 || OC == 0) return;
+  STRATA_ASSERT(out != nullptr);
+  const std::int64_t n_out = N * OC;
+  if (bias != nullptr) {
+    detail::dispatch_dtype(dtype, [&](auto tag) {
+      using E = typename decltype(tag)::type;
+      broadcast_bias_kernel<E><<<detail::grid_stride_blocks(n_out, kThreads), kThreads, 0,
+                                 stream>>>(static_cast<E*>(out), static_cast<const E*>(bias),
+                                           n_out, OC);
+      CUDA_CHECK_LAUNCH();
+    });
+  }
+  if (C == 0) {  // an empty sum: out = bias, or 0
+    if (bias == nullptr)
+      CUDA_CHECK(cudaMemsetAsync(out, 0, static_cast<std::size_t>(n_out) * dtype_size(dtype),
+                                 stream));
+    return;
+  }
+  STRATA_ASSERT(inp != nullptr && weight != nullptr);
+  // out^T (OC,N) = W[T] (OC,C) * inp^T (C,N) (+ the bias already in out)
+  gemm(handle_for(stream), CUBLAS_OP_T, CUBLAS_OP_N, OC, static_cast<int>(N), C, weight, C, inp, C,
+       bias != nullptr ? 1.0f : 0.0f, out, OC, dtype);
+}
+
+void matmul_bwd(void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
+                const void* weight, std::int64_t N, int C, int OC, DType dtype,
+                cudaStream_t stream) {
+  check_dims(N, C, OC);
+  if (dinp != nullptr && N > 0 && C > 0) {
+    if (OC == 0) {  // an empty sum
+      CUDA_CHECK(cudaMemsetAsync(dinp, 0, static_cast<std::size_t>(N) * C * dtype_size(dtype),
+                                 stream));
+    } else {
+      STRATA_ASSERT(dout != nullptr && weight != nullptr);
+      // dinp^T (C,N) = W^T (C,OC) * dout^T (OC,N), overwritten
+      gemm(handle_for(stream), CUBLAS_OP_N, CUBLAS_OP_N, C, static_cast<int>(N), OC, weight, C,
+           dout, OC, 0.0f, dinp, C, dtype);
+    }
+  }
+  if (dweight != nullptr && N > 0 && C > 0 && OC > 0) {
+    STRATA_ASSERT(dout != nullptr && inp != nullptr);
+    // dW^T (C,OC) += inp^T (C,N) * dout^T[T] (N,OC)
+    gemm(handle_for(stream), CUBLAS_OP_N, CUBLAS_OP_T, C, OC, static_cast<int>(N), inp, C, dout,
+         OC, 1.0f, dweight, C, dtype);
+  }
+  if (dbias != nullptr && N > 0 && OC > 0) {
+    STRATA_ASSERT(dout != nullptr);
+    bias_grad(dbias, dout, N, OC, dtype, stream);
+  }
+}
+
+}  // namespace strata::kernels::cuda

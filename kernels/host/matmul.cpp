@@ -1,0 +1,119 @@
+#include "kernels/host/matmul.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <vector>
+
+#include "kernels/host/kernel_impl.h"
+
+namespace strata::kernels::host {
+namespace {
+
+using detail::as_f32;
+using detail::load_row;
+using detail::store_row;
+
+constexpr int kColumnBlock = 64;  // output channels per work item of the dbias sum
+
+// An fp32 destination for a result in `dtype`: `dst` itself when it is fp32, else a buffer
+// (holding dst's current values when `keep` is set, for accumulation) to be stored back.
+struct F32Out {
+  F32Out(void* dst, DType dtype, std::size_t n, bool keep) : dst_(dst), dtype_(dtype), n_(n) {
+    if (dtype == DType::f32) {
+      ptr = static_cast<float*>(dst);
+    } else {
+      buf_.resize(n);
+      if (keep) cast(dst, dtype, buf_.data(), DType::f32, n);
+      ptr = buf_.data();
+    }
+  }
+  void store() {
+    if (dtype_ != DType::f32) cast(buf_.data(), DType::f32, dst_, dtype_, n_);
+  }
+  float* ptr = nullptr;
+
+ private:
+  void* dst_;
+  DType dtype_;
+  std::size_t n_;
+  std::vector<float> buf_;
+};
+
+}  // namespace
+
+void matmul_fwd(void* out, const void* inp, const void* weight, const void* bias,
+                std::int64_t N, int C, int OC, DType dtype) {
+  if (N == 0 || OC == 0) return;
+  const auto OCs = static_cast<std::size_t>(OC);
+  std::vector<float> tmp_inp, tmp_w;
+  const float* x = as_f32(inp, dtype, static_cast<std::size_t>(N) * static_cast<std::size_t>(C), tmp_inp);
+  const float* w = as_f32(weight, dtype, OCs * static_cast<std::size_t>(C), tmp_w);
+  F32Out y(out, dtype, static_cast<std::size_t>(N) * OCs, false);
+  float beta = 0.0f;
+  if (bias != nullptr) {
+    // out = bias + inp @ W^T: every row starts as the bias, and sgemm adds (beta = 1).
+    std::vector<float> b(OCs);
+    load_row(bias, dtype, 0, OCs, b.data());
+#pragma omp parallel for schedule(static)
+    for (std::int64_t n = 0; n < N; ++n) {
+      std::copy(b.begin(), b.end(), y.ptr + static_cast<std::size_t>(n) * OCs);
+    }
+    beta = 1.0f;
+  }
+  // (N, C) x (OC, C)^T -> (N, OC), row-major.
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(N), OC, C, 1.0f, x, C,
+              w, C, beta, y.ptr, OC);
+  y.store();
+}
+
+void matmul_bwd(void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
+                const void* weight, std::int64_t N, int C, int OC, DType dtype) {
+  if (N == 0) return;
+  const auto Ns = static_cast<std::size_t>(N);
+  const auto Cs = static_cast<std::size_t>(C);
+  const auto OCs = static_cast<std::size_t>(OC);
+  std::vector<float> tmp_dout, tmp_inp, tmp_w;
+  const float* dy = as_f32(dout, dtype, Ns * OCs, tmp_dout);
+  if (dinp != nullptr) {
+    // dinp (N, C) = dout (N, OC) x W (OC, C)
+    const float* w = as_f32(weight, dtype, OCs * Cs, tmp_w);
+    F32Out dx(dinp, dtype, Ns * Cs, false);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(N), C, OC, 1.0f,
+                dy, OC, w, C, 0.0f, dx.ptr, C);
+    dx.store();
+  }
+  if (dweight != nullptr) {
+    // dweight (OC, C) += dout^T (OC, N) x inp (N, C)
+    const float* x = as_f32(inp, dtype, Ns * Cs, tmp_inp);
+    F32Out dw(dweight, dtype, OCs * Cs, true);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, static_cast<blasint>(N), 1.0f, dy,
+                OC, x, C, 1.0f, dw.ptr, C);
+    dw.store();
+  }
+  if (dbias != nullptr) {
+    // dbias[o] += sum over n of dout[n, o]: blocks of columns, rows in order (deterministic).
+    const int blocks = (OC + kColumnBlock - 1) / kColumnBlock;
+#pragma omp parallel
+    {
+      float acc[kColumnBlock];
+#pragma omp for schedule(static)
+      for (int blk = 0; blk < blocks; ++blk) {
+        const auto o0 = static_cast<std::size_t>(blk) * kColumnBlock;
+        const std::size_t len = std::min<std::size_t>(kColumnBlock, OCs - o0);
+        std::fill(acc, acc + kColumnBlock, 0.0f);
+        for (std::size_t n = 0; n < Ns; ++n) {
+          const float* row = dy + n * OCs + o0;
+          for (std::size_t o = 0; o < len; ++o) acc[o] += row[o];
+        }
+        float old[kColumnBlock];
+        load_row(dbias, dtype, o0, len, old);
+        for (std::size_t o = 0; o < len; ++o) old[o] += acc[o];
+        store_row(old, dbias, dtype, o0, len);
+      }
+    }
+  }
+}
+
+}  // namespace strata::kernels::host

@@ -1,0 +1,536 @@
+#include "models/gpt/gpt_model.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "runtime/ops/ops.h"
+
+namespace strata::models {
+namespace ops = runtime::ops;
+
+namespace {
+
+constexpr std::size_t kAlign = 256;  // bytes; every sub-buffer starts on the arena's alignment
+
+// Carves one allocation into sub-buffers. With base == nullptr it only measures.
+class Carver {
+ public:
+  explicit Carver(std::byte* base) : base_(base) {}
+  void* take(std::size_t bytes) {
+    offset_ = (offset_ + kAlign - 1) / kAlign * kAlign;
+    void* p = base_ == nullptr ? nullptr : base_ + offset_;
+    offset_ += bytes;
+    return p;
+  }
+  std::size_t bytes() const { return (offset_ + kAlign - 1) / kAlign * kAlign; }
+
+ private:
+  std::byte* base_;
+  std::size_t offset_ = 0;
+};
+
+std::byte* at(const runtime::ModuleView& v, const TensorSlot& t) {
+  return static_cast<std::byte*>(v.data) + t.offset * dtype_size(v.dtype);
+}
+
+}  // namespace
+
+// What one block's forward keeps for its backward. Shapes with BT = B*T.
+struct GptModel::BlockActs {
+  void* ln1;        // (BT, C)
+  float* ln1_mean;  // (BT)
+  float* ln1_rstd;  // (BT)
+  void* qkv;        // (BT, 3C)
+  void* atty;       // (BT, C)   attention output, before c_proj
+  float* lse;       // (B, NH, T)
+  void* res2;       // (BT, C)   residual after attention
+  void* ln2;        // (BT, C)
+  float* ln2_mean;  // (BT)
+  float* ln2_rstd;  // (BT)
+  void* fch;        // (BT, 4C)  c_fc output, before GELU
+  void* fch_gelu;   // (BT, 4C)
+};
+
+struct GptModel::BlockParams {
+  const std::byte* t[kBlockTensors];
+};
+
+// The whole reserve(B, T) allocation, carved (see Carver) in a fixed order.
+struct GptModel::Activations {
+  runtime::DeviceBuffer buffer;
+  std::vector<void*> residual;     // L + 1 of (BT, C): the input of block l, then the output
+  std::vector<BlockActs> blocks;   // L, or 1 with checkpointing (the block being recomputed)
+  void* proj;                      // (BT, C)  scratch: a projection before its residual add
+  void* lnf;                       // (BT, C)
+  float* lnf_mean;                 // (BT)
+  float* lnf_rstd;                 // (BT)
+  void* logits;                    // (BT, V)  (dlogits in place in backward)
+  float* losses;                   // (BT)
+  void* dres;                      // (BT, C)  gradient of the residual stream
+  void* dbtc;                      // (BT, C)  gradient scratch
+  void* dqkv;                      // (BT, 3C)
+  void* d4c;                       // (BT, 4C)
+  std::int32_t* inputs;            // (BT)
+  std::int32_t* targets;           // (BT)
+
+  // Lays out (or measures, with base == nullptr) the buffers for (B, T).
+  static std::size_t carve(Activations* a, std::byte* base, const GptConfig& cfg, DType dtype,
+                           int B, int T, bool checkpointing) {
+    Carver c(base);
+    const std::size_t BT = static_cast<std::size_t>(B) * static_cast<std::size_t>(T);
+    const std::size_t C = static_cast<std::size_t>(cfg.n_embd);
+    const std::size_t V = static_cast<std::size_t>(cfg.vocab_size);
+    const std::size_t es = dtype_size(dtype);
+    auto act = [&](std::size_t n) { return c.take(n * es); };
+    auto f32 = [&](std::size_t n) { return static_cast<float*>(c.take(n * sizeof(float))); };
+    const int L = cfg.n_layer;
+    std::vector<void*> residual;
+    for (int l = 0; l <= L; ++l) residual.push_back(act(BT * C));
+    std::vector<BlockActs> blocks;
+    for (int l = 0; l < (checkpointing ? 1 : L); ++l) {
+      BlockActs b{};
+      b.ln1 = act(BT * C);
+      b.ln1_mean = f32(BT);
+      b.ln1_rstd = f32(BT);
+      b.qkv = act(BT * 3 * C);
+      b.atty = act(BT * C);
+      b.lse = f32(BT * static_cast<std::size_t>(cfg.n_head));
+      b.res2 = act(BT * C);
+      b.ln2 = act(BT * C);
+      b.ln2_mean = f32(BT);
+      b.ln2_rstd = f32(BT);
+      b.fch = act(BT * 4 * C);
+      b.fch_gelu = act(BT * 4 * C);
+      blocks.push_back(b);
+    }
+    void* proj = act(BT * C);
+    void* lnf = act(BT * C);
+    float* lnf_mean = f32(BT);
+    float* lnf_rstd = f32(BT);
+    void* logits = act(BT * V);
+    float* losses = f32(BT);
+    void* dres = act(BT * C);
+    void* dbtc = act(BT * C);
+    void* dqkv = act(BT * 3 * C);
+    void* d4c = act(BT * 4 * C);
+    auto* inputs = static_cast<std::int32_t*>(c.take(BT * sizeof(std::int32_t)));
+    auto* targets = static_cast<std::int32_t*>(c.take(BT * sizeof(std::int32_t)));
+    if (a != nullptr) {
+      a->residual = std::move(residual);
+      a->blocks = std::move(blocks);
+      a->proj = proj;
+      a->lnf = lnf;
+      a->lnf_mean = lnf_mean;
+      a->lnf_rstd = lnf_rstd;
+      a->logits = logits;
+      a->losses = losses;
+      a->dres = dres;
+      a->dbtc = dbtc;
+      a->dqkv = dqkv;
+      a->d4c = d4c;
+      a->inputs = inputs;
+      a->targets = targets;
+    }
+    return c.bytes();
+  }
+};
+
+// ---- KV cache -------------------------------------------------------------------------------
+
+GptKvCache::GptKvCache(runtime::Device& device, const GptConfig& config, DType dtype, int batch,
+                       int max_T)
+    : batch_(batch), max_T_(max_T) {
+  config.validate();
+  if (batch <= 0 || max_T <= 0 || max_T > config.n_positions) {
+    throw Error(fmt::format("KV cache of batch {} and length {}: both must be positive and the "
+                            "length at most n_positions ({})",
+                            batch, max_T, config.n_positions));
+  }
+  const std::size_t bytes = static_cast<std::size_t>(batch) * static_cast<std::size_t>(max_T) *
+                            static_cast<std::size_t>(config.n_embd) * dtype_size(dtype);
+  for (int l = 0; l < config.n_layer; ++l) {
+    k_.push_back(device.allocate(bytes, fmt::format("KV cache keys of h.{}", l)));
+    v_.push_back(device.allocate(bytes, fmt::format("KV cache values of h.{}", l)));
+  }
+}
+
+std::uint64_t GptKvCache::bytes(const GptConfig& config, DType dtype, int batch, int max_T) {
+  return 2ull * static_cast<std::uint64_t>(config.n_layer) * static_cast<std::uint64_t>(batch) *
+         static_cast<std::uint64_t>(max_T) * static_cast<std::uint64_t>(config.n_embd) *
+         dtype_size(dtype);
+}
+
+// ---- model ----------------------------------------------------------------------------------
+
+GptModel::GptModel(const GptConfig& config, GptOptions options, runtime::Device& device,
+                   runtime::Stream& compute, runtime::ParamProvider& params)
+    : config_(config),
+      options_(options),
+      layout_(GptLayout::build(config)),
+      device_(device),
+      compute_(compute),
+      params_(params),
+      done_(device.create_event()) {
+  if (params.module_count() != static_cast<int>(layout_.modules.size())) {
+    throw Error(fmt::format("the parameter provider has {} modules, the model {}",
+                            params.module_count(), layout_.modules.size()));
+  }
+  for (int m = 0; m < params.module_count(); ++m) {
+    if (params.module_numel(m) != layout_.modules[static_cast<std::size_t>(m)].numel) {
+      throw Error(fmt::format("module {} has {} elements in the provider, the model needs {}",
+                              layout_.modules[static_cast<std::size_t>(m)].name,
+                              params.module_numel(m),
+                              layout_.modules[static_cast<std::size_t>(m)].numel));
+    }
+  }
+}
+
+GptModel::~GptModel() {
+  // Enqueued work may still use the activations: let it finish before they go.
+  try {
+    compute_.synchronize();
+  } catch (...) {  // NOLINT(bugprone-empty-catch): the error belongs to whoever waits next
+  }
+}
+
+std::uint64_t GptModel::activation_bytes(const GptConfig& config, DType dtype, int B, int T,
+                                         bool checkpointing) {
+  config.validate();
+  return Activations::carve(nullptr, nullptr, config, dtype, B, T, checkpointing);
+}
+
+void GptModel::reserve(int B, int T) {
+  if (B <= 0 || T <= 0) throw Error(fmt::format("batch {} x {} tokens: both must be positive", B, T));
+  if (T > config_.n_positions) {
+    throw Error(fmt::format("sequence length {} is longer than the model's n_positions ({})", T,
+                            config_.n_positions),
+                "", "lower --seq-len");
+  }
+  if (acts_ && B <= reserved_B_ && T <= reserved_T_ &&
+      static_cast<std::int64_t>(B) * T <= static_cast<std::int64_t>(reserved_B_) * reserved_T_) {
+    return;
+  }
+  compute_.synchronize();
+  acts_.reset();
+  auto a = std::make_unique<Activations>();
+  const std::size_t bytes =
+      Activations::carve(nullptr, nullptr, config_, options_.dtype, B, T, options_.checkpointing);
+  a->buffer = device_.allocate(
+      bytes, fmt::format("activations for a micro-batch of {} x {} tokens{}", B, T,
+                         options_.checkpointing ? " (checkpointed)" : ""));
+  Activations::carve(a.get(), static_cast<std::byte*>(a->buffer.data()), config_, options_.dtype,
+                     B, T, options_.checkpointing);
+  acts_ = std::move(a);
+  reserved_B_ = B;
+  reserved_T_ = T;
+}
+
+runtime::ModuleView GptModel::acquire(int module) {
+  runtime::ModuleView v = params_.acquire(module);
+  STRATA_ASSERT(v.dtype == options_.dtype && v.numel == layout_.modules[static_cast<std::size_t>(module)].numel,
+                "the provider's view does not match the layout");
+  if (v.ready != nullptr) compute_.wait(*v.ready);
+  return v;
+}
+
+void GptModel::release(int module) {
+  done_->record(compute_);
+  params_.release(module, *done_);
+}
+
+runtime::ModuleView GptModel::acquire_grads(int module) {
+  runtime::ModuleView v = params_.acquire_grads(module);
+  STRATA_ASSERT(v.dtype == options_.dtype && v.numel == layout_.modules[static_cast<std::size_t>(module)].numel,
+                "the provider's gradient view does not match the layout");
+  if (v.ready != nullptr) compute_.wait(*v.ready);
+  return v;
+}
+
+void GptModel::grads_ready(int module) {
+  done_->record(compute_);
+  params_.grads_ready(module, *done_);
+}
+
+GptModel::BlockParams GptModel::block_params(const runtime::ModuleView& view) const {
+  const ModuleLayout& m = layout_.modules[1];  // every block has the same offsets
+  BlockParams p{};
+  for (int i = 0; i < kBlockTensors; ++i) p.t[i] = at(view, m.tensors[static_cast<std::size_t>(i)]);
+  return p;
+}
+
+void GptModel::check_tokens(const std::int32_t* tokens, std::size_t n, const char* what) const {
+  for (std::size_t i = 0; i < n; ++i) {
+    if (tokens[i] < 0 || tokens[i] >= config_.vocab_size) {
+      throw Error(fmt::format("{} token {} at position {} is outside the vocabulary [0, {})",
+                              what, tokens[i], i, config_.vocab_size),
+                  "", "the data was made for another vocabulary: check --data / --model");
+    }
+  }
+}
+
+// res_out = block(res_in). Shapes: res (BT, C).
+void GptModel::block_forward(const BlockParams& p, const BlockActs& a, const void* res_in,
+                             void* res_out, int B, int T) {
+  const DType dt = options_.dtype;
+  const std::int64_t BT = static_cast<std::int64_t>(B) * T;
+  const int C = config_.n_embd, NH = config_.n_head;
+  const float eps = config_.layer_norm_epsilon;
+  ops::layernorm_fwd(compute_, a.ln1, a.ln1_mean, a.ln1_rstd, res_in, p.t[kLn1W], p.t[kLn1B], BT,
+                     C, eps, dt);
+  ops::matmul_fwd(compute_, a.qkv, a.ln1, p.t[kQkvW], p.t[kQkvB], BT, C, 3 * C, dt);
+  ops::attention_fwd(compute_, a.atty, a.lse, a.qkv, B, T, C, NH, dt);
+  ops::matmul_fwd(compute_, acts_->proj, a.atty, p.t[kAttProjW], p.t[kAttProjB], BT, C, C, dt);
+  ops::residual_fwd(compute_, a.res2, res_in, acts_->proj, BT * C, dt);
+  ops::layernorm_fwd(compute_, a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, p.t[kLn2W], p.t[kLn2B], BT,
+                     C, eps, dt);
+  ops::matmul_fwd(compute_, a.fch, a.ln2, p.t[kFcW], p.t[kFcB], BT, C, 4 * C, dt);
+  ops::gelu_fwd(compute_, a.fch_gelu, a.fch, BT * 4 * C, dt);
+  ops::matmul_fwd(compute_, acts_->proj, a.fch_gelu, p.t[kFcProjW], p.t[kFcProjB], BT, 4 * C, C,
+                  dt);
+  ops::residual_fwd(compute_, res_out, a.res2, acts_->proj, BT * C, dt);
+}
+
+// On entry acts_->dres holds d(block output); on exit d(block input). g: gradient views.
+void GptModel::block_backward(const BlockParams& p, const BlockParams& g, const BlockActs& a,
+                              const void* res_in, int B, int T) {
+  const DType dt = options_.dtype;
+  const std::int64_t BT = static_cast<std::int64_t>(B) * T;
+  const int C = config_.n_embd, NH = config_.n_head;
+  auto gw = [&](int i) { return const_cast<std::byte*>(g.t[i]); };
+  Activations& s = *acts_;
+  // MLP: out = res2 + c_proj(gelu(c_fc(ln_2(res2)))); dres is d(out) and becomes d(res2).
+  ops::matmul_bwd(compute_, s.d4c, gw(kFcProjW), gw(kFcProjB), s.dres, a.fch_gelu,
+                  p.t[kFcProjW], BT, 4 * C, C, dt);
+  ops::gelu_bwd(compute_, s.d4c, a.fch, s.d4c, BT * 4 * C, dt);
+  ops::matmul_bwd(compute_, s.dbtc, gw(kFcW), gw(kFcB), s.d4c, a.ln2, p.t[kFcW], BT, C, 4 * C, dt);
+  ops::layernorm_bwd(compute_, s.dres, gw(kLn2W), gw(kLn2B), s.dbtc, a.res2, p.t[kLn2W],
+                     a.ln2_mean, a.ln2_rstd, BT, C, dt);
+  // Attention: res2 = res_in + c_proj(attn(c_attn(ln_1(res_in)))); dres becomes d(res_in).
+  ops::matmul_bwd(compute_, s.dbtc, gw(kAttProjW), gw(kAttProjB), s.dres, a.atty,
+                  p.t[kAttProjW], BT, C, C, dt);
+  ops::attention_bwd(compute_, s.dqkv, s.dbtc, a.qkv, a.atty, a.lse, B, T, C, NH, dt);
+  ops::matmul_bwd(compute_, s.dbtc, gw(kQkvW), gw(kQkvB), s.dqkv, a.ln1, p.t[kQkvW], BT, C,
+                  3 * C, dt);
+  ops::layernorm_bwd(compute_, s.dres, gw(kLn1W), gw(kLn1B), s.dbtc, res_in, p.t[kLn1W],
+                     a.ln1_mean, a.ln1_rstd, BT, C, dt);
+}
+
+float GptModel::forward(const std::int32_t* inputs, const std::int32_t* targets, int B, int T,
+                        bool for_backward, float* logits_out) {
+  if (for_backward && targets == nullptr) {
+    throw Error("forward for backward needs targets");
+  }
+  if (backward_ready_) {
+    // A forward for backward whose backward never came: give the head back first.
+    backward_ready_ = false;
+    release(layout_.embedding_module());
+  }
+  reserve(B, T);
+  const std::size_t BT = static_cast<std::size_t>(B) * static_cast<std::size_t>(T);
+  check_tokens(inputs, BT, "input");
+  if (targets != nullptr) check_tokens(targets, BT, "target");
+  const DType dt = options_.dtype;
+  const int C = config_.n_embd, V = config_.vocab_size, L = config_.n_layer;
+  Activations& s = *acts_;
+
+  // Tokens: staged in host memory that stays put until the copies have run (the stream is
+  // synchronized before this function returns).
+  host_tokens_.assign(inputs, inputs + BT);
+  if (targets != nullptr) host_tokens_.insert(host_tokens_.end(), targets, targets + BT);
+  compute_.copy_async(s.inputs, host_tokens_.data(), BT * sizeof(std::int32_t));
+  if (targets != nullptr) {
+    compute_.copy_async(s.targets, host_tokens_.data() + BT, BT * sizeof(std::int32_t));
+  }
+
+  const ModuleLayout& emb_layout = layout_.modules[0];
+  runtime::ModuleView emb = acquire(layout_.embedding_module());
+  ops::embedding_fwd(compute_, s.residual[0], s.inputs, at(emb, emb_layout.tensors[kWte]),
+                     at(emb, emb_layout.tensors[kWpe]), B, T, C, 0, dt);
+  release(layout_.embedding_module());
+
+  for (int l = 0; l < L; ++l) {
+    const int m = layout_.block_module(l);
+    runtime::ModuleView view = acquire(m);
+    const BlockActs& a = s.blocks[options_.checkpointing ? 0 : static_cast<std::size_t>(l)];
+    block_forward(block_params(view), a, s.residual[static_cast<std::size_t>(l)],
+                  s.residual[static_cast<std::size_t>(l) + 1], B, T);
+    release(m);
+  }
+
+  const ModuleLayout& lnf_layout = layout_.modules.back();
+  runtime::ModuleView lnf = acquire(layout_.final_norm_module());
+  ops::layernorm_fwd(compute_, s.lnf, s.lnf_mean, s.lnf_rstd, s.residual.back(),
+                     at(lnf, lnf_layout.tensors[kLnfW]), at(lnf, lnf_layout.tensors[kLnfB]),
+                     static_cast<std::int64_t>(BT), C, config_.layer_norm_epsilon, dt);
+  release(layout_.final_norm_module());
+
+  // LM head, tied to wte (V, C): logits (BT, V) = lnf @ wte^T.
+  head_ = acquire(layout_.embedding_module());
+  ops::matmul_fwd(compute_, s.logits, s.lnf, at(head_, emb_layout.tensors[kWte]), nullptr,
+                  static_cast<std::int64_t>(BT), C, V, dt);
+  if (targets != nullptr) {
+    ops::softmax_xent_fwd(compute_, s.losses, s.logits, s.targets, static_cast<std::int64_t>(BT),
+                          V, dt);
+  }
+  if (!for_backward) release(layout_.embedding_module());
+  if (logits_out != nullptr) copy_logits_out(s.logits, BT * static_cast<std::size_t>(V), logits_out);
+
+  float loss = std::numeric_limits<float>::quiet_NaN();
+  if (targets != nullptr) {
+    host_losses_.resize(BT);
+    compute_.copy_async(host_losses_.data(), s.losses, BT * sizeof(float));
+  }
+  compute_.synchronize();
+  if (targets != nullptr) {
+    double sum = 0.0;  // in token order: the same bits on every run
+    for (float x : host_losses_) sum += x;
+    loss = static_cast<float>(sum / static_cast<double>(BT));
+  }
+  B_ = B;
+  T_ = T;
+  backward_ready_ = for_backward;
+  return loss;
+}
+
+void GptModel::copy_logits_out(const void* logits, std::size_t n, float* out) {
+  if (options_.dtype == DType::f32) {
+    compute_.copy_async(out, logits, n * sizeof(float));
+    compute_.synchronize();
+    return;
+  }
+  host_half_.resize(n);
+  compute_.copy_async(host_half_.data(), logits, n * sizeof(std::uint16_t));
+  compute_.synchronize();
+  convert(host_half_.data(), options_.dtype, out, DType::f32, n);
+}
+
+void GptModel::backward(float loss_scale) {
+  if (!backward_ready_) {
+    throw Error("backward() without a forward(..., for_backward = true) before it");
+  }
+  backward_ready_ = false;
+  const DType dt = options_.dtype;
+  const int B = B_, T = T_;
+  const std::int64_t BT = static_cast<std::int64_t>(B) * T;
+  const int C = config_.n_embd, V = config_.vocab_size, L = config_.n_layer;
+  Activations& s = *acts_;
+
+  // Mean loss: d(mean)/d(loss_n) = 1 / BT. dlogits overwrite the logits.
+  ops::softmax_xent_bwd(compute_, s.logits, s.logits, s.targets, BT, V,
+                        loss_scale / static_cast<float>(BT), dt);
+  const ModuleLayout& emb_layout = layout_.modules[0];
+  runtime::ModuleView gemb = acquire_grads(layout_.embedding_module());
+  // LM head: dlnf (BT, C) = dlogits @ wte; dwte += dlogits^T @ lnf.
+  ops::matmul_bwd(compute_, s.dbtc, at(gemb, emb_layout.tensors[kWte]), nullptr, s.logits, s.lnf,
+                  at(head_, emb_layout.tensors[kWte]), BT, C, V, dt);
+  release(layout_.embedding_module());
+
+  const ModuleLayout& lnf_layout = layout_.modules.back();
+  runtime::ModuleView lnf = acquire(layout_.final_norm_module());
+  runtime::ModuleView glnf = acquire_grads(layout_.final_norm_module());
+  compute_.memset_async(s.dres, 0, static_cast<std::size_t>(BT) * static_cast<std::size_t>(C) * dtype_size(dt));
+  ops::layernorm_bwd(compute_, s.dres, at(glnf, lnf_layout.tensors[kLnfW]),
+                     at(glnf, lnf_layout.tensors[kLnfB]), s.dbtc, s.residual.back(),
+                     at(lnf, lnf_layout.tensors[kLnfW]), s.lnf_mean, s.lnf_rstd, BT, C, dt);
+  release(layout_.final_norm_module());
+  grads_ready(layout_.final_norm_module());
+
+  for (int l = L - 1; l >= 0; --l) {
+    const int m = layout_.block_module(l);
+    runtime::ModuleView view = acquire(m);
+    runtime::ModuleView grad = acquire_grads(m);
+    const BlockParams p = block_params(view);
+    const BlockActs& a = s.blocks[options_.checkpointing ? 0 : static_cast<std::size_t>(l)];
+    if (options_.checkpointing) {
+      // The same ops on the same inputs: the block's output comes out bit for bit as saved.
+      block_forward(p, a, s.residual[static_cast<std::size_t>(l)],
+                    s.residual[static_cast<std::size_t>(l) + 1], B, T);
+    }
+    block_backward(p, block_params(grad), a, s.residual[static_cast<std::size_t>(l)], B, T);
+    release(m);
+    grads_ready(m);
+  }
+
+  ops::embedding_bwd(compute_, at(gemb, emb_layout.tensors[kWte]),
+                     at(gemb, emb_layout.tensors[kWpe]), s.dres, s.inputs, B, T, C, dt);
+  grads_ready(layout_.embedding_module());
+}
+
+void GptModel::forward_decode(GptKvCache& cache, const std::int32_t* tokens, int B, int T_new,
+                              float* logits_out) {
+  if (B != cache.batch()) {
+    throw Error(fmt::format("decoding a batch of {} with a KV cache made for {}", B, cache.batch()));
+  }
+  if (T_new <= 0 || cache.length() + T_new > cache.max_T()) {
+    throw Error(fmt::format("decoding {} more tokens after {}: the KV cache holds {}", T_new,
+                            cache.length(), cache.max_T()),
+                "", "make a longer cache (at most n_positions)");
+  }
+  const std::size_t BT = static_cast<std::size_t>(B) * static_cast<std::size_t>(T_new);
+  check_tokens(tokens, BT, "input");
+  const DType dt = options_.dtype;
+  const int C = config_.n_embd, V = config_.vocab_size, NH = config_.n_head;
+  const std::size_t Cs = static_cast<std::size_t>(C);
+  const std::size_t es = dtype_size(dt);
+  const float eps = config_.layer_norm_epsilon;
+  const auto N = static_cast<std::int64_t>(BT);
+
+  // Scratch for these tokens only: x, ln, qkv, atty, proj, fc, logits, token ids.
+  Carver measure(nullptr);
+  const std::size_t sizes[] = {BT * Cs * es,     BT * Cs * es, BT * 3 * Cs * es,
+                               BT * Cs * es,     BT * Cs * es, BT * 4 * Cs * es,
+                               BT * static_cast<std::size_t>(V) * es, BT * sizeof(std::int32_t)};
+  for (std::size_t b : sizes) measure.take(b);
+  runtime::DeviceBuffer scratch =
+      device_.allocate(measure.bytes(), fmt::format("decoding scratch for {} x {} tokens", B, T_new));
+  Carver c(static_cast<std::byte*>(scratch.data()));
+  void* x = c.take(sizes[0]);
+  void* ln = c.take(sizes[1]);
+  void* qkv = c.take(sizes[2]);
+  void* atty = c.take(sizes[3]);
+  void* proj = c.take(sizes[4]);
+  void* fc = c.take(sizes[5]);
+  void* logits = c.take(sizes[6]);
+  auto* tok = static_cast<std::int32_t*>(c.take(sizes[7]));
+
+  host_tokens_.assign(tokens, tokens + BT);
+  compute_.copy_async(tok, host_tokens_.data(), BT * sizeof(std::int32_t));
+  const ModuleLayout& emb_layout = layout_.modules[0];
+  runtime::ModuleView emb = acquire(layout_.embedding_module());
+  ops::embedding_fwd(compute_, x, tok, at(emb, emb_layout.tensors[kWte]),
+                     at(emb, emb_layout.tensors[kWpe]), B, T_new, C, cache.length(), dt);
+  release(layout_.embedding_module());
+  for (int l = 0; l < config_.n_layer; ++l) {
+    const int m = layout_.block_module(l);
+    const BlockParams p = block_params(acquire(m));
+    ops::layernorm_fwd(compute_, ln, nullptr, nullptr, x, p.t[kLn1W], p.t[kLn1B], N, C, eps, dt);
+    ops::matmul_fwd(compute_, qkv, ln, p.t[kQkvW], p.t[kQkvB], N, C, 3 * C, dt);
+    ops::attention_decode(compute_, atty, cache.k_[static_cast<std::size_t>(l)].data(),
+                          cache.v_[static_cast<std::size_t>(l)].data(), qkv, B, T_new,
+                          cache.length(), cache.max_T(), C, NH, dt);
+    ops::matmul_fwd(compute_, proj, atty, p.t[kAttProjW], p.t[kAttProjB], N, C, C, dt);
+    ops::residual_fwd(compute_, x, x, proj, N * C, dt);
+    ops::layernorm_fwd(compute_, ln, nullptr, nullptr, x, p.t[kLn2W], p.t[kLn2B], N, C, eps, dt);
+    ops::matmul_fwd(compute_, fc, ln, p.t[kFcW], p.t[kFcB], N, C, 4 * C, dt);
+    ops::gelu_fwd(compute_, fc, fc, N * 4 * C, dt);
+    ops::matmul_fwd(compute_, proj, fc, p.t[kFcProjW], p.t[kFcProjB], N, 4 * C, C, dt);
+    ops::residual_fwd(compute_, x, x, proj, N * C, dt);
+    release(m);
+  }
+  const ModuleLayout& lnf_layout = layout_.modules.back();
+  runtime::ModuleView lnf = acquire(layout_.final_norm_module());
+  ops::layernorm_fwd(compute_, ln, nullptr, nullptr, x, at(lnf, lnf_layout.tensors[kLnfW]),
+                     at(lnf, lnf_layout.tensors[kLnfB]), N, C, eps, dt);
+  release(layout_.final_norm_module());
+  runtime::ModuleView head = acquire(layout_.embedding_module());
+  ops::matmul_fwd(compute_, logits, ln, at(head, emb_layout.tensors[kWte]), nullptr, N, C, V, dt);
+  release(layout_.embedding_module());
+  copy_logits_out(logits, BT * static_cast<std::size_t>(V), logits_out);  // synchronizes
+  cache.length_ += T_new;
+}
+
+}  // namespace strata::models

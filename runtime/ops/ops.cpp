@@ -1,0 +1,190 @@
+// Each op: the CUDA launcher when the stream has a cudaStream_t, else a host task running the
+// host kernel on the stream's worker thread. Lambdas capture the arguments by value.
+#include "runtime/ops/ops.h"
+
+#include "kernels/cuda/cast.h"
+#include "kernels/cuda/ops.h"
+#include "kernels/host/attention.h"
+#include "kernels/host/cast.h"
+#include "kernels/host/cross_entropy.h"
+#include "kernels/host/elementwise.h"
+#include "kernels/host/embedding.h"
+#include "kernels/host/layernorm.h"
+#include "kernels/host/matmul.h"
+
+namespace strata::runtime::ops {
+namespace {
+
+namespace kh = strata::kernels::host;
+
+cudaStream_t cuda_stream(const Stream& s) { return static_cast<cudaStream_t>(s.native_handle()); }
+
+}  // namespace
+
+// CUDA_OP(call): the CUDA launch when this build has the CUDA kernels; a host stream never
+// has a native handle, so without them the branch is unreachable.
+#if defined(STRATA_KERNELS_HAVE_CUDA)
+namespace kc = strata::kernels::cuda;
+#define CUDA_OP(call) call
+#else
+#define CUDA_OP(call) \
+  (void)cs;           \
+  STRATA_ASSERT(false, "a CUDA stream in a build without CUDA kernels")
+#endif
+
+void embedding_fwd(Stream& s, void* out, const std::int32_t* tokens, const void* wte,
+                   const void* wpe, int B, int T, int C, int pos_offset, DType dtype) {
+  if (cudaStream_t cs = cuda_stream(s)) {
+    CUDA_OP(kc::embedding_fwd(out, tokens, wte, wpe, B, T, C, pos_offset, dtype, cs));
+    return;
+  }
+  s.host_task([=] { kh::embedding_fwd(out, tokens, wte, wpe, B, T, C, pos_offset, dtype); },
+              "embedding_fwd");
+}
+
+void embedding_bwd(Stream& s, void* dwte, void* dwpe, const void* dout,
+                   const std::int32_t* tokens, int B, int T, int C, DType dtype) {
+  if (cudaStream_t cs = cuda_stream(s)) {
+    CUDA_OP(kc::embedding_bwd(dwte, dwpe, dout, tokens, B, T, C, dtype, cs));
+    return;
+  }
+  s.host_task([=] { kh::embedding_bwd(dwte, dwpe, dout, tokens, B, T, C, dtype); },
+              "embedding_bwd");
+}
+
+void layernorm_fwd(Stream& s, void* out, float* mean, float* rstd, const void* inp,
+                   const void* weight, const void* bias, std::int64_t N, int C, float eps,
+                   DType dtype) {
+  if (cudaStream_t cs = cuda_stream(s)) {
+    CUDA_OP(kc::layernorm_fwd(out, mean, rstd, inp, weight, bias, N, C, eps, dtype, cs));
+    return;
+  }
+  s.host_task([=] { kh::layernorm_fwd(out, mean, rstd, inp, weight, bias, N, C, eps, dtype); },
+              "layernorm_fwd");
+}
+
+void layernorm_bwd(Stream& s, void* dinp, void* dweight, void* dbias, const void* dout,
+                   const void* inp, const void* weight, const float* mean, const float* rstd,
+                   std::int64_t N, int C, DType dtype) {
+  if (cudaStream_t cs = cuda_stream(s)) {
+    CUDA_OP(kc::layernorm_bwd(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, dtype,
+                              cs));
+    return;
+  }
+  s.host_task(
+      [=] {
+        kh::layernorm_bwd(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, dtype);
+      },
+      "layernorm_bwd");
+}
+
+void matmul_fwd(Stream& s, void* out, const void* inp, const void* weight, const void* bias,
+                std::int64_t N, int C, int OC, DType dtype) {
+  if (cudaStream_t cs = cuda_stream(s)) {
+    CUDA_OP(kc::matmul_fwd(out, inp, weight, bias, N, C, OC, dtype, cs));
+    return;
+  }
+  s.host_task([=] { kh::matmul_fwd(out, inp, weight, bias, N, C, OC, dtype); }, "matmul_fwd");
+}
+
+void matmul_bwd(Stream& s, void* dinp, void* dweight, void* dbias, const void* dout,
+                const void* inp, const void* weight, std::int64_t N, int C, int OC,
+                DType dtype) {
+  if (cudaStream_t cs = cuda_stream(s)) {
+    CUDA_OP(kc::matmul_bwd(dinp, dweight, dbias, dout, inp, weight, N, C, OC, dtype, cs));
+    return;
+  }
+  s.host_task([=] { kh::matmul_bwd(dinp, dweight, dbias, dout, inp, weight, N, C, OC, dtype); },
+              "matmul_bwd");
+}
+
+void attention_fwd(Stream& s, void* out, float* lse, const void* qkv, int B, int T, int C,
+                   int NH, DType dtype) {
+  if (cudaStream_t cs = cuda_stream(s)) {
+    CUDA_OP(kc::attention_fwd(out, lse, qkv, B, T, C, NH, dtype, cs));
+    return;
+  }
+  s.host_task([=] { kh::attention_fwd(out, lse, qkv, B, T, C, NH, dtype); }, "attention_fwd");
+}
+
+void attention_bwd(Stream& s, void* dqkv, const void* dout, const void* qkv, const void* out,
+                   const float* lse, int B, int T, int C, int NH, DType dtype) {
+  if (cudaStream_t cs = cuda_stream(s)) {
+    CUDA_OP(kc::attention_bwd(dqkv, dout, qkv, out, lse, B, T, C, NH, dtype, cs));
+    return;
+  }
+  s.host_task([=] { kh::attention_bwd(dqkv, dout, qkv, out, lse, B, T, C, NH, dtype); },
+              "attention_bwd");
+}
+
+void attention_decode(Stream& s, void* out, void* k_cache, void* v_cache, const void* qkv,
+                      int B, int T_new, int past, int max_T, int C, int NH, DType dtype) {
+  if (cudaStream_t cs = cuda_stream(s)) {
+    CUDA_OP(kc::attention_decode(out, k_cache, v_cache, qkv, B, T_new, past, max_T, C, NH, dtype,
+                                 cs));
+    return;
+  }
+  s.host_task(
+      [=] {
+        kh::attention_decode(out, k_cache, v_cache, qkv, B, T_new, past, max_T, C, NH, dtype);
+      },
+      "attention_decode");
+}
+
+void gelu_fwd(Stream& s, void* out, const void* inp, std::int64_t n, DType dtype) {
+  if (cudaStream_t cs = cuda_stream(s)) {
+    CUDA_OP(kc::gelu_fwd(out, inp, n, dtype, cs));
+    return;
+  }
+  s.host_task([=] { kh::gelu_fwd(out, inp, n, dtype); }, "gelu_fwd");
+}
+
+void gelu_bwd(Stream& s, void* dinp, const void* inp, const void* dout, std::int64_t n,
+              DType dtype) {
+  if (cudaStream_t cs = cuda_stream(s)) {
+    CUDA_OP(kc::gelu_bwd(dinp, inp, dout, n, dtype, cs));
+    return;
+  }
+  s.host_task([=] { kh::gelu_bwd(dinp, inp, dout, n, dtype); }, "gelu_bwd");
+}
+
+void residual_fwd(Stream& s, void* out, const void* a, const void* b, std::int64_t n,
+                  DType dtype) {
+  if (cudaStream_t cs = cuda_stream(s)) {
+    CUDA_OP(kc::residual_fwd(out, a, b, n, dtype, cs));
+    return;
+  }
+  s.host_task([=] { kh::residual_fwd(out, a, b, n, dtype); }, "residual_fwd");
+}
+
+void softmax_xent_fwd(Stream& s, float* losses, const void* logits,
+                      const std::int32_t* targets, std::int64_t N, int V, DType dtype) {
+  if (cudaStream_t cs = cuda_stream(s)) {
+    CUDA_OP(kc::softmax_xent_fwd(losses, logits, targets, N, V, dtype, cs));
+    return;
+  }
+  s.host_task([=] { kh::softmax_xent_fwd(losses, logits, targets, N, V, dtype); },
+              "softmax_xent_fwd");
+}
+
+void softmax_xent_bwd(Stream& s, void* dlogits, const void* logits,
+                      const std::int32_t* targets, std::int64_t N, int V, float dloss,
+                      DType dtype) {
+  if (cudaStream_t cs = cuda_stream(s)) {
+    CUDA_OP(kc::softmax_xent_bwd(dlogits, logits, targets, N, V, dloss, dtype, cs));
+    return;
+  }
+  s.host_task([=] { kh::softmax_xent_bwd(dlogits, logits, targets, N, V, dloss, dtype); },
+              "softmax_xent_bwd");
+}
+
+void cast(Stream& s, const void* src, DType src_dtype, void* dst, DType dst_dtype,
+          std::size_t n) {
+  if (cudaStream_t cs = cuda_stream(s)) {
+    CUDA_OP(kc::cast(src, src_dtype, dst, dst_dtype, n, cs));
+    return;
+  }
+  s.host_task([=] { kh::cast(src, src_dtype, dst, dst_dtype, n); }, "cast");
+}
+
+}  // namespace strata::runtime::ops

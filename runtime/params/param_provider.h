@@ -1,0 +1,50 @@
+#pragma once
+// How a model reaches its parameters and hands back its gradients: the interface between
+// models/ (which computes) and the engine (which decides where states live). See
+// docs/architecture.md, "Model, engine and kernels".
+//
+// A model is a list of modules (embedding, each block, the final norm); each module's
+// parameters are one flat buffer of `numel` elements in the compute dtype. Per step the model
+//   - acquire(m) before it reads module m's parameters, and waits on the view's `ready` event
+//     on its compute stream; release(m, done) when the work recorded in `done` is the last
+//     that reads them. A module may be acquired more than once per step (the tied embedding
+//     / LM head); each acquire has its own release.
+//   - acquire_grads(m) before its first gradient contribution of the step (the view is
+//     accumulated into, +=), and grads_ready(m, done) after its last one: the gradient is
+//     final once `done` has completed.
+// Events passed to the provider are borrowed for the duration of the call only: a provider
+// that needs the point in the stream later makes its stream wait on it (or records its own).
+#include <cstddef>
+
+#include "core/dtype.h"
+#include "runtime/device/device.h"
+
+namespace strata::runtime {
+
+// A module's full parameters or gradient buffer in device memory.
+struct ModuleView {
+  void* data = nullptr;          // numel elements of dtype, device memory
+  std::size_t numel = 0;
+  DType dtype = DType::f32;
+  const Event* ready = nullptr;  // wait on it before use; nullptr = usable now
+};
+
+class ParamProvider {
+ public:
+  virtual ~ParamProvider() = default;
+
+  virtual int module_count() const = 0;
+  virtual std::size_t module_numel(int module) const = 0;
+
+  virtual ModuleView acquire(int module) = 0;
+  virtual void release(int module, const Event& done) = 0;
+  virtual ModuleView acquire_grads(int module) = 0;
+  virtual void grads_ready(int module, const Event& done) = 0;
+
+ protected:
+  ParamProvider() = default;
+  ParamProvider(const ParamProvider&) = delete;
+  ParamProvider& operator=(const ParamProvider&) = delete;
+};
+
+}  // namespace strata::runtime
