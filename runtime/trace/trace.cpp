@@ -76,9 +76,18 @@ void append_us(std::string& out, std::int64_t ns) {
 
 }  // namespace
 
+// Per-track busy counters (Note [Busy time] in trace.h), indexed like Impl::tracks.
+struct BusyCounters {
+  std::int64_t busy_ns = 0;
+  std::uint64_t bytes = 0;
+  std::uint64_t spans = 0;
+};
+
 struct Tracer::Impl {
   std::string process_name;
   int pid = 0;
+  bool store_spans = false;   // there is a path to write them to
+  bool account_busy = false;
   // Held for a whole flush so that two flushes cannot overlap and rename an older trace over
   // a newer one; recorders never take it.
   std::mutex flush_mutex;
@@ -88,8 +97,9 @@ struct Tracer::Impl {
   InternMap track_ids;
   std::vector<std::string> tracks;
   std::vector<std::vector<Span>> chunks;
+  std::vector<BusyCounters> busy;  // empty unless account_busy; busy[track] once it is used
   std::size_t span_count = 0;
-  bool dirty = true;  // something to write (an enabled tracer writes at least an empty trace)
+  bool dirty = true;  // something to write (a tracer with a path writes at least an empty trace)
 
   std::string to_json() const;
 };
@@ -129,15 +139,19 @@ std::string Tracer::Impl::to_json() const {
   return out;
 }
 
-Tracer::Tracer(std::string path, std::string process_name) : path_(std::move(path)) {
-  if (path_.empty()) return;
+Tracer::Tracer(std::string path, std::string process_name, bool account_busy)
+    : path_(std::move(path)), account_busy_(account_busy) {
+  if (path_.empty() && !account_busy_) return;
   impl_ = std::make_unique<Impl>();
   impl_->process_name = std::move(process_name);
   impl_->pid = static_cast<int>(::getpid());
+  impl_->store_spans = !path_.empty();
+  impl_->account_busy = account_busy_;
+  impl_->dirty = impl_->store_spans;
 }
 
 Tracer::~Tracer() {
-  if (!impl_) return;
+  if (!impl_ || !impl_->store_spans) return;
   try {
     bool dirty;
     {
@@ -154,13 +168,24 @@ void Tracer::record_enabled(std::string_view name, std::string_view stream, std:
                             std::int64_t end_ns, std::uint64_t bytes) {
   Impl& im = *impl_;
   std::lock_guard lock(im.mutex);
-  if (im.chunks.empty() || im.chunks.back().size() == kChunkSpans) {
-    im.chunks.emplace_back().reserve(kChunkSpans);
+  const std::uint32_t track = intern(im.track_ids, im.tracks, stream);
+  if (im.store_spans) {
+    if (im.chunks.empty() || im.chunks.back().size() == kChunkSpans) {
+      im.chunks.emplace_back().reserve(kChunkSpans);
+    }
+    im.chunks.back().push_back(
+        Span{intern(im.name_ids, im.names, name), track, start_ns, end_ns, bytes});
+    im.dirty = true;
   }
-  im.chunks.back().push_back(Span{intern(im.name_ids, im.names, name),
-                                  intern(im.track_ids, im.tracks, stream), start_ns, end_ns, bytes});
+  if (im.account_busy) {
+    // Track ids are dense and handed out in order, so a new track is exactly one past the end.
+    if (track == im.busy.size()) im.busy.emplace_back();
+    BusyCounters& b = im.busy[track];
+    b.busy_ns += std::max<std::int64_t>(0, end_ns - start_ns);
+    b.bytes += bytes;
+    ++b.spans;
+  }
   ++im.span_count;
-  im.dirty = true;
 }
 
 std::size_t Tracer::span_count() const {
@@ -169,8 +194,20 @@ std::size_t Tracer::span_count() const {
   return impl_->span_count;
 }
 
+std::vector<TrackBusy> Tracer::busy() const {
+  std::vector<TrackBusy> out;
+  if (!impl_ || !impl_->account_busy) return out;
+  std::lock_guard lock(impl_->mutex);
+  out.reserve(impl_->busy.size());
+  for (std::size_t t = 0; t < impl_->busy.size(); ++t) {
+    const BusyCounters& b = impl_->busy[t];
+    out.push_back(TrackBusy{impl_->tracks[t], b.busy_ns, b.bytes, b.spans});
+  }
+  return out;
+}
+
 void Tracer::flush() {
-  if (!impl_) return;
+  if (!impl_ || !impl_->store_spans) return;
   std::lock_guard flush_lock(impl_->flush_mutex);
   std::string text;
   {

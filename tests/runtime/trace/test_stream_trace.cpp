@@ -2,6 +2,8 @@
 // and per named host task, on the stream's track; nothing when tracing is off.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include "runtime/device/device.h"
@@ -43,6 +45,36 @@ TEST(StreamTrace, HostStreamWorkBecomesSpansOnItsTrack) {
   }
   EXPECT_TRUE(copy_seen);
   EXPECT_TRUE(task_seen);
+}
+
+TEST(StreamTrace, AccountOnlyTracerSumsStreamBusyTime) {
+  Tracer tracer("", "rank 0", /*account_busy=*/true);
+  {
+    auto device = Device::create({.kind = "host", .memory_bytes = 1 << 20, .tracer = &tracer});
+    auto h2d = device->create_stream("h2d");
+    auto compute = device->create_stream("compute");
+    DeviceBuffer buf = device->allocate(4096, "buf");
+    std::vector<char> host(4096, 1);
+    h2d->copy_async(buf.data(), host.data(), 4096);
+    h2d->copy_async(host.data(), buf.data(), 1024);
+    for (int i = 0; i < 2; ++i) {
+      compute->host_task([] { std::this_thread::sleep_for(std::chrono::milliseconds(10)); },
+                         "sleep");
+    }
+    device->synchronize();
+  }
+  std::int64_t compute_ns = -1;
+  std::uint64_t h2d_bytes = 0, h2d_spans = 0;
+  for (const TrackBusy& b : tracer.busy()) {
+    if (b.track == "compute") compute_ns = b.busy_ns;
+    if (b.track == "h2d") {
+      h2d_bytes = b.bytes;
+      h2d_spans = b.spans;
+    }
+  }
+  EXPECT_GE(compute_ns, 20'000'000);  // two 10 ms tasks, in order on one stream
+  EXPECT_EQ(h2d_bytes, 5120u);
+  EXPECT_EQ(h2d_spans, 2u);
 }
 
 TEST(StreamTrace, DisabledTracerRecordsNothing) {

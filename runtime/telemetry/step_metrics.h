@@ -1,0 +1,96 @@
+#pragma once
+// What one training step did, as numbers: loss, speed, time per phase, bytes per link, memory
+// per tier and which resource was the bottleneck. The engine fills a StepMetrics per step;
+// MetricsWriter appends it to a JSONL file (one object per line, for pandas / jq), Progress
+// (progress.h) shows it to a person, and tables.h summarizes a run.
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace strata::runtime {
+
+// One memory tier at a point in time.
+struct TierMemory {
+  std::uint64_t current_bytes = 0;
+  std::uint64_t peak_bytes = 0;
+  std::uint64_t budget_bytes = 0;  // 0 = no limit
+};
+
+// Bytes moved over each link.
+struct LinkBytes {
+  std::uint64_t nvme_read = 0;
+  std::uint64_t nvme_write = 0;
+  std::uint64_t h2d = 0;
+  std::uint64_t d2h = 0;
+  std::uint64_t collective = 0;  // sent by this rank's collectives
+
+  LinkBytes& operator+=(const LinkBytes& o) noexcept {
+    nvme_read += o.nvme_read;
+    nvme_write += o.nvme_write;
+    h2d += o.h2d;
+    d2h += o.d2h;
+    collective += o.collective;
+    return *this;
+  }
+};
+
+struct StepMetrics {
+  std::uint64_t step = 0;             // 1-based
+  double loss = 0;                    // mean over the step's micro-batches (this rank)
+  double lr = 0;
+  double step_ms = 0;
+  double tokens_per_s = 0;            // all ranks
+  double tflops = 0;                  // achieved: flops_per_token * tokens / time
+  double grad_norm = -1;              // -1 = not computed
+  double loss_scale = 1;
+  bool skipped = false;               // fp16 overflow: the optimizer step was skipped
+  std::vector<std::pair<std::string, double>> phase_ms;  // "forward", "backward", "optimizer", ...
+  LinkBytes bytes;                    // moved during this step, this rank
+  double collective_theory_bytes = 0; // what ZeRO theory says (filled by the engine)
+  TierMemory device, pinned, nvme;    // at the end of the step
+  std::vector<std::pair<std::string, TierMemory>> memory_at_phase;  // optional, "device/after_forward"
+  std::string busiest;                // the busiest resource (trace track) ...
+  double busiest_ms = 0;              // ... and its busy time in this step
+  double overlap = 0;                 // step_ms / busiest_ms (1 = perfect overlap); 0 = unknown
+};
+
+// One JSON object, no newline. Keys, in this order: step, loss, lr, step_ms, tokens_per_s,
+// tflops, grad_norm, loss_scale, skipped, phase_ms {name: ms, ...}, bytes {nvme_read,
+// nvme_write, h2d, d2h, collective}, collective_theory_bytes, memory {device, pinned, nvme:
+// {current_bytes, peak_bytes, budget_bytes}}, memory_at_phase {name: {current_bytes, ...}}
+// (an empty object when none), busiest, busiest_ms, overlap. A non-finite number (a NaN loss)
+// is written as null.
+std::string to_json_line(const StepMetrics& m);
+
+// Appends one line per step to a JSONL file, flushed after each line so that a crashed or
+// killed run keeps every step it finished. Path "" = disabled (write() does nothing).
+// Owns its file; move-only; not thread-safe (one writer, the training loop).
+class MetricsWriter {
+ public:
+  // Creates or truncates the file; throws strata::Error naming the path when it cannot.
+  explicit MetricsWriter(std::string path);
+  ~MetricsWriter();
+  MetricsWriter(MetricsWriter&&) noexcept;
+  MetricsWriter& operator=(MetricsWriter&&) noexcept;
+  MetricsWriter(const MetricsWriter&) = delete;
+  MetricsWriter& operator=(const MetricsWriter&) = delete;
+
+  bool enabled() const noexcept { return file_ != nullptr; }
+  const std::string& path() const noexcept { return path_; }
+
+  // Writes to_json_line(m) and a newline, then flushes. A failure (disk full, I/O error) is
+  // a strata::Error naming the path.
+  void write(const StepMetrics& m);
+
+ private:
+  struct Closer {
+    void operator()(std::FILE* f) const noexcept;
+  };
+  std::string path_;
+  std::unique_ptr<std::FILE, Closer> file_;  // null when disabled
+};
+
+}  // namespace strata::runtime

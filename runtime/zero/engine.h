@@ -1,0 +1,120 @@
+#pragma once
+// The ZeRO engine: a ParamProvider (runtime/params/param_provider.h) that keeps every model
+// state in the tier the config names, fetches parameters ahead of the model, reduces and
+// offloads gradients while backward continues, and runs the optimizer on each rank's shard.
+//
+// Per step, driven by one thread (the trainer):
+//   begin_step()                       zero the fp32 gradient accumulators; start the fetch trace
+//   for each micro-batch: model.forward(...) and model.backward(backward_loss_scale())
+//                                      acquire / release / acquire_grads / grads_ready come here
+//   step(lr)                           wait for the gradients, global norm, clipping, fp16
+//                                      overflow, the Adam update per module in its tier, the new
+//                                      parameters written back to their tier (and gathered)
+//
+// Parameters (docs/architecture.md, "The ZeRO engine"): resident modules (stages 0-2, small
+// modules at stage 3, and everything at stage 3 with one rank and no parameter offload) keep
+// their full parameters on the device. The others keep only this rank's shard in their tier
+// (device, pinned host, NVMe); acquire() gathers them into a transient device buffer: NVMe read
+// into a pinned staging buffer, H2D into this rank's slice, all-gather on the comm stream. The
+// prefetch scheduler (fetch_trace.h) runs these fetches ahead along the order recorded in step 1.
+//
+// Gradients: each module's gradient buffer (compute dtype, on the device) is reduced over the
+// ranks on the comm stream when the model reports it final (reduce-scatter at stage >= 2,
+// all-reduce below), then this rank's shard is accumulated in fp32: on the device when the
+// optimizer states are there, else copied D2H (compute dtype) and accumulated on the host.
+// The model's backward scales the loss by loss_scale / (gradient_accumulation_steps * world), so
+// the accumulated gradient is the mean over all micro-batches of all ranks, times loss_scale.
+//
+// Invariant (tested): on the host backend, the same run with the states on the device, pinned
+// host or NVMe gives bitwise-identical parameters (the same CPU Adam, the same fp32 accumulation
+// and reductions in a fixed order).
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "runtime/comm/comm.h"
+#include "runtime/config/config.h"
+#include "runtime/device/device.h"
+#include "runtime/params/param_provider.h"
+#include "runtime/tiers/host_tiers.h"
+#include "runtime/zero/plan.h"
+
+namespace strata::runtime {
+
+class Tracer;
+
+struct EngineSetup {
+  std::vector<std::size_t> module_numels;
+  std::vector<std::string> module_names;
+  DType dtype = DType::f32;              // compute dtype of parameters and gradients
+  std::uint64_t activation_bytes = 0;    // the model's reserve() for the micro-batch (for the plan)
+};
+
+// Bytes moved and fetch statistics since the engine was made (this rank).
+struct EngineCounters {
+  std::uint64_t h2d_bytes = 0;
+  std::uint64_t d2h_bytes = 0;
+  std::uint64_t collective_bytes = 0;  // per-rank bus volume: (W-1)/W of an all-gather or
+                                       // reduce-scatter's full size, 2(W-1)/W of an all-reduce's
+  std::uint64_t nvme_read_bytes = 0;
+  std::uint64_t nvme_write_bytes = 0;
+  std::uint64_t fetches = 0;           // gathers of a non-resident module
+  std::uint64_t prefetched = 0;        // of which issued ahead of their acquire
+  std::uint64_t reused = 0;            // acquires served by a module kept gathered
+  std::uint64_t trace_divergences = 0;
+  std::uint64_t skipped_steps = 0;     // fp16 overflow
+};
+
+struct StepOutcome {
+  bool skipped = false;     // fp16 overflow: no update
+  double grad_norm = -1;    // of the unscaled mean gradient; -1 when not needed (no clipping, no fp16)
+  float loss_scale = 1.0f;  // the scale the step's backward used
+};
+
+class ZeroEngine final : public ParamProvider {
+ public:
+  // config: resolved, with concrete optimizer values. Makes the plan (throws strata::Error with
+  // the per-tier table when it does not fit) and allocates every state it places. Borrowed
+  // references must outlive the engine. `tracer` may be disabled.
+  ZeroEngine(const Config& config, const EngineSetup& setup, Device& device, Stream& compute,
+             Communicator& comm, HostTiers& tiers, Tracer& tracer);
+  ~ZeroEngine() override;
+  ZeroEngine(const ZeroEngine&) = delete;
+  ZeroEngine& operator=(const ZeroEngine&) = delete;
+
+  const ZeroPlan& plan() const;
+  const PlanInputs& plan_inputs() const;
+
+  // Initial values of module m: its full fp32 values (numel, host memory). Every rank passes the
+  // same values and keeps its shard: fp32 master, zero moments, parameters in the compute dtype.
+  void load_module(int module, const float* values);
+  // The current fp32 master weights of module m, all shards (numel, host memory). Collective:
+  // every rank calls it for the same modules in the same order.
+  void gather_module(int module, float* out);
+
+  // The scale the model's backward multiplies d(loss)/d(logits) by.
+  float backward_loss_scale() const;
+  void begin_step();
+  // After the last micro-batch's backward. lr: this step's learning rate.
+  StepOutcome step(double lr);
+
+  EngineCounters counters() const;
+
+  // ParamProvider.
+  int module_count() const override;
+  std::size_t module_numel(int module) const override;
+  ModuleView acquire(int module) override;
+  void release(int module, const Event& done) override;
+  ModuleView acquire_grads(int module) override;
+  void grads_ready(int module, const Event& done) override;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace strata::runtime

@@ -1,0 +1,199 @@
+// ZeroEngine: acquire / release of parameters and the prefetch scheduler.
+//
+// A module that is not resident moves idle -> (NVMe: reading) -> gathered -> idle. gather()
+// allocates its device buffer from the stream-ordered pool, copies this rank's shard into its
+// slice on the H2D stream and all-gathers in place on the comm stream; the module's `ready`
+// event marks the end. The compute stream waits only on that event (the model does, with the
+// view's `ready`). release() hands the buffer back to the pool after the compute stream's work
+// so far, unless the trace says the module comes back soon (stage3_max_reuse_distance).
+//
+// prefetch() runs after every acquire and release: along the trace of the previous step, it
+// starts NVMe reads while staging buffers are free, and gathers ahead while the elements in
+// flight stay under stage3_prefetch_bucket_size, the gathered elements under
+// stage3_max_live_parameters, and the device memory suffices without waiting.
+#include <algorithm>
+
+#include "core/error.h"
+#include "runtime/zero/engine_impl.h"
+
+namespace strata::runtime {
+
+void ZeroEngine::Impl::start_read(int module) {
+  ModuleState& s = modules[static_cast<std::size_t>(module)];
+  STRATA_ASSERT(s.fetch == FetchState::idle && s.plan.param_tier == Tier::nvme, "start_read of a busy module");
+  int free_index = -1;
+  for (std::size_t i = 0; i < param_staging.size(); ++i) {
+    if (!param_staging_busy[i]) {
+      free_index = static_cast<int>(i);
+      break;
+    }
+  }
+  STRATA_ASSERT(free_index >= 0, "start_read without a free staging buffer");
+  Staging& st = param_staging[static_cast<std::size_t>(free_index)];
+  st.done->synchronize();  // the H2D of its previous module has finished
+  param_staging_busy[static_cast<std::size_t>(free_index)] = true;
+  s.staging = free_index;
+  s.read = swap().read(s.shard_ext, st.buffer.data(), shard_bytes(s));
+  s.fetch = FetchState::reading;
+}
+
+bool ZeroEngine::Impl::gather(int module, bool on_demand) {
+  ModuleState& s = modules[static_cast<std::size_t>(module)];
+  STRATA_ASSERT(!s.plan.resident && s.fetch != FetchState::gathered, "gather of a gathered module");
+  const std::size_t ds = dtype_size(dtype);
+  const std::size_t full_bytes = s.plan.part.padded_numel * ds;
+  if (s.plan.param_tier == Tier::nvme) {
+    if (s.fetch == FetchState::idle) {
+      if (!on_demand) return false;
+      // On demand with every staging buffer taken by reads ahead: wait for the oldest of them.
+      if (std::find(param_staging_busy.begin(), param_staging_busy.end(), false) == param_staging_busy.end()) {
+        // Cancel one read ahead (it is read again later) to make room for the module needed now.
+        for (ModuleState& other : modules) {
+          if (other.fetch == FetchState::reading) {
+            drop_gathered(static_cast<int>(&other - modules.data()));
+            break;
+          }
+        }
+      }
+      start_read(module);
+    }
+    if (!on_demand && !swap().engine().poll(s.read)) return false;
+  }
+  DeviceBuffer buffer = on_demand ? pool.allocate(full_bytes, s.name + " gathered parameters")
+                                  : pool.try_allocate(full_bytes, s.name + " gathered parameters");
+  if (buffer.empty()) return false;
+
+  char* slice = static_cast<char*>(buffer.data()) + shard_offset_bytes(s);
+  switch (s.plan.param_tier) {
+    case Tier::device:
+      copy_in->copy_async(slice, s.shard_dev.data(), shard_bytes(s));  // on the device: not H2D
+      break;
+    case Tier::pinned: h2d(slice, s.shard_pin.data(), shard_bytes(s)); break;
+    case Tier::nvme: {
+      swap().engine().wait(s.read);  // throws the read's error, naming the extent
+      Staging& st = param_staging[static_cast<std::size_t>(s.staging)];
+      h2d(slice, st.buffer.data(), shard_bytes(s));
+      st.done->record(*copy_in);
+      param_staging_busy[static_cast<std::size_t>(s.staging)] = false;
+      s.staging = -1;
+      break;
+    }
+  }
+  if (plan.shards > 1) {
+    copy_in_done->record(*copy_in);
+    comm_stream->wait(*copy_in_done);
+    comm.all_gather(slice, buffer.data(), s.plan.part.shard_numel, dtype, *comm_stream);
+    count_all_gather(full_bytes);
+    s.ready->record(*comm_stream);
+  } else {
+    s.ready->record(*copy_in);
+  }
+  s.gathered = std::move(buffer);
+  s.fetch = FetchState::gathered;
+  live_numel += s.plan.part.padded_numel;
+  ++counters.fetches;
+  if (!on_demand) {
+    s.prefetched = true;
+    prefetch_numel += s.plan.part.padded_numel;
+    ++counters.prefetched;
+  }
+  return true;
+}
+
+void ZeroEngine::Impl::prefetch() {
+  if (!trace.following()) return;
+  // NVMe reads run furthest ahead: as many as there are staging buffers.
+  for (int m : trace.upcoming()) {
+    ModuleState& s = modules[static_cast<std::size_t>(m)];
+    if (s.plan.resident || s.plan.param_tier != Tier::nvme || s.fetch != FetchState::idle) continue;
+    if (std::find(param_staging_busy.begin(), param_staging_busy.end(), false) == param_staging_busy.end()) break;
+    start_read(m);
+  }
+  // Gathers follow, in trace order, within the element budgets.
+  for (int m : trace.upcoming()) {
+    ModuleState& s = modules[static_cast<std::size_t>(m)];
+    if (s.plan.resident || s.fetch == FetchState::gathered) continue;
+    if (prefetch_numel >= prefetch_bucket) break;
+    if (live_numel + s.plan.part.padded_numel > max_live) break;
+    if (!gather(m, false)) break;
+  }
+}
+
+bool ZeroEngine::Impl::keep_for_reuse(int module) const {
+  if (!trace.following()) return false;
+  // Elements fetched between now and the module's next use along the trace.
+  std::uint64_t distance = 0;
+  for (int m : trace.upcoming()) {
+    if (m == module) return distance <= max_reuse_distance && live_numel <= max_live;
+    const ModuleState& s = modules[static_cast<std::size_t>(m)];
+    if (!s.plan.resident) distance += s.plan.part.padded_numel;
+    if (distance > max_reuse_distance) return false;
+  }
+  return false;
+}
+
+void ZeroEngine::Impl::drop_gathered(int module) {
+  ModuleState& s = modules[static_cast<std::size_t>(module)];
+  if (s.fetch == FetchState::reading) {
+    swap().engine().wait(s.read);
+    param_staging_busy[static_cast<std::size_t>(s.staging)] = false;
+    s.staging = -1;
+    s.fetch = FetchState::idle;
+    return;
+  }
+  if (s.fetch != FetchState::gathered) return;
+  STRATA_ASSERT(s.holders == 0, "dropping a module the model still holds");
+  // The compute stream read it last (it waited on `ready`, so the copies are done by then).
+  compute.wait(*s.ready);
+  pool.free_after(std::move(s.gathered), compute);
+  live_numel -= s.plan.part.padded_numel;
+  if (s.prefetched) prefetch_numel -= s.plan.part.padded_numel;
+  s.prefetched = false;
+  s.fetch = FetchState::idle;
+}
+
+void ZeroEngine::Impl::drop_all_gathered() {
+  for (std::size_t m = 0; m < modules.size(); ++m) drop_gathered(static_cast<int>(m));
+}
+
+ModuleView ZeroEngine::acquire(int module) {
+  Impl& d = *impl_;
+  STRATA_ASSERT(module >= 0 && module < module_count(), "acquire: module index out of range");
+  ModuleState& s = d.modules[static_cast<std::size_t>(module)];
+  d.trace.on_acquire(module);
+  ModuleView view;
+  view.numel = s.plan.part.numel;
+  view.dtype = d.dtype;
+  ++s.holders;
+  if (s.plan.resident) {
+    view.data = s.full.data();
+    view.ready = d.params_updated.get();
+    return view;
+  }
+  if (s.fetch == FetchState::gathered) {
+    if (s.prefetched) {
+      s.prefetched = false;
+      d.prefetch_numel -= s.plan.part.padded_numel;
+    } else if (s.holders == 1) {
+      ++d.counters.reused;
+    }
+  } else {
+    d.gather(module, true);
+  }
+  d.prefetch();
+  view.data = s.gathered.data();
+  view.ready = s.ready.get();
+  return view;
+}
+
+void ZeroEngine::release(int module, const Event& /*done: recorded on the compute stream*/) {
+  Impl& d = *impl_;
+  ModuleState& s = d.modules.at(static_cast<std::size_t>(module));
+  STRATA_ASSERT(s.holders > 0, "release of a module that was not acquired");
+  --s.holders;
+  if (s.plan.resident || s.holders > 0) return;
+  if (!d.keep_for_reuse(module)) d.drop_gathered(module);
+  d.prefetch();
+}
+
+}  // namespace strata::runtime

@@ -1,0 +1,203 @@
+#include "runtime/zero/plan.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "core/error.h"
+#include "core/units.h"
+
+namespace strata::runtime {
+namespace {
+
+Tier tier_of(OffloadDevice d) {
+  switch (d) {
+    case OffloadDevice::kNone: return Tier::device;
+    case OffloadDevice::kCpu: return Tier::pinned;
+    case OffloadDevice::kNvme: return Tier::nvme;
+  }
+  return Tier::device;
+}
+
+std::uint64_t round_up(std::uint64_t v, std::uint64_t a) { return (v + a - 1) / a * a; }
+
+// Pinned buffers are whole pages (offload/host_buffer.h).
+std::uint64_t pinned_bytes(std::uint64_t v) { return round_up(v, 4096); }
+
+std::string fmt_bytes(std::uint64_t b) { return format_bytes(b); }
+
+}  // namespace
+
+const char* tier_name(Tier tier) {
+  switch (tier) {
+    case Tier::device: return "device";
+    case Tier::pinned: return "pinned host";
+    case Tier::nvme: return "nvme";
+  }
+  return "?";
+}
+
+std::uint64_t ZeroPlan::needed(Tier tier) const {
+  if (tier == Tier::device) return device_minimum_bytes;
+  std::uint64_t sum = 0;
+  for (const PlanLine& l : lines)
+    if (l.tier == tier) sum += l.bytes;
+  return sum;
+}
+
+std::string ZeroPlan::table(const PlanInputs& in) const {
+  std::string out;
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "  %-12s %14s %14s\n", "tier", "needed", "available");
+  out += buf;
+  const std::pair<Tier, std::uint64_t> rows[] = {{Tier::device, in.device_budget_bytes},
+                                                 {Tier::pinned, in.pinned_budget_bytes},
+                                                 {Tier::nvme, in.nvme_free_bytes}};
+  for (const auto& [tier, avail] : rows) {
+    const std::uint64_t need = needed(tier);
+    if (tier == Tier::nvme && need == 0) continue;
+    std::snprintf(buf, sizeof buf, "  %-12s %14s %14s%s\n", tier_name(tier), fmt_bytes(need).c_str(),
+                  fmt_bytes(avail).c_str(), need > avail ? "   <- does not fit" : "");
+    out += buf;
+  }
+  out += "  of which:\n";
+  for (const PlanLine& l : lines) {
+    std::snprintf(buf, sizeof buf, "    %-12s %14s  %s\n", tier_name(l.tier), fmt_bytes(l.bytes).c_str(),
+                  l.what.c_str());
+    out += buf;
+  }
+  return out;
+}
+
+ZeroPlan make_plan(const Config& config, const PlanInputs& in) {
+  const ZeroConfig& z = config.zero_optimization;
+  STRATA_ASSERT(in.module_numels.size() == in.module_names.size() && !in.module_numels.empty(),
+                "plan inputs: one name per module");
+  ZeroPlan plan;
+  plan.stage = z.stage;
+  plan.shards = z.stage >= 1 ? in.world : 1;
+  const std::size_t ds = dtype_size(in.dtype);
+  const Tier param_tier = z.stage == 3 ? tier_of(z.offload_param.device) : Tier::device;
+  const Tier opt_tier = tier_of(z.offload_optimizer.device);
+  const std::uint64_t persistence = z.stage3_param_persistence_threshold.value_or(100'000);
+
+  std::uint64_t total_numel = 0;
+  for (std::size_t n : in.module_numels) total_numel += n;
+  const double ratio = opt_tier == Tier::device ? 0.0 : z.offload_optimizer.ratio;
+  std::uint64_t offloaded = 0;
+  for (std::size_t m = 0; m < in.module_numels.size(); ++m) {
+    ModulePlan mp;
+    mp.part = partition_module(in.module_numels[m], plan.shards);
+    mp.param_tier = param_tier;
+    mp.resident = z.stage < 3 || in.module_numels[m] <= persistence ||
+                  (param_tier == Tier::device && plan.shards == 1);
+    const bool offload = opt_tier != Tier::device &&
+                         static_cast<double>(offloaded) < ratio * static_cast<double>(total_numel);
+    mp.optimizer_tier = offload ? opt_tier : Tier::device;
+    if (offload) offloaded += in.module_numels[m];
+    plan.max_shard_numel = std::max(plan.max_shard_numel, mp.part.shard_numel);
+    plan.modules.push_back(mp);
+  }
+
+  // Sums per kind of state.
+  std::uint64_t resident_full = 0, dev_shards = 0, pin_shards = 0, nvme_shards = 0;
+  std::uint64_t opt_dev = 0, opt_pin = 0, opt_nvme = 0, acc_host = 0;
+  std::size_t max_nvme_param_shard = 0, max_offloaded_shard = 0;
+  int nvme_param_modules = 0;
+  for (const ModulePlan& mp : plan.modules) {
+    const std::uint64_t sh = mp.part.shard_numel;
+    if (mp.resident) {
+      resident_full += mp.part.padded_numel * ds;
+    } else if (mp.param_tier == Tier::device) {
+      dev_shards += sh * ds;
+    } else if (mp.param_tier == Tier::pinned) {
+      pin_shards += pinned_bytes(sh * ds);
+    } else {
+      nvme_shards += round_up(sh * ds, in.nvme_block_bytes);
+      max_nvme_param_shard = std::max<std::size_t>(max_nvme_param_shard, sh);
+      ++nvme_param_modules;
+    }
+    switch (mp.optimizer_tier) {
+      case Tier::device: opt_dev += sh * 16; break;
+      case Tier::pinned: opt_pin += pinned_bytes(sh * 4) * 4; break;
+      case Tier::nvme:
+        opt_nvme += round_up(sh * 4, in.nvme_block_bytes) * 3;
+        acc_host += pinned_bytes(sh * 4);
+        break;
+    }
+    if (mp.optimizer_tier != Tier::device) max_offloaded_shard = std::max<std::size_t>(max_offloaded_shard, sh);
+  }
+
+  auto line = [&](Tier t, std::string what, std::uint64_t bytes) {
+    if (bytes > 0) plan.lines.push_back({t, std::move(what), bytes});
+  };
+  line(Tier::device, "parameters kept on the device (" + std::string(dtype_name(in.dtype)) + ")",
+       resident_full);
+  line(Tier::device, "parameter shards (" + std::string(dtype_name(in.dtype)) + ")", dev_shards);
+  line(Tier::device, "optimizer states: fp32 master, exp_avg, exp_avg_sq, gradient", opt_dev);
+  line(Tier::device, "activations, logits and scratch of the micro-batch", in.activation_bytes);
+
+  // Transient device buffers: gathered parameters of modules not resident, and every module's
+  // gradient buffer during backward. Module 0 (the tied embedding) keeps its gradient buffer
+  // for the whole backward.
+  auto gathered = [&](std::size_t m) -> std::uint64_t {
+    return plan.modules[m].resident ? 0 : plan.modules[m].part.padded_numel * ds;
+  };
+  auto grad = [&](std::size_t m) -> std::uint64_t { return plan.modules[m].part.padded_numel * ds; };
+  std::uint64_t widest_other = 0;
+  for (std::size_t m = 1; m < plan.modules.size(); ++m)
+    widest_other = std::max(widest_other, gathered(m) + grad(m));
+  const std::uint64_t minimum_working = std::max(gathered(0) + grad(0), grad(0) + widest_other);
+  plan.device_working_bytes = minimum_working;
+  line(Tier::device, "gathered parameters and gradient buffers (one module at a time, minimum)",
+       minimum_working);
+  plan.device_minimum_bytes = resident_full + dev_shards + opt_dev + in.activation_bytes + minimum_working;
+
+  line(Tier::pinned, "parameter shards (" + std::string(dtype_name(in.dtype)) + ")", pin_shards);
+  if (nvme_param_modules > 0) {
+    plan.param_staging_buffers = static_cast<int>(std::clamp<std::uint64_t>(
+        z.offload_param.buffer_count, 2, static_cast<std::uint64_t>(nvme_param_modules) + 1));
+    line(Tier::pinned, "NVMe parameter read buffers (offload_param.buffer_count)",
+         pinned_bytes(max_nvme_param_shard * ds) * static_cast<std::uint64_t>(plan.param_staging_buffers));
+  }
+  line(Tier::pinned, "optimizer states: fp32 master, exp_avg, exp_avg_sq, gradient", opt_pin);
+  line(Tier::pinned, "fp32 gradient accumulators of the NVMe-offloaded optimizer", acc_host);
+  if (max_offloaded_shard > 0) {
+    line(Tier::pinned, "gradient D2H staging (2 buffers)", 2 * pinned_bytes(max_offloaded_shard * ds));
+  }
+  if (opt_nvme > 0) {
+    // Chunk offsets stay block-aligned in fp32 states and in 2-byte parameters alike.
+    const std::size_t block_numel = in.nvme_block_bytes / 2;
+    std::size_t chunk = std::min<std::size_t>(z.sub_group_size, plan.max_shard_numel);
+    chunk = (chunk + block_numel - 1) / block_numel * block_numel;
+    plan.optimizer_chunk_numel = chunk;
+    plan.optimizer_swap_buffers = static_cast<int>(std::max<std::uint64_t>(3, z.offload_optimizer.buffer_count));
+    line(Tier::pinned, "optimizer swap buffers (offload_optimizer.buffer_count x master, exp_avg, exp_avg_sq)",
+         pinned_bytes(chunk * 4) * 3 * static_cast<std::uint64_t>(plan.optimizer_swap_buffers));
+  }
+  const bool host_param_out = max_offloaded_shard > 0 || nvme_param_modules > 0;
+  if (host_param_out) {
+    const std::size_t chunk = plan.optimizer_chunk_numel ? plan.optimizer_chunk_numel : plan.max_shard_numel;
+    line(Tier::pinned, "updated parameter staging (2 buffers)", 2 * pinned_bytes(chunk * ds));
+  }
+  line(Tier::nvme, "parameter shards", nvme_shards);
+  line(Tier::nvme, "optimizer states: fp32 master, exp_avg, exp_avg_sq", opt_nvme);
+
+  const bool device_fits = plan.needed(Tier::device) <= in.device_budget_bytes;
+  const bool pinned_fits = plan.needed(Tier::pinned) <= in.pinned_budget_bytes;
+  const bool nvme_fits = plan.needed(Tier::nvme) <= in.nvme_free_bytes || plan.needed(Tier::nvme) == 0;
+  if (!device_fits || !pinned_fits || !nvme_fits) {
+    std::string hint;
+    if (!device_fits)
+      hint += "device: raise strata.device_memory (--device-memory), offload more (offload_optimizer.device "
+              "cpu or nvme; at stage 3 offload_param.device cpu or nvme), or shrink the micro-batch "
+              "(train_micro_batch_size_per_gpu, --seq-len) or use --activation-checkpointing. ";
+    if (!pinned_fits)
+      hint += "pinned host: raise strata.pinned_memory, or offload to nvme instead of cpu. ";
+    if (!nvme_fits) hint += "nvme: free space in nvme_path or add folders on other drives. ";
+    throw Error("the model's states do not fit in this run's memory budgets:\n" + plan.table(in),
+                "zero_optimization", hint);
+  }
+  return plan;
+}
+
+}  // namespace strata::runtime

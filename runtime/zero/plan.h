@@ -1,0 +1,75 @@
+#pragma once
+// The plan made at start: where every model state of this rank lives, and whether it fits.
+//
+// From the module sizes, the ZeRO stage, the tiers the config names, the model's activation
+// bytes for the micro-batch and the budgets (device arena, pinned host pool, free NVMe space),
+// the plan decides:
+//  - which modules are resident on the device (stage 0-2: all; stage 3: those at or under
+//    stage3_param_persistence_threshold, and every module when parameters are not offloaded and
+//    there is one rank) and where each other parameter shard lives (device, pinned, nvme);
+//  - where each module's optimizer states (fp32 master, exp_avg, exp_avg_sq, and the fp32
+//    gradient accumulator) live: offload_optimizer.device, with offload_optimizer.ratio of the
+//    elements (whole modules, from the first) offloaded and the rest on the device;
+//  - the staging buffers (NVMe parameter reads, gradient D2H, optimizer swap sub-groups);
+//  - the bytes each tier needs, the minimum (one module computing at a time) and the working
+//    set that lets fetches run ahead.
+// make_plan throws strata::Error with a per-tier table (needed vs available) and what to change
+// when the minimum does not fit.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "runtime/config/config.h"
+#include "runtime/zero/partition.h"
+
+namespace strata::runtime {
+
+enum class Tier { device, pinned, nvme };
+const char* tier_name(Tier tier);
+
+struct PlanInputs {
+  std::vector<std::size_t> module_numels;
+  std::vector<std::string> module_names;
+  int world = 1;
+  DType dtype = DType::f32;
+  std::uint64_t activation_bytes = 0;  // the model's reserve() for the micro-batch
+  std::uint64_t device_budget_bytes = 0;
+  std::uint64_t pinned_budget_bytes = 0;
+  std::uint64_t nvme_free_bytes = 0;   // over the nvme_path folders; 0 when none
+  std::size_t nvme_block_bytes = 1 << 20;
+};
+
+struct ModulePlan {
+  ModulePartition part;
+  bool resident = false;        // full parameters kept on the device for the whole run
+  Tier param_tier = Tier::device;  // of the shard, when not resident
+  Tier optimizer_tier = Tier::device;
+};
+
+struct PlanLine {
+  Tier tier = Tier::device;
+  std::string what;
+  std::uint64_t bytes = 0;
+};
+
+struct ZeroPlan {
+  int stage = 0;
+  int shards = 1;  // ranks the states are split between (1 at stage 0)
+  std::vector<ModulePlan> modules;
+  std::size_t optimizer_chunk_numel = 0;  // NVMe optimizer swap: elements per sub-group read
+  int optimizer_swap_buffers = 0;         // sets of (master, exp_avg, exp_avg_sq) pinned buffers
+  int param_staging_buffers = 0;          // pinned buffers for NVMe parameter reads
+  std::size_t max_shard_numel = 0;
+  std::vector<PlanLine> lines;            // every allocation the plan counts
+  std::uint64_t device_minimum_bytes = 0; // resident + activations + the smallest working set
+  std::uint64_t device_working_bytes = 0; // the transient part of the minimum
+  std::uint64_t needed(Tier tier) const;  // sum of lines (device: the minimum)
+  // "tier | needed | available" table with the lines.
+  std::string table(const PlanInputs& inputs) const;
+};
+
+ZeroPlan make_plan(const Config& config, const PlanInputs& inputs);
+
+}  // namespace strata::runtime

@@ -1,0 +1,34 @@
+// strata train: the flags of tools/train.h.
+#include <memory>
+
+#include "tools/commands.h"
+#include "tools/train.h"
+
+namespace strata::tools {
+
+void add_train_command(CLI::App& app) {
+  auto o = std::make_shared<TrainOptions>();
+  CLI::App* train = app.add_subcommand("train", "train a GPT with ZeRO stages 1-3 and states tiered over "
+                                                "device, pinned host and NVMe");
+  add_device_flags(*train, o->device);
+  train->add_option("--model", o->model_path, "HF GPT-2 config.json");
+  train->add_option("--preset", o->preset, "a built-in model: gpt2, gpt2-medium, gpt2-large, gpt2-xl, tiny, bytes-30m");
+  train->add_option("--init", o->init_path, "initial weights: HF GPT-2 safetensors (default: GPT-2 init from --seed)");
+  train->add_option("--data", o->data_path, "training tokens: an llm.c token file");
+  train->add_option("--text", o->text_path, "training text: any file, its bytes as tokens (vocabulary 256)");
+  train->add_option("--steps", o->steps, "optimizer steps")->required();
+  train->add_option("--seq-len", o->seq_len, "tokens per sequence (default: min(n_positions, 1024))");
+  train->add_option("--save", o->save_path, "write the trained weights here (HF GPT-2 safetensors, fp32)");
+  train->add_option("--trace", o->trace_path, "write a Chrome trace of every stream here");
+  train->add_option("--metrics", o->metrics_path, "write one JSON object per step here (JSONL)");
+  train->add_option("--seed", o->seed, "seed of the initial weights (and of --shuffle)");
+  train->add_flag("--activation-checkpointing", o->activation_checkpointing,
+                  "keep only each block's input; recompute the block in backward");
+  train->add_flag("--shuffle", o->shuffle, "visit the data's windows in a seeded order");
+  train->add_option("--report", o->report, "full (tables at the end, the default) or none")
+      ->check(CLI::IsMember({"full", "none"}));
+  o->report = "full";
+  train->callback([o] { run_training(*o); });
+}
+
+}  // namespace strata::tools

@@ -1,0 +1,351 @@
+// strata train: config, device, communicator, tiers, engine, model, data; then the loop:
+//   begin_step -> (forward, backward) x gradient_accumulation_steps -> step(lr) -> metrics
+// and at the end the weights (--save), the per-tier memory table, bytes moved and the trace.
+#include "tools/train.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <vector>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "models/gpt/gpt_config.h"
+#include "models/gpt/gpt_init.h"
+#include "models/gpt/gpt_layout.h"
+#include "models/gpt/gpt_model.h"
+#include "models/gpt/gpt_weights.h"
+#include "models/io/batch_loader.h"
+#include "models/io/token_file.h"
+#include "runtime/comm/comm.h"
+#include "runtime/comm/launch.h"
+#include "runtime/config/config.h"
+#include "runtime/device/device.h"
+#include "runtime/telemetry/busy_tracker.h"
+#include "runtime/telemetry/progress.h"
+#include "runtime/telemetry/step_metrics.h"
+#include "runtime/telemetry/tables.h"
+#include "runtime/tiers/host_tiers.h"
+#include "runtime/trace/trace.h"
+#include "runtime/zero/engine.h"
+#include "runtime/zero/lr_schedule.h"
+
+namespace strata::tools {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+models::GptConfig load_model_config(const TrainOptions& o) {
+  if (!o.model_path.empty() && !o.preset.empty()) {
+    throw Error("both --model and --preset were given", "--model", "give one of them");
+  }
+  if (!o.model_path.empty()) return models::GptConfig::from_file(o.model_path);
+  if (!o.preset.empty()) return models::GptConfig::preset(o.preset);
+  throw Error("no model was given", "--model", "give --model config.json or --preset NAME");
+}
+
+models::TokenData load_data(const TrainOptions& o) {
+  if (!o.data_path.empty() && !o.text_path.empty()) {
+    throw Error("both --data and --text were given", "--data", "give one of them");
+  }
+  if (!o.data_path.empty()) return models::read_token_file(o.data_path);
+  if (!o.text_path.empty()) return models::read_bytes_as_tokens(o.text_path);
+  throw Error("no training data was given", "--data", "give --data tokens.bin (llm.c format) or --text FILE");
+}
+
+DType compute_dtype(const runtime::Config& c) {
+  if (c.bf16.enabled.value_or(false)) return DType::bf16;
+  if (c.fp16.enabled.value_or(false)) return DType::f16;
+  return DType::f32;
+}
+
+runtime::TierMemory tier_memory(std::uint64_t current, std::uint64_t peak, std::uint64_t budget) {
+  runtime::TierMemory t;
+  t.current_bytes = current;
+  t.peak_bytes = peak;
+  t.budget_bytes = budget;
+  return t;
+}
+
+struct TierSnapshot {
+  runtime::TierMemory device, pinned, nvme;
+};
+
+TierSnapshot snapshot(runtime::Device& device, runtime::HostTiers& tiers) {
+  TierSnapshot s;
+  const runtime::ArenaStats a = device.memory_stats();
+  s.device = tier_memory(a.current_bytes, a.peak_bytes, a.budget_bytes);
+  const offload::HostPoolStats p = tiers.pinned().stats();
+  s.pinned = tier_memory(p.current_bytes, p.peak_bytes, p.budget_bytes);
+  if (offload::SwapSpace* sw = tiers.swap()) {
+    const offload::SwapStats n = sw->stats();
+    std::uint64_t free_bytes = 0;
+    for (const offload::SwapPathStats& path : n.paths) free_bytes += path.free_bytes;
+    s.nvme = tier_memory(n.used_bytes, n.peak_bytes, n.file_bytes + free_bytes);
+  }
+  return s;
+}
+
+runtime::LinkBytes link_bytes(const runtime::EngineCounters& c) {
+  runtime::LinkBytes b;
+  b.nvme_read = c.nvme_read_bytes;
+  b.nvme_write = c.nvme_write_bytes;
+  b.h2d = c.h2d_bytes;
+  b.d2h = c.d2h_bytes;
+  b.collective = c.collective_bytes;
+  return b;
+}
+
+runtime::LinkBytes minus(const runtime::LinkBytes& a, const runtime::LinkBytes& b) {
+  runtime::LinkBytes d;
+  d.nvme_read = a.nvme_read - b.nvme_read;
+  d.nvme_write = a.nvme_write - b.nvme_write;
+  d.h2d = a.h2d - b.h2d;
+  d.d2h = a.d2h - b.d2h;
+  d.collective = a.collective - b.collective;
+  return d;
+}
+
+// The mean of `value` over the ranks (the same on every rank).
+double mean_over_ranks(runtime::Communicator& comm, runtime::Device& device, runtime::Stream& stream,
+                       double value) {
+  if (comm.world() == 1) return value;
+  runtime::DeviceBuffer buf = device.allocate(sizeof(float), "loss all-reduce");
+  float host = static_cast<float>(value);
+  stream.copy_async(buf.data(), &host, sizeof host);
+  comm.all_reduce(buf.data(), buf.data(), 1, DType::f32, stream);
+  stream.copy_async(&host, buf.data(), sizeof host);
+  stream.synchronize();
+  return static_cast<double>(host) / comm.world();
+}
+
+void check_optimizer(const runtime::Config& config) {
+  const std::vector<std::string> unresolved = runtime::unresolved_auto_keys(config);
+  if (!unresolved.empty()) {
+    std::string keys;
+    for (const std::string& k : unresolved) keys += (keys.empty() ? "" : ", ") + k;
+    throw Error("these config values are still \"auto\": " + keys, unresolved.front(),
+                "strata train has no outer framework to fill them in: give numbers");
+  }
+}
+
+}  // namespace
+
+void run_training(const TrainOptions& o) {
+  if (o.device.config_path.empty()) {
+    throw Error("no config was given", "--config", "give --config ds.json (DeepSpeed-style JSON)");
+  }
+  if (o.steps == 0) throw Error("--steps must be at least 1", "--steps", "give the number of optimizer steps");
+  const runtime::LaunchInfo launch = runtime::detect_launch();
+  const models::GptConfig model_config = load_model_config(o);
+  runtime::ParsedConfig parsed = runtime::load_config_file(o.device.config_path);
+  runtime::ResolveInputs resolve_inputs;
+  resolve_inputs.world_size = static_cast<std::uint32_t>(launch.world);
+  resolve_inputs.hidden_size = static_cast<std::uint64_t>(model_config.n_embd);
+  runtime::Config config = runtime::resolve_config(parsed.config, resolve_inputs);
+  if (!config.optimizer) {
+    log::warn("the config has no optimizer section: AdamW with DeepSpeed's defaults (lr 1e-3)");
+    config.optimizer = runtime::OptimizerConfig{};
+  }
+  check_optimizer(config);
+  const bool rank0 = launch.rank == 0;
+
+  // Device, with the tracer (busy-time accounting always on, spans kept for --trace).
+  runtime::Tracer tracer(o.trace_path, "rank " + std::to_string(launch.rank), /*account_busy=*/true);
+  runtime::DeviceOptions device_options = resolve_device_options(o.device);
+  device_options.tracer = &tracer;
+  std::unique_ptr<runtime::Device> device = runtime::Device::create(device_options);
+  if (config.strata.device_memory_bytes == 0 || !o.device.device_memory.empty()) {
+    config.strata.device_memory_bytes = device->memory_stats().budget_bytes;
+  }
+  if (rank0) runtime::log_config(config);
+  std::unique_ptr<runtime::Communicator> comm = runtime::create_communicator(*device);
+  std::unique_ptr<runtime::Stream> compute = device->create_stream("compute");
+  runtime::HostTiers tiers(config, *device);
+
+  // Data and shapes.
+  const models::TokenData data = load_data(o);
+  data.validate(model_config.vocab_size);
+  const int T = o.seq_len > 0 ? o.seq_len : std::min(model_config.n_positions, 1024);
+  if (T > model_config.n_positions) {
+    throw Error("--seq-len " + std::to_string(T) + " is longer than the model's n_positions (" +
+                    std::to_string(model_config.n_positions) + ")",
+                "--seq-len", "give at most n_positions");
+  }
+  const int B = static_cast<int>(config.train_micro_batch_size_per_gpu->value());
+  const int gas = static_cast<int>(config.gradient_accumulation_steps->value());
+  models::LoaderOptions loader_options;
+  loader_options.shuffle = o.shuffle;
+  loader_options.seed = o.seed;
+  models::BatchLoader loader(data, B, T, comm->rank(), comm->world(), loader_options);
+
+  // Engine and model.
+  const DType dtype = compute_dtype(config);
+  const models::GptLayout layout = models::GptLayout::build(model_config);
+  runtime::EngineSetup setup;
+  setup.module_numels = layout.module_numels();
+  setup.module_names = layout.module_names();
+  setup.dtype = dtype;
+  setup.activation_bytes = models::GptModel::activation_bytes(model_config, dtype, B, T, o.activation_checkpointing);
+  runtime::ZeroEngine engine(config, setup, *device, *compute, *comm, tiers, tracer);
+  if (rank0) {
+    std::fprintf(stderr, "strata train: %s, %lld parameters, %s, ZeRO stage %d, %d rank(s), device %s\n",
+                 o.model_path.empty() ? o.preset.c_str() : o.model_path.c_str(),
+                 static_cast<long long>(model_config.num_params()), std::string(dtype_name(dtype)).c_str(),
+                 config.zero_optimization.stage, comm->world(), device->name().c_str());
+    std::fprintf(stderr, "plan:\n%s", engine.plan().table(engine.plan_inputs()).c_str());
+  }
+  models::GptOptions model_options;
+  model_options.dtype = dtype;
+  model_options.checkpointing = o.activation_checkpointing;
+  models::GptModel model(model_config, model_options, *device, *compute, engine);
+  model.reserve(B, T);
+
+  // Initial weights.
+  {
+    std::unique_ptr<models::HfWeightsReader> reader;
+    if (!o.init_path.empty()) reader = std::make_unique<models::HfWeightsReader>(o.init_path, model_config);
+    for (std::size_t m = 0; m < layout.modules.size(); ++m) {
+      std::vector<float> values(layout.modules[m].numel);
+      if (reader) {
+        reader->read_module(static_cast<int>(m), values.data());
+      } else {
+        models::init_module(model_config, layout.modules[m], o.seed, values.data());
+      }
+      engine.load_module(static_cast<int>(m), values.data());
+    }
+  }
+  const TierSnapshot after_init = snapshot(*device, tiers);
+
+  const runtime::LrSchedule schedule(config.scheduler, config.optimizer->lr.value());
+  runtime::MetricsWriter metrics(rank0 ? o.metrics_path : std::string());
+  runtime::Progress progress(o.steps, std::cerr, rank0 && runtime::stderr_is_terminal());
+  runtime::BusyTracker busy(tracer);
+  const double flops_per_token =
+      (o.activation_checkpointing ? 8.0 : 6.0) * static_cast<double>(model_config.num_params());
+  const std::uint64_t tokens_per_step = static_cast<std::uint64_t>(B) * T * gas * comm->world();
+  double psi_bytes = 0;  // Ψ: the model's parameters in the compute dtype
+  for (std::size_t n : setup.module_numels) psi_bytes += static_cast<double>(n * dtype_size(dtype));
+  const int stage = config.zero_optimization.stage;
+  const double theory = comm->world() == 1 ? 0.0
+                        : (stage == 3 ? 3.0 : 2.0) * psi_bytes * (comm->world() - 1) / comm->world();
+
+  std::vector<std::int32_t> inputs(static_cast<std::size_t>(B) * T), targets(inputs.size());
+  runtime::LinkBytes total_bytes;
+  std::vector<std::pair<std::string, runtime::TierMemory>> phase_memory;
+  std::uint64_t applied_steps = 0;  // the scheduler advances only on steps not skipped (fp16)
+  for (std::uint64_t step = 0; step < o.steps; ++step) {
+    const Clock::time_point t0 = Clock::now();
+    busy.begin_step();
+    const runtime::LinkBytes bytes_before = link_bytes(engine.counters());
+    engine.begin_step();
+    double loss_sum = 0, forward_ms = 0, backward_ms = 0;
+    for (int k = 0; k < gas; ++k) {
+      loader.next(inputs.data(), targets.data());
+      const Clock::time_point tf = Clock::now();
+      loss_sum += model.forward(inputs.data(), targets.data(), B, T, true);
+      forward_ms += ms_since(tf);
+      if (step + 1 == o.steps && k == 0) {
+        phase_memory.clear();
+        const TierSnapshot s = snapshot(*device, tiers);
+        phase_memory.push_back({"device after forward", s.device});
+        phase_memory.push_back({"pinned after forward", s.pinned});
+      }
+      const Clock::time_point tb = Clock::now();
+      model.backward(engine.backward_loss_scale());
+      compute->synchronize();
+      backward_ms += ms_since(tb);
+    }
+    if (step + 1 == o.steps) {
+      const TierSnapshot s = snapshot(*device, tiers);
+      phase_memory.push_back({"device after backward", s.device});
+      phase_memory.push_back({"pinned after backward", s.pinned});
+    }
+    const double lr = schedule.lr(applied_steps);
+    const Clock::time_point ts = Clock::now();
+    const runtime::StepOutcome outcome = engine.step(lr);
+    const double optimizer_ms = ms_since(ts);
+    if (!outcome.skipped) ++applied_steps;
+    const double step_ms = ms_since(t0);
+
+    runtime::StepMetrics m;
+    m.step = step + 1;
+    m.loss = mean_over_ranks(*comm, *device, *compute, loss_sum / gas);
+    m.lr = lr;
+    m.step_ms = step_ms;
+    m.tokens_per_s = static_cast<double>(tokens_per_step) / (step_ms / 1000.0);
+    m.tflops = flops_per_token * m.tokens_per_s / 1e12;
+    m.grad_norm = outcome.grad_norm;
+    m.loss_scale = outcome.loss_scale;
+    m.skipped = outcome.skipped;
+    m.phase_ms = {{"forward", forward_ms}, {"backward", backward_ms}, {"optimizer", optimizer_ms}};
+    m.bytes = minus(link_bytes(engine.counters()), bytes_before);
+    total_bytes += m.bytes;
+    m.collective_theory_bytes = theory;
+    const TierSnapshot s = snapshot(*device, tiers);
+    m.device = s.device;
+    m.pinned = s.pinned;
+    m.nvme = s.nvme;
+    const runtime::BusyTracker::Result b = busy.end_step();
+    m.busiest = b.busiest;
+    m.busiest_ms = b.busiest_ms;
+    m.overlap = runtime::overlap_ratio(step_ms, b.busiest_ms);
+    if (!std::isfinite(m.loss)) {
+      throw Error("the loss is " + std::to_string(m.loss) + " at step " + std::to_string(m.step),
+                  "optimizer.params.lr", "lower the learning rate, enable gradient_clipping, or use bf16");
+    }
+    metrics.write(m);
+    if (rank0) progress.update(m);
+  }
+  if (rank0) progress.finish();
+
+  // --save: every rank gathers, rank 0 writes.
+  if (!o.save_path.empty()) {
+    std::vector<float> module_values;
+    if (rank0) {
+      models::write_hf_weights(
+          o.save_path, model_config,
+          [&](int m) {
+            module_values.assign(layout.modules[static_cast<std::size_t>(m)].numel, 0.0f);
+            engine.gather_module(m, module_values.data());
+            return static_cast<const float*>(module_values.data());
+          },
+          DType::f32);
+    } else {
+      for (std::size_t m = 0; m < layout.modules.size(); ++m) {
+        module_values.assign(layout.modules[m].numel, 0.0f);
+        engine.gather_module(static_cast<int>(m), module_values.data());
+      }
+    }
+  }
+  tracer.flush();
+
+  if (rank0 && o.report != "none") {
+    const TierSnapshot end = snapshot(*device, tiers);
+    std::vector<std::pair<std::string, runtime::TierMemory>> rows = {
+        {"device after init", after_init.device}, {"pinned after init", after_init.pinned}};
+    rows.insert(rows.end(), phase_memory.begin(), phase_memory.end());
+    rows.push_back({"device after step", end.device});
+    rows.push_back({"pinned after step", end.pinned});
+    if (tiers.swap() != nullptr) rows.push_back({"nvme after step", end.nvme});
+    const runtime::EngineCounters c = engine.counters();
+    std::fprintf(stderr, "\nmemory per tier:\n%s\nbytes moved (%llu steps, this rank):\n%s",
+                 runtime::memory_table(rows).c_str(), static_cast<unsigned long long>(o.steps),
+                 runtime::bytes_table(total_bytes, theory * static_cast<double>(o.steps)).c_str());
+    std::fprintf(stderr, "fetches %llu (prefetched %llu, kept for reuse %llu), trace divergences %llu\n",
+                 static_cast<unsigned long long>(c.fetches), static_cast<unsigned long long>(c.prefetched),
+                 static_cast<unsigned long long>(c.reused), static_cast<unsigned long long>(c.trace_divergences));
+    if (!o.trace_path.empty()) std::fprintf(stderr, "trace: %s (open in ui.perfetto.dev)\n", o.trace_path.c_str());
+    if (!o.save_path.empty()) std::fprintf(stderr, "weights: %s\n", o.save_path.c_str());
+  }
+  device->synchronize();
+}
+
+}  // namespace strata::tools

@@ -1,0 +1,32 @@
+#pragma once
+// `strata train`: a GPT trained by the ZeRO engine (runtime/zero/engine.h), with its states in
+// the tiers the config names. One process per rank (mpirun for several).
+#include <cstdint>
+#include <string>
+
+#include "tools/device_flags.h"
+
+namespace strata::tools {
+
+struct TrainOptions {
+  DeviceFlags device;             // --device, --device-memory, --config (required)
+  std::string model_path;         // --model config.json (HF names)
+  std::string preset;             // --preset NAME (when no --model)
+  std::string init_path;          // --init weights.safetensors (else GPT-2 init from --seed)
+  std::string data_path;          // --data tokens.bin (llm.c format)
+  std::string text_path;          // --text FILE (bytes as tokens, vocabulary 256)
+  std::uint64_t steps = 0;        // optimizer steps
+  int seq_len = 0;                // T; 0 = min(n_positions, 1024)
+  std::string save_path;          // --save out.safetensors (HF GPT-2, fp32 masters)
+  std::string trace_path;         // --trace t.json (Chrome trace of every stream)
+  std::string metrics_path;       // --metrics m.jsonl (one object per step)
+  std::uint64_t seed = 0;         // --seed: initial weights (without --init)
+  bool activation_checkpointing = false;
+  bool shuffle = false;           // --shuffle: seeded order of windows
+  std::string report;             // --report: "full" (tables at the end) or "none"
+};
+
+// Runs the training; throws strata::Error for bad input (config, model, data, budgets).
+void run_training(const TrainOptions& options);
+
+}  // namespace strata::tools
