@@ -78,9 +78,9 @@ struct TierSnapshot {
   runtime::TierMemory device, pinned, nvme;
 };
 
-TierSnapshot snapshot(runtime::Device& device, runtime::HostTiers& tiers) {
+TierSnapshot snapshot(const runtime::ZeroEngine& engine, runtime::HostTiers& tiers) {
   TierSnapshot s;
-  const runtime::ArenaStats a = device.memory_stats();
+  const runtime::ArenaStats a = engine.device_memory();
   s.device = tier_memory(a.current_bytes, a.peak_bytes, a.budget_bytes);
   const offload::HostPoolStats p = tiers.pinned().stats();
   s.pinned = tier_memory(p.current_bytes, p.peak_bytes, p.budget_bytes);
@@ -222,7 +222,7 @@ void run_training(const TrainOptions& o) {
       engine.load_module(static_cast<int>(m), values.data());
     }
   }
-  const TierSnapshot after_init = snapshot(*device, tiers);
+  const TierSnapshot after_init = snapshot(engine, tiers);
 
   const runtime::LrSchedule schedule(config.scheduler, config.optimizer->lr.value());
   runtime::MetricsWriter metrics(rank0 ? o.metrics_path : std::string());
@@ -254,7 +254,7 @@ void run_training(const TrainOptions& o) {
       forward_ms += ms_since(tf);
       if (step + 1 == o.steps && k == 0) {
         phase_memory.clear();
-        const TierSnapshot s = snapshot(*device, tiers);
+        const TierSnapshot s = snapshot(engine, tiers);
         phase_memory.push_back({"device after forward", s.device});
         phase_memory.push_back({"pinned after forward", s.pinned});
       }
@@ -264,7 +264,7 @@ void run_training(const TrainOptions& o) {
       backward_ms += ms_since(tb);
     }
     if (step + 1 == o.steps) {
-      const TierSnapshot s = snapshot(*device, tiers);
+      const TierSnapshot s = snapshot(engine, tiers);
       phase_memory.push_back({"device after backward", s.device});
       phase_memory.push_back({"pinned after backward", s.pinned});
     }
@@ -289,7 +289,7 @@ void run_training(const TrainOptions& o) {
     m.bytes = minus(link_bytes(engine.counters()), bytes_before);
     total_bytes += m.bytes;
     m.collective_theory_bytes = theory;
-    const TierSnapshot s = snapshot(*device, tiers);
+    const TierSnapshot s = snapshot(engine, tiers);
     m.device = s.device;
     m.pinned = s.pinned;
     m.nvme = s.nvme;
@@ -328,7 +328,7 @@ void run_training(const TrainOptions& o) {
   tracer.flush();
 
   if (rank0 && o.report != "none") {
-    const TierSnapshot end = snapshot(*device, tiers);
+    const TierSnapshot end = snapshot(engine, tiers);
     std::vector<std::pair<std::string, runtime::TierMemory>> rows = {
         {"device after init", after_init.device}, {"pinned after init", after_init.pinned}};
     rows.insert(rows.end(), phase_memory.begin(), phase_memory.end());

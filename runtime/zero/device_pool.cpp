@@ -4,6 +4,12 @@
 
 namespace strata::runtime {
 
+DevicePool::DevicePool(Device& device, std::uint64_t region_bytes, const std::string& name)
+    : device_(device) {
+  region_ = device.allocate(region_bytes, name);
+  arena_ = std::make_unique<Arena>(region_.data(), region_.bytes(), name);
+}
+
 DevicePool::~DevicePool() {
   for (Pending& p : pending_) p.done->synchronize();
 }
@@ -31,7 +37,7 @@ void DevicePool::collect_completed() {
 DeviceBuffer DevicePool::try_allocate(std::size_t bytes, std::string_view what) {
   collect_completed();
   try {
-    return device_.allocate(bytes, what);
+    return arena_->allocate(bytes, what);
   } catch (const OutOfMemory&) {
     return {};
   }
@@ -41,7 +47,7 @@ DeviceBuffer DevicePool::allocate(std::size_t bytes, std::string_view what) {
   collect_completed();
   for (;;) {
     try {
-      return device_.allocate(bytes, what);
+      return arena_->allocate(bytes, what);
     } catch (const OutOfMemory&) {
       if (pending_.empty()) throw;
     }
@@ -59,6 +65,15 @@ void DevicePool::free_after(DeviceBuffer buffer, Stream& stream) {
   Pending p{std::move(buffer), take_event()};
   p.done->record(stream);
   pending_.push_back(std::move(p));
+}
+
+bool DevicePool::wait_one() {
+  if (pending_.empty()) return false;
+  pending_.front().done->synchronize();
+  pending_.front().buffer.reset();
+  spare_events_.push_back(std::move(pending_.front().done));
+  pending_.pop_front();
+  return true;
 }
 
 void DevicePool::drain() {

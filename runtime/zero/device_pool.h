@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <deque>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -23,7 +24,9 @@ namespace strata::runtime {
 
 class DevicePool {
  public:
-  explicit DevicePool(Device& device) : device_(device) {}
+  // Takes `region_bytes` from the device arena at once and carves buffers from that region
+  // (0 = an empty pool, for a size class no module uses). `name` labels it in errors.
+  DevicePool(Device& device, std::uint64_t region_bytes, const std::string& name);
   ~DevicePool();  // waits for pending buffers
   DevicePool(const DevicePool&) = delete;
   DevicePool& operator=(const DevicePool&) = delete;
@@ -33,9 +36,13 @@ class DevicePool {
   DeviceBuffer try_allocate(std::size_t bytes, std::string_view what);
   // The buffer goes back to the arena once `stream`'s work enqueued so far has completed.
   void free_after(DeviceBuffer buffer, Stream& stream);
+  // Waits for the oldest pending buffer and frees it; false when none is pending.
+  bool wait_one();
   // Waits for every pending buffer and frees it.
   void drain();
   std::size_t pending() const { return pending_.size(); }
+  std::uint64_t region_bytes() const { return region_.bytes(); }
+  ArenaStats stats() const { return arena_->stats(); }  // use of the region
 
  private:
   struct Pending {
@@ -46,6 +53,8 @@ class DevicePool {
   std::unique_ptr<Event> take_event();
 
   Device& device_;
+  DeviceBuffer region_;
+  std::unique_ptr<Arena> arena_;
   std::deque<Pending> pending_;
   std::vector<std::unique_ptr<Event>> spare_events_;
 };

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/units.h"
 #include "runtime/zero/engine_impl.h"
 
 namespace strata::runtime {
@@ -12,7 +13,7 @@ namespace strata::runtime {
 ZeroEngine::Impl::Impl(const Config& config_, const EngineSetup& setup, Device& device_,
                        Stream& compute_, Communicator& comm_, HostTiers& tiers_, Tracer& tracer_)
     : config(config_), dtype(setup.dtype), device(device_), compute(compute_), comm(comm_),
-      tiers(tiers_), tracer(tracer_), pool(device_),
+      tiers(tiers_), tracer(tracer_),
       scaler(config_.fp16, config_.fp16.enabled.value_or(false)) {
   world = comm.world();
   rank = comm.rank();
@@ -68,6 +69,7 @@ ZeroEngine::Impl::Impl(const Config& config_, const EngineSetup& setup, Device& 
   max_live = z.stage3_max_live_parameters;
   max_reuse_distance = z.stage3_max_reuse_distance;
   allocate_states();
+  make_pools();
   if (offload::SwapSpace* sw = tiers.swap()) {
     const offload::AioStats io = sw->engine().stats();
     io_read_base = io.bytes_read;
@@ -134,6 +136,34 @@ void ZeroEngine::Impl::allocate_states() {
     make_staging(out_staging, 2, chunk * ds, "updated parameter buffer");
   }
   optim->synchronize();
+}
+
+void ZeroEngine::Impl::make_pools() {
+  // What the device has left once the model has its activations and a little scratch.
+  const ArenaStats a = device.memory_stats();
+  const std::uint64_t held = a.current_bytes + plan_inputs.activation_bytes + kDeviceScratchBytes +
+                             4 * Arena::kAlignment;
+  const std::uint64_t need = plan.class_minimum_bytes[0] + plan.class_minimum_bytes[1];
+  const std::uint64_t avail = a.budget_bytes > held ? a.budget_bytes - held : 0;
+  if (avail < need) {
+    throw OutOfMemory("the device has " + format_bytes(avail) + " left for gathered parameters and gradient "
+                      "buffers, and needs " + format_bytes(need),
+                      "strata.device_memory", "raise strata.device_memory or offload more", need);
+  }
+  // The memory beyond the minimums goes to the classes in proportion to their sizes: room to
+  // fetch ahead and to keep modules for reuse.
+  const std::uint64_t extra = avail - need;
+  const double total = static_cast<double>(plan.class_total_bytes[0] + plan.class_total_bytes[1]);
+  for (int c = 0; c < 2; ++c) {
+    std::uint64_t bytes = plan.class_minimum_bytes[c];
+    if (total > 0 && plan.class_minimum_bytes[c] > 0) {
+      bytes += static_cast<std::uint64_t>(static_cast<double>(extra) *
+                                          (static_cast<double>(plan.class_total_bytes[c]) / total));
+    }
+    bytes = bytes / Arena::kAlignment * Arena::kAlignment;
+    pools[c] = std::make_unique<DevicePool>(device, bytes, c == 0 ? "transient buffers (large modules)"
+                                                                  : "transient buffers (small modules)");
+  }
 }
 
 Staging& ZeroEngine::Impl::take_staging(std::vector<Staging>& staging, int* next) {
@@ -272,8 +302,8 @@ void ZeroEngine::gather_module(int module, float* out) {
     return;
   }
   // Through a bounded device buffer, a piece of every shard at a time.
-  const std::size_t piece = std::min<std::size_t>(part.shard_numel, std::size_t{1} << 20);
-  DeviceBuffer scratch = d.pool.allocate(piece * 4 * static_cast<std::size_t>(shards), "gather scratch");
+  const std::size_t piece = std::min<std::size_t>(part.shard_numel, std::size_t{1} << 16);
+  DeviceBuffer scratch = d.allocate_now(0, piece * 4 * static_cast<std::size_t>(shards), "gather scratch");
   std::vector<float> all(piece * static_cast<std::size_t>(shards));
   for (std::size_t begin = 0; begin < part.shard_numel; begin += piece) {
     const std::size_t n = std::min(piece, part.shard_numel - begin);
@@ -290,7 +320,7 @@ void ZeroEngine::gather_module(int module, float* out) {
                 all.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(r) * n + take), out + dst);
     }
   }
-  d.pool.free_after(std::move(scratch), *d.comm_stream);
+  d.pools[0]->free_after(std::move(scratch), *d.comm_stream);
 }
 
 float ZeroEngine::backward_loss_scale() const {
@@ -313,6 +343,22 @@ void ZeroEngine::begin_step() {
 }
 
 StepOutcome ZeroEngine::step(double lr) { return impl_->step(lr); }
+
+ArenaStats ZeroEngine::device_memory() const {
+  const Impl& d = *impl_;
+  ArenaStats a = d.device.memory_stats();
+  std::uint64_t regions = 0, used = 0, peak = 0;
+  for (const auto& pool : d.pools) {
+    const ArenaStats p = pool->stats();
+    regions += pool->region_bytes();
+    used += p.current_bytes;
+    peak += p.peak_bytes;
+  }
+  // The regions were carved right after the engine's resident states; the rest is outside.
+  a.current_bytes = a.current_bytes - regions + used;
+  a.peak_bytes = std::min(a.peak_bytes, a.peak_bytes - regions + peak);
+  return a;
+}
 
 EngineCounters ZeroEngine::counters() const {
   const Impl& d = *impl_;

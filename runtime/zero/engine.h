@@ -102,6 +102,10 @@ class ZeroEngine final : public ParamProvider {
   StepOutcome step(double lr);
 
   EngineCounters counters() const;
+  // The device arena's use with the engine's transient regions counted by what is carved from
+  // them (the regions are reserved whole at start). The peak adds the regions' own peaks to the
+  // rest's: an upper bound.
+  ArenaStats device_memory() const;
 
   // ParamProvider.
   int module_count() const override;

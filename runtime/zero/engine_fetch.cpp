@@ -12,6 +12,7 @@
 // flight stay under stage3_prefetch_bucket_size, the gathered elements under
 // stage3_max_live_parameters, and the device memory suffices without waiting.
 #include <algorithm>
+#include <span>
 
 #include "core/error.h"
 #include "runtime/zero/engine_impl.h"
@@ -59,8 +60,8 @@ bool ZeroEngine::Impl::gather(int module, bool on_demand) {
     }
     if (!on_demand && !swap().engine().poll(s.read)) return false;
   }
-  DeviceBuffer buffer = on_demand ? pool.allocate(full_bytes, s.name + " gathered parameters")
-                                  : pool.try_allocate(full_bytes, s.name + " gathered parameters");
+  DeviceBuffer buffer = on_demand ? allocate_now(s.plan.size_class, full_bytes, s.name + " gathered parameters")
+                                  : pool_of(s).try_allocate(full_bytes, s.name + " gathered parameters");
   if (buffer.empty()) return false;
 
   char* slice = static_cast<char*>(buffer.data()) + shard_offset_bytes(s);
@@ -145,11 +146,48 @@ void ZeroEngine::Impl::drop_gathered(int module) {
   STRATA_ASSERT(s.holders == 0, "dropping a module the model still holds");
   // The compute stream read it last (it waited on `ready`, so the copies are done by then).
   compute.wait(*s.ready);
-  pool.free_after(std::move(s.gathered), compute);
+  pool_of(s).free_after(std::move(s.gathered), compute);
   live_numel -= s.plan.part.padded_numel;
   if (s.prefetched) prefetch_numel -= s.plan.part.padded_numel;
   s.prefetched = false;
   s.fetch = FetchState::idle;
+}
+
+bool ZeroEngine::Impl::evict_one(int size_class) {
+  // Candidates hold a gathered buffer nobody has acquired: kept for reuse, or fetched ahead.
+  // Give up the one whose next use along the trace is furthest (or absent) first.
+  const std::span<const int> upcoming = trace.following() ? trace.upcoming() : std::span<const int>();
+  int victim = -1;
+  std::size_t victim_next = 0;
+  for (std::size_t m = 0; m < modules.size(); ++m) {
+    const ModuleState& s = modules[m];
+    if (s.fetch != FetchState::gathered || s.holders > 0 || s.plan.size_class != size_class) continue;
+    std::size_t next = upcoming.size();  // not coming back this step: the best victim
+    for (std::size_t k = 0; k < upcoming.size(); ++k) {
+      if (upcoming[k] == static_cast<int>(m)) {
+        next = k;
+        break;
+      }
+    }
+    if (victim < 0 || next > victim_next) {
+      victim = static_cast<int>(m);
+      victim_next = next;
+    }
+  }
+  if (victim < 0) return false;
+  drop_gathered(victim);
+  return true;
+}
+
+DeviceBuffer ZeroEngine::Impl::allocate_now(int size_class, std::size_t bytes, const std::string& what) {
+  DevicePool& pool = *pools[size_class];
+  for (;;) {
+    DeviceBuffer buffer = pool.try_allocate(bytes, what);
+    if (!buffer.empty()) return buffer;
+    if (pool.wait_one()) continue;
+    if (evict_one(size_class)) continue;
+    return pool.allocate(bytes, what);  // nothing left to give up: the arena's OutOfMemory report
+  }
 }
 
 void ZeroEngine::Impl::drop_all_gathered() {

@@ -18,7 +18,7 @@ ModuleView ZeroEngine::acquire_grads(int module) {
   ModuleState& s = d.modules.at(static_cast<std::size_t>(module));
   const std::size_t bytes = s.plan.part.padded_numel * dtype_size(d.dtype);
   if (s.grad.empty()) {
-    s.grad = d.pool.allocate(bytes, s.name + " gradient buffer");
+    s.grad = d.allocate_now(s.plan.size_class, bytes, s.name + " gradient buffer");
     d.compute.memset_async(s.grad.data(), 0, bytes);
   }
   ModuleView view;
@@ -51,7 +51,7 @@ void ZeroEngine::grads_ready(int module, const Event& done) {
   const void* shard = static_cast<const char*>(s.grad.data()) + d.shard_offset_bytes(s);
   if (s.plan.optimizer_tier == Tier::device) {
     ops::accumulate_grads(comm, s.acc_dev.as<float>(), shard, d.dtype, part.shard_numel, d.threads);
-    d.pool.free_after(std::move(s.grad), comm);
+    d.pool_of(s).free_after(std::move(s.grad), comm);
     return;
   }
   Staging& st = d.take_staging(d.grad_staging, &d.grad_staging_next);
@@ -68,7 +68,7 @@ void ZeroEngine::grads_ready(int module, const Event& done) {
   d.accum->host_task([=] { cpu_adam::accumulate_grads(active_simd(), threads, acc, staged, dtype, n); },
                      "accumulate grads");
   st.done->record(*d.accum);
-  d.pool.free_after(std::move(s.grad), *d.copy_out);
+  d.pool_of(s).free_after(std::move(s.grad), *d.copy_out);
 }
 
 }  // namespace strata::runtime

@@ -84,6 +84,12 @@ struct ZeroEngine::Impl {
   bool keep_for_reuse(int module) const;
   void drop_gathered(int module);
   void drop_all_gathered();
+  // Device memory for a gathered module or a gradient buffer, needed now: waits for buffers
+  // whose work is finishing, then gives up modules kept for reuse or fetched ahead (the one
+  // needed last first); throws OutOfMemory only when none is left.
+  DeviceBuffer allocate_now(int size_class, std::size_t bytes, const std::string& what);
+  bool evict_one(int size_class);
+  void make_pools();
 
   // engine_step.cpp
   StepOutcome step(double lr);
@@ -121,7 +127,8 @@ struct ZeroEngine::Impl {
   std::unique_ptr<Stream> optim;     // device-resident optimizer work
   std::unique_ptr<Event> copy_in_done, copy_out_done, comm_done;
   std::unique_ptr<Event> params_updated;  // resident parameters written by the last step
-  DevicePool pool;
+  std::unique_ptr<DevicePool> pools[2];  // transient buffers, per size class (plan.h)
+  DevicePool& pool_of(const ModuleState& s) { return *pools[s.plan.size_class]; }
 
   std::vector<Staging> param_staging;  // NVMe parameter reads
   std::vector<bool> param_staging_busy;

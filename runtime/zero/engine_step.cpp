@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "cpu_adam/grad_ops.h"
 #include "runtime/ops/optim_ops.h"
+#include "runtime/trace/trace.h"
 #include "runtime/zero/engine_impl.h"
 
 namespace strata::runtime {
@@ -61,7 +62,7 @@ void ZeroEngine::Impl::norm_and_overflow(bool need_norm, bool need_finite, doubl
   bool any_overflow = std::find(finite.begin(), finite.end(), 0) != finite.end();
   if (plan.shards > 1 && (need_norm || need_finite)) {
     // Sum the squares and take the max of the overflow flags over the ranks.
-    DeviceBuffer scratch = pool.allocate(2 * sizeof(float), "grad norm scratch");
+    DeviceBuffer scratch = device.allocate(2 * sizeof(float), "grad norm scratch");
     float host[2] = {static_cast<float>(total), any_overflow ? 1.0f : 0.0f};
     comm_stream->copy_async(scratch.data(), host, sizeof host);
     comm.all_reduce(scratch.as<float>(), scratch.as<float>(), 1, DType::f32, *comm_stream, ReduceOp::sum);
@@ -70,7 +71,6 @@ void ZeroEngine::Impl::norm_and_overflow(bool need_norm, bool need_finite, doubl
     comm_stream->synchronize();
     total = host[0];
     any_overflow = host[1] != 0.0f;
-    pool.free_after(std::move(scratch), *comm_stream);
   }
   *sq_norm = total;
   *overflow = any_overflow;
@@ -142,7 +142,10 @@ void ZeroEngine::Impl::update_pinned_tier(ModuleState& s, const cpu_adam::AdamHy
       shard.params_out = out;
       shard.out_dtype = dtype;
     }
-    cpu_adam::adam_step(active_simd(), threads, hyper, adam_steps, shard, grad_scale);
+    {
+      ScopedSpan span(tracer, "adam", "cpu optimizer");
+      cpu_adam::adam_step(active_simd(), threads, hyper, adam_steps, shard, grad_scale);
+    }
     deliver_params(s, off, n, master + off, staging);
   }
 }
@@ -193,7 +196,10 @@ void ZeroEngine::Impl::update_nvme_tier(const cpu_adam::AdamHyper& hyper, float 
   for (std::size_t j = 0; j < items.size(); ++j) {
     while (next_read < items.size() && next_read <= j + lookahead) issue_read(next_read++);
     SwapSet& set = sets[j % sets.size()];
-    for (offload::AioHandle& r : set.reads) io.wait(r);  // errors name the extent
+    {
+      ScopedSpan span(tracer, "wait for NVMe reads", "cpu optimizer");
+      for (offload::AioHandle& r : set.reads) io.wait(r);  // errors name the extent
+    }
     const Item& it = items[j];
     ModuleState& s = modules[static_cast<std::size_t>(it.module)];
     Staging* staging = nullptr;
@@ -209,7 +215,10 @@ void ZeroEngine::Impl::update_nvme_tier(const cpu_adam::AdamHyper& hyper, float 
       shard.params_out = out;
       shard.out_dtype = dtype;
     }
-    cpu_adam::adam_step(active_simd(), threads, hyper, adam_steps, shard, grad_scale);
+    {
+      ScopedSpan span(tracer, "adam", "cpu optimizer");
+      cpu_adam::adam_step(active_simd(), threads, hyper, adam_steps, shard, grad_scale);
+    }
     deliver_params(s, it.offset, it.n, shard.params, staging);
     set.writes[0] = sw.write(s.master_ext, set.master.data(), it.n * 4, it.offset * 4);
     set.writes[1] = sw.write(s.exp_avg_ext, set.exp_avg.data(), it.n * 4, it.offset * 4);
@@ -245,7 +254,7 @@ void ZeroEngine::Impl::finish_param_updates() {
     }
   }
   params_updated->record(*comm_stream);
-  pool.drain();  // the step's gradient buffers are done with: report memory without them
+  for (auto& pool : pools) pool->drain();  // the step's buffers are done with
 }
 
 StepOutcome ZeroEngine::Impl::step(double lr) {

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/units.h"
+#include "runtime/device/arena.h"
 
 namespace strata::runtime {
 namespace {
@@ -143,14 +144,35 @@ ZeroPlan make_plan(const Config& config, const PlanInputs& in) {
     return plan.modules[m].resident ? 0 : plan.modules[m].part.padded_numel * ds;
   };
   auto grad = [&](std::size_t m) -> std::uint64_t { return plan.modules[m].part.padded_numel * ds; };
-  std::uint64_t widest_other = 0;
-  for (std::size_t m = 1; m < plan.modules.size(); ++m)
-    widest_other = std::max(widest_other, gathered(m) + grad(m));
-  const std::uint64_t minimum_working = std::max(gathered(0) + grad(0), grad(0) + widest_other);
+  // Size classes, and the smallest region each needs: module 0's gradient is held for the
+  // whole backward (with its parameters during the LM head's backward); any other module holds
+  // its parameters and its gradient together.
+  std::uint64_t largest = 0;
+  for (std::size_t m = 0; m < plan.modules.size(); ++m) largest = std::max(largest, grad(m));
+  for (std::size_t m = 0; m < plan.modules.size(); ++m) {
+    ModulePlan& mp = plan.modules[m];
+    mp.size_class = 2 * grad(m) > largest ? 0 : 1;
+    plan.class_total_bytes[mp.size_class] += gathered(m) + grad(m);
+  }
+  const int c0 = plan.modules[0].size_class;
+  std::uint64_t widest[2] = {0, 0};
+  for (std::size_t m = 1; m < plan.modules.size(); ++m) {
+    const int c = plan.modules[m].size_class;
+    widest[c] = std::max(widest[c], gathered(m) + grad(m) + 2 * Arena::kAlignment);
+  }
+  for (int c = 0; c < 2; ++c) {
+    std::uint64_t held0 = c == c0 ? grad(0) + Arena::kAlignment : 0;
+    std::uint64_t need = held0 + widest[c];
+    if (c == c0) need = std::max(need, gathered(0) + grad(0) + 2 * Arena::kAlignment);
+    plan.class_minimum_bytes[c] = need;
+  }
+  const std::uint64_t minimum_working = plan.class_minimum_bytes[0] + plan.class_minimum_bytes[1];
   plan.device_working_bytes = minimum_working;
   line(Tier::device, "gathered parameters and gradient buffers (one module at a time, minimum)",
        minimum_working);
-  plan.device_minimum_bytes = resident_full + dev_shards + opt_dev + in.activation_bytes + minimum_working;
+  line(Tier::device, "scratch for collectives and reports", kDeviceScratchBytes);
+  plan.device_minimum_bytes =
+      resident_full + dev_shards + opt_dev + in.activation_bytes + minimum_working + kDeviceScratchBytes;
 
   line(Tier::pinned, "parameter shards (" + std::string(dtype_name(in.dtype)) + ")", pin_shards);
   if (nvme_param_modules > 0) {

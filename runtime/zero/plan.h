@@ -27,6 +27,10 @@
 namespace strata::runtime {
 
 enum class Tier { device, pinned, nvme };
+
+// Device memory left outside the engine's regions for small scratch buffers (loss and norm
+// all-reduces, gathering masters for --save).
+inline constexpr std::uint64_t kDeviceScratchBytes = std::uint64_t{1} << 20;
 const char* tier_name(Tier tier);
 
 struct PlanInputs {
@@ -46,6 +50,11 @@ struct ModulePlan {
   bool resident = false;        // full parameters kept on the device for the whole run
   Tier param_tier = Tier::device;  // of the shard, when not resident
   Tier optimizer_tier = Tier::device;
+  // Transient device buffers (gathered parameters, gradient buffers) come from one of two
+  // regions: 0 for modules over half the size of the largest, 1 for the others. Buffers of one
+  // region have similar sizes, so a small buffer held long (the tied embedding's gradient in a
+  // model with a small vocabulary) never splits the space the large ones need.
+  int size_class = 0;
 };
 
 struct PlanLine {
@@ -65,6 +74,8 @@ struct ZeroPlan {
   std::vector<PlanLine> lines;            // every allocation the plan counts
   std::uint64_t device_minimum_bytes = 0; // resident + activations + the smallest working set
   std::uint64_t device_working_bytes = 0; // the transient part of the minimum
+  std::uint64_t class_minimum_bytes[2] = {0, 0};  // per size class: the smallest region that works
+  std::uint64_t class_total_bytes[2] = {0, 0};    // per size class: parameters + gradients
   std::uint64_t needed(Tier tier) const;  // sum of lines (device: the minimum)
   // "tier | needed | available" table with the lines.
   std::string table(const PlanInputs& inputs) const;
