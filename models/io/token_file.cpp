@@ -56,7 +56,7 @@ void store_le32(unsigned char* p, std::int32_t value) {
   throw system_error(e, call, where, hint);
 }
 
-std::uint16_t swap16(std::uint16_t v) { return static_cast<std::uint16_t>((v >> 8) | (v << 8)); }
+[[maybe_unused]] std::uint16_t swap16(std::uint16_t v) { return static_cast<std::uint16_t>((v >> 8) | (v << 8)); }
 
 Fd open_for_reading(const std::string& path, const char* what) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
