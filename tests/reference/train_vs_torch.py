@@ -1,0 +1,500 @@
+#!/usr/bin/python3
+"""`strata train` against the same training in PyTorch: 10 optimizer steps of a small GPT-2.
+
+Usage: /usr/bin/python3 train_vs_torch.py --strata PATH/strata [--keep DIR]
+
+Debian's interpreter (/usr/bin/python3 with python3-torch 1.13 and python3-numpy, from
+scripts/setup.sh); exits 77 (skipped) when torch or numpy cannot be imported.
+
+Tolerances (per quantity, in float64):
+  loss of each step         |ours - torch| / |torch|                     <= 1e-4
+  grad norm of each step    |ours - torch| / torch                       <= 1e-4
+  lr of each step           |ours - torch| / torch                       <= 1e-12
+  each saved tensor         ||ours - torch|| / ||torch||                 <= 1e-4
+Both sides compute in fp32 in different orders (blocking, reductions, fused kernels), so they
+agree to fp32 rounding amplified by the network and by Adam (which divides by sqrt(v): an
+element with a tiny gradient steps by up to lr in a direction rounding decides). Measured (host
+device): strata is within ~2e-7 of torch in every loss and gradient norm and ~4e-7 in every
+tensor; torch fp32 is within ~3e-3 x the bounds of torch float64. The lr is the same double
+arithmetic on both sides (DeepSpeed's formulas), hence 1e-12.
+
+What both sides run (the model: a random config with C, V and T no multiples of 64, 8 or 2^k,
+random fp32 weights; the data: an llm.c token file of skewed random tokens < V, short enough
+that the 40 micro-batches wrap around it):
+  - run "stage3_cpu": ZeRO stage 3, parameters and optimizer states offloaded to "cpu",
+    stage3_param_persistence_threshold 0 (so every module is sharded, gathered and released,
+    not kept resident as small modules are by default); a constant lr 1e-3;
+  - run "stage2_nvme": ZeRO stage 2, optimizer states on NVMe (a temp folder, aio block_size
+    64 KiB, sub_group_size small so every module is stepped in several swap tiles); DeepSpeed's
+    WarmupLR, linear, warmup_num_steps 3, warmup_min_lr 1e-4 -> warmup_max_lr 1e-3.
+  Both: fp32, AdamW betas (0.9, 0.95), eps 1e-8, weight_decay 0.1 on every parameter (one
+  group), train_micro_batch_size_per_gpu B = 2, gradient_accumulation_steps 2, one rank, the
+  host device with a 64 MiB budget; gradient_clipping 1.0 in stage3_cpu (the gradient norm is
+  1.2 to 2.4 there: every step is clipped) and 2.0 in stage2_nvme (steps 1-3 clipped, the others
+  not), so that both branches of the clipping are compared.
+The torch side (torch.optim.AdamW, one param group; fp32; one thread) follows strata's
+documented semantics, written here independently:
+  - data (models/io/batch_loader.h, sequential): W = (ntokens - 1) // (B*T) windows; the k-th
+    micro-batch of the run reads window k mod W = tokens [w*B*T, (w+1)*B*T]; inputs are its first
+    B*T tokens, targets the next B*T (shifted by one), both (B, T) row-major;
+  - loss: each micro-batch's mean cross-entropy / gas is backpropagated (the gradient is the mean
+    over micro-batches); the step's reported loss is the mean of the micro-batch losses;
+  - clipping: torch.nn.utils.clip_grad_norm_(params, 1.0) (coefficient 1 / (norm + 1e-6));
+  - lr of step k (runtime/zero/lr_schedule.h, DeepSpeed's engine calling scheduler.step() after
+    each optimizer step, the scheduler built with last_batch_iteration -1): k = 0 uses
+    warmup_min_lr, step k >= 1 uses f(k - 1), f(i) = min + (max - min) * min(1, i / W).
+strata's m.jsonl gives loss, lr and grad_norm per step; --save gives the weights (HF layout,
+Conv1D weights (in, out), no lm_head.weight: tied to wte).
+
+The key bias (c_attn.bias[C:2C]) has no gradient in exact arithmetic (q . b_k shifts a whole
+softmax row), so both sides' values are rounding noise that AdamW turns into steps of up to ~lr in
+arbitrary directions (see gpt_vs_torch.py). It is compared without its key third
+("c_attn.bias[q,v]"), and checked instead: max |p_k - p0_k prod(1 - lr_t wd)| must not exceed the
+most that S AdamW steps can move an element (sum_t lr_t sqrt(sum_i w_i^2 / u_i), Cauchy-Schwarz
+on m_hat / sqrt(v_hat) with w, u the bias-corrected EMA weights of the betas), x 1.01.
+
+Self-checks, so that a pass means something:
+  - the torch run: the first loss within 0.5 of log(V); the loss falls; every saved tensor ends
+    > 10 x its bound from its initial value; over the runs, some steps are clipped and some
+    are not;
+  - yardstick: torch fp32 against torch float64 on the same run (worst rel / bound), printed;
+  - discrimination: torch with one detail wrong (the lr schedule one step late, no clipping,
+    no weight decay on biases and LayerNorms, non-overlapping windows, the loss summed over
+    micro-batches, Adam's L2 decay for AdamW) must be > 5 x a bound from strata somewhere (5,
+    not more: decaying LayerNorm weights ~1 or not changes them by wd * sum(lr) ~ 0.7e-3 to 1e-3
+    of their norm in 10 steps, 7 to 10 x the bound; strata itself is ~1e-7 from torch).
+"""
+import argparse
+import json
+import math
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+try:
+    import numpy as np
+    import torch
+except ImportError as e:  # not Debian's python3, or python3-torch missing
+    print(f"skipped: cannot import torch/numpy ({e}); run scripts/setup.sh and use "
+          "/usr/bin/python3")
+    sys.exit(77)
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gpt2_torch  # noqa: E402
+import st_io  # noqa: E402
+
+# ---- tolerances and the run's settings --------------------------------------------------------
+BOUNDS = {"loss": 1e-4, "grad_norm": 1e-4, "lr": 1e-12, "param": 1e-4}
+STEPS = 10
+B, GAS = 2, 2
+LR, BETAS, EPS, WEIGHT_DECAY = 1e-3, (0.9, 0.95), 1e-8, 0.1
+WARMUP = dict(warmup_min_lr=1e-4, warmup_max_lr=1e-3, warmup_num_steps=3)
+# V 83 (odd, no multiple of 8), C 36 (no multiple of 64; head size 9), T 19 (no power of two)
+CFG = gpt2_torch.GptConfig(vocab_size=83, n_positions=24, n_embd=36, n_layer=2, n_head=4)
+T = 19
+WINDOWS = 13  # < STEPS * GAS = 20 micro-batches: the data wraps around
+TAIL = 5      # tokens after the last window, never read
+MOVE = 10     # each tensor must end > MOVE x its bound from its initial value
+DISCRIMINATION = 5  # see the docstring
+STRATA_TIMEOUT_S = 300
+
+RUNS = [
+    dict(name="stage3_cpu", schedule=None, max_norm=1.0,
+         zero={"stage": 3, "offload_param": {"device": "cpu"},
+               "offload_optimizer": {"device": "cpu"},
+               "stage3_param_persistence_threshold": 0}),
+    dict(name="stage2_nvme", schedule=WARMUP, max_norm=2.0,
+         zero={"stage": 2, "offload_optimizer": {"device": "nvme", "nvme_path": "(a temp folder)"},
+               "sub_group_size": 2000}),
+]
+
+
+def f32(x):
+    return float(np.float32(x))
+
+
+# ---- inputs -----------------------------------------------------------------------------------
+
+def make_weights(cfg, seed):
+    """As gpt_vs_torch.py: nothing trivially 0 or 1; c_attn / c_fc N(0, 1/C) so that scores and
+    GELU inputs are O(1)."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, shape in gpt2_torch.param_shapes(cfg).items():
+        noise = rng.standard_normal(shape)
+        if ".ln_" in name or name.startswith("ln_f"):
+            a = 1.0 + 0.1 * noise if name.endswith(".weight") else 0.02 * noise
+        elif name.endswith(".bias"):
+            a = 0.02 * noise
+        elif name.endswith(("c_attn.weight", "c_fc.weight")):
+            a = noise / math.sqrt(cfg.n_embd)
+        else:  # wte, wpe, c_proj
+            a = 0.02 * noise
+        out[name] = a.astype(np.float32)
+    return out
+
+
+def make_tokens(cfg, n, seed):
+    """n tokens < V with a skewed (Zipf-like, shuffled) distribution, so there is something to
+    learn in 10 steps."""
+    rng = np.random.default_rng(seed)
+    p = 1.0 / np.arange(1, cfg.vocab_size + 1)
+    p = rng.permutation(p / p.sum())
+    return rng.choice(cfg.vocab_size, size=n, p=p).astype(np.uint16)
+
+
+def write_token_file(path, tokens):
+    """llm.c format (models/io/token_file.h): 256 int32 header [magic 20240520, version 1,
+    count, 0...], then the tokens as uint16, little-endian."""
+    header = [20240520, 1, len(tokens)] + [0] * 253
+    with open(path, "wb") as f:
+        f.write(struct.pack("<256i", *header))
+        f.write(np.asarray(tokens, dtype="<u2").tobytes())
+
+
+def ds_config(run, nvme_dir):
+    zero = json.loads(json.dumps(run["zero"]))
+    if zero.get("offload_optimizer", {}).get("device") == "nvme":  # the placeholder
+        zero["offload_optimizer"]["nvme_path"] = nvme_dir
+    c = {
+        "train_micro_batch_size_per_gpu": B,
+        "gradient_accumulation_steps": GAS,
+        "gradient_clipping": run["max_norm"],
+        "bf16": {"enabled": False},
+        "fp16": {"enabled": False},
+        "optimizer": {"type": "AdamW",
+                      "params": {"lr": LR, "betas": list(BETAS), "eps": EPS,
+                                 "weight_decay": WEIGHT_DECAY}},
+        "zero_optimization": zero,
+        "aio": {"block_size": 65536},
+        "strata": {"device": "host", "device_memory": "64MiB"},
+    }
+    if run["schedule"]:
+        c["scheduler"] = {"type": "WarmupLR",
+                          "params": {**run["schedule"], "warmup_type": "linear"}}
+    return c
+
+
+# ---- strata -----------------------------------------------------------------------------------
+
+def run_strata(strata, workdir, run, weights, tokens):
+    d = os.path.join(workdir, run["name"])
+    nvme = os.path.join(d, "nvme")
+    os.makedirs(nvme, exist_ok=True)
+    p = {k: os.path.join(d, k) for k in
+         ("ds.json", "config.json", "w.safetensors", "tokens.bin", "out.safetensors", "m.jsonl")}
+    with open(p["ds.json"], "w") as f:
+        json.dump(ds_config(run, nvme), f, indent=1)
+    with open(p["config.json"], "w") as f:
+        json.dump(CFG.hf_json(), f, indent=1)
+    st_io.save(p["w.safetensors"], weights)
+    write_token_file(p["tokens.bin"], tokens)
+    cmd = [strata, "train", "--config", p["ds.json"], "--model", p["config.json"],
+           "--init", p["w.safetensors"], "--data", p["tokens.bin"], "--steps", str(STEPS),
+           "--seq-len", str(T), "--save", p["out.safetensors"], "--metrics", p["m.jsonl"],
+           "--report", "none"]
+    started = time.monotonic()
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=STRATA_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"{' '.join(cmd)}: no result after {STRATA_TIMEOUT_S} s") from None
+    if r.returncode != 0:
+        tail = (r.stdout + r.stderr)[-3000:]
+        raise RuntimeError(f"{' '.join(cmd)} exited {r.returncode}; its output ends:\n{tail}")
+    seconds = time.monotonic() - started
+    with open(p["m.jsonl"]) as f:
+        lines = [json.loads(line) for line in f if line.strip()]
+    if [m.get("step") for m in lines] != list(range(1, STEPS + 1)):
+        raise RuntimeError(f"{p['m.jsonl']}: steps {[m.get('step') for m in lines]}, expected "
+                           f"1..{STEPS}")
+    if any(m.get("skipped") for m in lines):
+        raise RuntimeError(f"{p['m.jsonl']}: a step was skipped (fp32 never skips)")
+    saved = st_io.load(p["out.safetensors"])
+    params, problems = {}, []
+    for name, a in saved.items():
+        key = name[len(gpt2_torch.HF_PREFIX):] if name.startswith(gpt2_torch.HF_PREFIX) else name
+        if key == "lm_head.weight":
+            continue  # tied; compared as wte.weight
+        params[key] = a
+    shapes = gpt2_torch.param_shapes(CFG)
+    problems += [f"{n}: missing" for n in shapes if n not in params]
+    problems += [f"{n}: not a GPT-2 tensor" for n in params if n not in shapes]
+    problems += [f"{n}: shape {tuple(params[n].shape)}, expected {s}" for n, s in shapes.items()
+                 if n in params and tuple(params[n].shape) != tuple(s)]
+    problems += [f"{n}: dtype {params[n].dtype}, expected float32" for n in shapes
+                 if n in params and params[n].dtype != np.float32]
+    if problems:
+        raise RuntimeError(f"{p['out.safetensors']}: " + "; ".join(problems[:8]))
+    return {"losses": np.array([m["loss"] for m in lines]),
+            "lrs": np.array([m["lr"] for m in lines]),
+            "grad_norms": np.array([m["grad_norm"] for m in lines]),
+            "params": params}, seconds
+
+
+# ---- torch ------------------------------------------------------------------------------------
+
+def lr_at(schedule, k, late=False):
+    """The lr of optimizer step k (0-based), DeepSpeed's WarmupLR (linear) with
+    last_batch_iteration -1; late=True is the off-by-one bug (step k uses f(k))."""
+    if schedule is None:
+        return LR
+    lo, hi = schedule["warmup_min_lr"], schedule["warmup_max_lr"]
+    w = max(2, schedule["warmup_num_steps"])
+    i = k if late else k - 1  # the scheduler's last_batch_iteration at step k
+    if i < 0:
+        return lo
+    gamma = i / w if i < w else 1.0
+    return lo + (hi - lo) * gamma
+
+
+def micro_batch(tokens, k, stride=None):
+    """Micro-batch k of the run (sequential order, one rank): window k mod W."""
+    n = B * T
+    stride = stride or n  # the windows' starts; stride B*T + 1 is a bug of the self-check
+    windows = (len(tokens) - 1 - n) // stride + 1  # (ntokens - 1) // (B*T) for stride B*T
+    w = k % windows
+    seg = tokens[w * stride: w * stride + n + 1].astype(np.int64)
+    return (torch.from_numpy(seg[:n].reshape(B, T).copy()),
+            torch.from_numpy(seg[1:].reshape(B, T).copy()))
+
+
+def run_torch(weights, tokens, run, dtype=torch.float32, late_lr=False, clip=True,
+              decay_all=True, stride=None, loss_div=GAS, optimizer="adamw"):
+    """STEPS steps as strata runs them (see the docstring); the keyword arguments other than
+    dtype are the deliberate bugs of the discrimination check."""
+    model = gpt2_torch.Gpt2(CFG, dtype)
+    model.load_numpy(weights)
+    named = list(model.named_parameters())
+    if decay_all:
+        groups = [{"params": [p for _, p in named], "weight_decay": f32(WEIGHT_DECAY)}]
+    else:  # the common GPT recipe: no decay on biases and LayerNorm weights
+        groups = [{"params": [p for _, p in named if p.dim() >= 2],
+                   "weight_decay": f32(WEIGHT_DECAY)},
+                  {"params": [p for _, p in named if p.dim() < 2], "weight_decay": 0.0}]
+    cls = {"adamw": torch.optim.AdamW, "adam": torch.optim.Adam}[optimizer]
+    opt = cls(groups, lr=LR, betas=(f32(BETAS[0]), f32(BETAS[1])), eps=f32(EPS))
+    losses, lrs, norms = [], [], []
+    for step in range(STEPS):
+        lr = lr_at(run["schedule"], step, late=late_lr)
+        for g in opt.param_groups:
+            g["lr"] = f32(lr)
+        opt.zero_grad(set_to_none=True)
+        micro = []
+        for k in range(GAS):
+            x, y = micro_batch(tokens, step * GAS + k, stride)
+            _, loss = model(x, y)
+            (loss / loss_div).backward()
+            micro.append(loss.item())
+        params = [p for _, p in named]
+        if clip:
+            norm = torch.nn.utils.clip_grad_norm_(params, run["max_norm"])
+        else:
+            norm = torch.norm(torch.stack([p.grad.detach().norm() for p in params]))
+        opt.step()
+        losses.append(sum(micro) / GAS)
+        lrs.append(lr)
+        norms.append(float(norm))
+    return {"losses": np.array(losses), "lrs": np.array(lrs), "grad_norms": np.array(norms),
+            "params": {n: p.detach().to(torch.float32).numpy().copy() for n, p in named}}
+
+
+# ---- comparison -------------------------------------------------------------------------------
+
+def rel(ours, ref):
+    a = np.asarray(ours, dtype=np.float64)
+    b = np.asarray(ref, dtype=np.float64)
+    num, den = np.linalg.norm(a - b), np.linalg.norm(b)
+    if den == 0.0:
+        return 0.0 if num == 0.0 else float("inf")
+    return float(num / den)
+
+
+def without_key(n, a):
+    if not n.endswith("attn.c_attn.bias"):
+        return a
+    C = a.shape[0] // 3
+    return np.concatenate([a[:C], a[2 * C:]])
+
+
+def compare(ours, ref):
+    """[(kind, what, rel)] for every compared quantity."""
+    rows = []
+    for kind, key in (("loss", "losses"), ("grad_norm", "grad_norms"), ("lr", "lrs")):
+        rows += [(kind, f"{kind}[step {i + 1}]", rel(ours[key][i], ref[key][i]))
+                 for i in range(STEPS)]
+    rows += [("param", n + ("[q,v]" if n.endswith("c_attn.bias") else ""),
+              rel(without_key(n, ours["params"][n]), without_key(n, p)))
+             for n, p in ref["params"].items()]
+    return rows
+
+
+def adam_max_move(lrs):
+    """The most `len(lrs)` AdamW steps can move an element apart from weight decay:
+    sum_t lr_t max |m_hat_t / sqrt(v_hat_t)|, by Cauchy-Schwarz."""
+    b1, b2 = BETAS
+    total = 0.0
+    for t, lr in enumerate(lrs, start=1):
+        i = np.arange(1, t + 1)
+        w = (1 - b1) * b1 ** (t - i) / (1 - b1 ** t)
+        u = (1 - b2) * b2 ** (t - i) / (1 - b2 ** t)
+        total += lr * math.sqrt(float(np.sum(w * w / u)))
+    return total
+
+
+def key_bias_move(ours, weights, lrs):
+    """Worst over the layers of max |p_k - p0_k prod(1 - lr_t wd)| / adam_max_move (<= 1)."""
+    C = CFG.n_embd
+    decay = float(np.prod([1.0 - f32(lr) * f32(WEIGHT_DECAY) for lr in lrs]))
+    bound = adam_max_move(lrs)
+    worst = 0.0
+    for i in range(CFG.n_layer):
+        n = f"h.{i}.attn.c_attn.bias"
+        moved = ours["params"][n][C:2 * C].astype(np.float64) - weights[n][C:2 * C] * decay
+        worst = max(worst, float(np.max(np.abs(moved))) / bound)
+    return worst
+
+
+def nan_max(values):
+    return max(float("inf") if math.isnan(v) else v for v in values)
+
+
+def worst(rows, kind):
+    picked = [(r, w) for k, w, r in rows if k == kind]
+    return max(picked, key=lambda x: float("inf") if math.isnan(x[0]) else x[0])
+
+
+def worst_ratio(rows):
+    return nan_max([r / BOUNDS[k] for k, _, r in rows])
+
+
+def check_torch_run(name, ref, weights, failures):
+    """The torch run's sanity (see the docstring); clipping is checked over all runs in main."""
+    log_v = math.log(CFG.vocab_size)
+    if not abs(ref["losses"][0] - log_v) < 0.5:
+        failures.append(f"{name}: torch's first loss {ref['losses'][0]:.4f} is not within 0.5 of "
+                        f"log(V) = {log_v:.4f}")
+    if not ref["losses"][-1] < ref["losses"][0] - 0.05:
+        failures.append(f"{name}: torch's loss does not fall over {STEPS} steps: "
+                        f"{np.round(ref['losses'], 4)}")
+    stuck = [n for n, p in ref["params"].items()
+             if not rel(without_key(n, p), without_key(n, weights[n])) > MOVE * BOUNDS["param"]]
+    if stuck:
+        failures.append(f"{name}: {len(stuck)} tensors barely move in {STEPS} steps "
+                        f"({', '.join(stuck[:3])}); the comparison would be vacuous")
+
+
+# ---- main -------------------------------------------------------------------------------------
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--strata", required=True, help="path to the strata binary")
+    ap.add_argument("--keep", help="keep strata's input/output files in this directory")
+    args = ap.parse_args()
+    if not os.access(args.strata, os.X_OK):
+        print(f"FAILED: {args.strata!r} is not an executable file")
+        return 1
+
+    torch.set_num_threads(1)
+    print(f"torch {torch.__version__}, numpy {np.__version__}; strata {args.strata}")
+    print(f"GPT-2 V {CFG.vocab_size}, P {CFG.n_positions}, C {CFG.n_embd}, L {CFG.n_layer}, "
+          f"NH {CFG.n_head}; B {B}, T {T}, gas {GAS}, {STEPS} steps over {WINDOWS} windows; "
+          f"AdamW betas {BETAS}, eps {EPS:g}, wd {WEIGHT_DECAY:g}")
+    print("bounds: " + ", ".join(f"{k} {v:g}" for k, v in BOUNDS.items()))
+
+    started = time.monotonic()
+    failures = []
+    tmp = None if args.keep else tempfile.TemporaryDirectory(prefix="train_vs_torch_")
+    workdir = args.keep or tmp.name
+    os.makedirs(workdir, exist_ok=True)
+    weights = make_weights(CFG, seed=7100)
+    tokens = make_tokens(CFG, WINDOWS * B * T + 1 + TAIL, seed=7200)
+    clipped = unclipped = 0  # torch's steps over all runs
+
+    for run in RUNS:
+        name = run["name"]
+        print(f"\n== {name}: zero_optimization {json.dumps(run['zero'])}, "
+              f"lr {'WarmupLR ' + json.dumps(run['schedule']) if run['schedule'] else LR}, "
+              f"gradient_clipping {run['max_norm']:g}")
+        try:
+            ours, seconds = run_strata(args.strata, workdir, run, weights, tokens)
+        except (RuntimeError, OSError, ValueError) as e:
+            failures.append(f"{name}: {e}")
+            print("strata failed (see below)")
+            continue
+        ref = run_torch(weights, tokens, run)
+        ref64 = run_torch(weights, tokens, run, dtype=torch.float64)
+        check_torch_run(name, ref, weights, failures)
+        clipped += int(np.sum(ref["grad_norms"] > run["max_norm"]))
+        unclipped += int(np.sum(ref["grad_norms"] <= run["max_norm"]))
+        rows = compare(ours, ref)
+        print(f"{'step':>4} {'lr ours':>10} {'lr torch':>10} {'loss ours':>11} "
+              f"{'loss torch':>11} {'rel':>8} {'norm ours':>10} {'norm torch':>10} {'rel':>8}")
+        for i in range(STEPS):
+            print(f"{i + 1:4d} {ours['lrs'][i]:10.3e} {ref['lrs'][i]:10.3e} "
+                  f"{ours['losses'][i]:11.7f} {ref['losses'][i]:11.7f} "
+                  f"{rel(ours['losses'][i], ref['losses'][i]):8.1e} "
+                  f"{ours['grad_norms'][i]:10.6f} {ref['grad_norms'][i]:10.6f} "
+                  f"{rel(ours['grad_norms'][i], ref['grad_norms'][i]):8.1e}")
+        params = sorted(((r, w) for k, w, r in rows if k == "param"), reverse=True)
+        print("saved tensors, worst first: " +
+              ", ".join(f"{w} {r:.1e}" for r, w in params[:4]))
+        kb = key_bias_move(ours, weights, ref["lrs"])
+        yardstick = worst_ratio(compare(ref, ref64))
+        summary = {k: worst(rows, k) for k in BOUNDS}
+        print("worst: " + ", ".join(f"{k} {r:.2e} ({w})" for k, (r, w) in summary.items()) +
+              f"; key bias move {kb:.2f} x max; torch fp32 vs fp64 {yardstick:.2e} x bound; "
+              f"strata {seconds:.1f} s")
+        for i in range(STEPS):  # the first step whose loss, grad norm or lr is off, if any
+            bad = [f"{kind} {r:.2e}" for kind, what, r in rows
+                   if what == f"{kind}[step {i + 1}]" and not r <= BOUNDS[kind]]
+            if bad:
+                print(f"FIRST DIFFERING STEP: {i + 1} ({', '.join(bad)})")
+                failures.append(f"{name}: the first step that differs is step {i + 1} "
+                                f"({', '.join(bad)})")
+                break
+        for kind, what, r in rows:
+            if not r <= BOUNDS[kind]:  # NaN fails too
+                failures.append(f"{name}: {what}: rel {r:.3e} > {BOUNDS[kind]:g}")
+        if not kb <= 1.01:
+            failures.append(f"{name}: the key bias moved {kb:.2f} x the most AdamW can move it")
+
+        # Discrimination: torch with one detail wrong must be far from strata.
+        bugs = [("no clipping", dict(clip=False)),
+                ("no decay on biases/LN", dict(decay_all=False)),
+                ("windows not overlapping", dict(stride=B * T + 1)),
+                ("loss summed over micro", dict(loss_div=1)),
+                ("Adam (L2), not AdamW", dict(optimizer="adam"))]
+        if run["schedule"]:
+            bugs.insert(0, ("lr one step late", dict(late_lr=True)))
+        line = []
+        for label, bug in bugs:
+            ratio = worst_ratio(compare(ours, run_torch(weights, tokens, run, **bug)))
+            line.append(f"{label} {ratio:.1e}")
+            if not ratio > DISCRIMINATION:
+                failures.append(f"{name}: cannot tell torch with {label} from strata (worst rel / "
+                                f"bound {ratio:.2f})")
+        print("discrimination (worst rel / bound of torch-with-a-bug vs strata, must be > "
+              f"{DISCRIMINATION}): " + "; ".join(line))
+
+    if not (clipped and unclipped):
+        failures.append(f"torch clipped {clipped} steps and left {unclipped} unclipped: both "
+                        "branches of the clipping must be compared")
+    if tmp:
+        tmp.cleanup()
+    print(f"\n{len(RUNS)} runs; {time.monotonic() - started:.1f} s")
+    if failures:
+        print(f"FAILED ({len(failures)}):")
+        for f in failures[:40]:
+            print("  " + f)
+        if len(failures) > 40:
+            print(f"  ... and {len(failures) - 40} more")
+        return 1
+    print("PASSED")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
