@@ -10,7 +10,9 @@
 // prefetch() runs after every acquire and release: along the trace of the previous step, it
 // starts NVMe reads while staging buffers are free, and gathers ahead while the elements in
 // flight stay under stage3_prefetch_bucket_size, the gathered elements under
-// stage3_max_live_parameters, and the device memory suffices without waiting.
+// stage3_max_live_parameters, and the device memory suffices without waiting. A gather ahead of
+// a read still in flight makes the H2D stream wait for the read (a host task that waits on the
+// I/O engine: on CUDA it holds the host-function thread meanwhile).
 #include <algorithm>
 #include <span>
 
@@ -58,7 +60,6 @@ bool ZeroEngine::Impl::gather(int module, bool on_demand) {
       }
       start_read(module);
     }
-    if (!on_demand && !swap().engine().poll(s.read)) return false;
   }
   DeviceBuffer buffer = on_demand ? allocate_now(s.plan.size_class, full_bytes, s.name + " gathered parameters")
                                   : pool_of(s).try_allocate(full_bytes, s.name + " gathered parameters");
@@ -71,7 +72,15 @@ bool ZeroEngine::Impl::gather(int module, bool on_demand) {
       break;
     case Tier::pinned: h2d(slice, s.shard_pin.data(), shard_bytes(s)); break;
     case Tier::nvme: {
-      swap().engine().wait(s.read);  // throws the read's error, naming the extent
+      if (on_demand) {
+        swap().engine().wait(s.read);  // throws the read's error, naming the extent
+      } else if (!swap().engine().poll(s.read)) {
+        // Fetched ahead: the H2D stream waits for the read itself, so the copy follows the
+        // read's completion without the trainer thread coming back. A failed read fails the
+        // stream (and the step, at its synchronize) with the read's error.
+        offload::AioEngine* io = &swap().engine();
+        copy_in->host_task([io, read = s.read] { io->wait(read); }, "wait for NVMe read");
+      }
       Staging& st = param_staging[static_cast<std::size_t>(s.staging)];
       h2d(slice, st.buffer.data(), shard_bytes(s));
       st.done->record(*copy_in);
