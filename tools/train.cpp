@@ -1,5 +1,5 @@
 // strata train: config, device, communicator, tiers, engine, model, data; then the loop:
-//   begin_step -> (forward, backward) x gradient_accumulation_steps -> step(lr) -> metrics
+//   begin_step(lr) -> (forward, backward) x gradient_accumulation_steps -> step() -> metrics
 // and at the end the weights (--save), the per-tier memory table, bytes moved and the trace.
 #include "tools/train.h"
 
@@ -245,7 +245,8 @@ void run_training(const TrainOptions& o) {
     const Clock::time_point t0 = Clock::now();
     busy.begin_step();
     const runtime::LinkBytes bytes_before = link_bytes(engine.counters());
-    engine.begin_step();
+    const double lr = schedule.lr(applied_steps);
+    engine.begin_step(lr);
     double loss_sum = 0, forward_ms = 0, backward_ms = 0;
     for (int k = 0; k < gas; ++k) {
       loader.next(inputs.data(), targets.data());
@@ -268,9 +269,8 @@ void run_training(const TrainOptions& o) {
       phase_memory.push_back({"device after backward", s.device});
       phase_memory.push_back({"pinned after backward", s.pinned});
     }
-    const double lr = schedule.lr(applied_steps);
     const Clock::time_point ts = Clock::now();
-    const runtime::StepOutcome outcome = engine.step(lr);
+    const runtime::StepOutcome outcome = engine.step();
     const double optimizer_ms = ms_since(ts);
     if (!outcome.skipped) ++applied_steps;
     const double step_ms = ms_since(t0);
@@ -305,6 +305,8 @@ void run_training(const TrainOptions& o) {
     if (rank0) progress.update(m);
   }
   if (rank0) progress.finish();
+
+  engine.finish_updates();
 
   // --save: every rank gathers, rank 0 writes.
   if (!o.save_path.empty()) {

@@ -1,44 +1,108 @@
+// Each op: the CUDA launchers when the stream has a cudaStream_t, else a host task running the
+// CPU Adam code on the stream's worker thread (as runtime/ops/ops.cpp does for the GPT ops).
 #include "runtime/ops/optim_ops.h"
+
+#include <cstdint>
 
 #include "core/cpu_features.h"
 #include "core/error.h"
 #include "cpu_adam/grad_ops.h"
+#include "kernels/cuda/adamw.h"
+#include "kernels/cuda/grad_ops.h"
 
 namespace strata::runtime::ops {
 namespace {
 
-void require_host(const Stream& s, const char* op) {
-  if (s.native_handle() != nullptr) {
-    throw Error(std::string("the optimizer op ") + op + " has no CUDA kernel yet",
-                "zero_optimization.offload_optimizer.device",
-                "keep the optimizer states on the host: set offload_optimizer.device to \"cpu\" or "
-                "\"nvme\" (and ratio 1)");
-  }
+cudaStream_t cuda_stream(const Stream& s) { return static_cast<cudaStream_t>(s.native_handle()); }
+
+// device_scratch on CUDA: [0, 8) grad_sq_norm's result, [8, 12) all_finite's flag, then the
+// norm's chunk sums from byte 16.
+constexpr std::size_t kNormAt = 0;
+constexpr std::size_t kFlagAt = 8;
+constexpr std::size_t kPartialsAt = 16;
+
+template <typename T>
+T* scratch_at(void* device_scratch, std::size_t offset) {
+  STRATA_ASSERT(device_scratch != nullptr &&
+                    reinterpret_cast<std::uintptr_t>(device_scratch) % alignof(double) == 0,
+                "optimizer ops on CUDA need an 8-byte aligned device_scratch "
+                "(optim_scratch_bytes(n) bytes)");
+  return reinterpret_cast<T*>(static_cast<unsigned char*>(device_scratch) + offset);
+}
+
+// cpu_adam's hyper-parameters as the CUDA AdamW takes them (unused without CUDA kernels).
+[[maybe_unused]] kernels::cuda::AdamwArgs adamw_args(const cpu_adam::AdamHyper& hyper,
+                                                     std::int64_t step, float grad_scale) {
+  kernels::cuda::AdamwArgs args;
+  args.lr = hyper.lr;
+  args.beta1 = hyper.beta1;
+  args.beta2 = hyper.beta2;
+  args.eps = hyper.eps;
+  args.weight_decay = hyper.weight_decay;
+  args.decoupled = hyper.mode == cpu_adam::AdamMode::adamw;
+  args.bias_correction = hyper.bias_correction;
+  args.step = step;
+  args.grad_scale = grad_scale;
+  return args;
 }
 
 }  // namespace
 
+// CUDA_OP(call): the CUDA launch when this build has the CUDA kernels; a host stream never
+// has a native handle, so without them the branch is unreachable (as in runtime/ops/ops.cpp).
+#if defined(STRATA_KERNELS_HAVE_CUDA)
+namespace kc = strata::kernels::cuda;
+#define CUDA_OP(call) call
+#else
+#define CUDA_OP(call) \
+  (void)cs;           \
+  STRATA_ASSERT(false, "a CUDA stream in a build without CUDA kernels")
+#endif
+
+std::size_t optim_scratch_bytes(std::size_t n) {
+  return kPartialsAt + kernels::cuda::grad_sq_norm_partials(n) * sizeof(double);
+}
+
 void accumulate_grads(Stream& s, float* acc, const void* x, DType dtype, std::size_t n, int threads) {
-  require_host(s, "accumulate_grads");
+  if (cudaStream_t cs = cuda_stream(s)) {
+    CUDA_OP(kc::accumulate_grads(acc, x, dtype, n, cs));
+    return;
+  }
   s.host_task([=] { cpu_adam::accumulate_grads(active_simd(), threads, acc, x, dtype, n); },
               "accumulate grads");
 }
 
-void grad_sq_norm(Stream& s, const float* x, std::size_t n, float scale, double* out, int threads) {
-  require_host(s, "grad_sq_norm");
+void grad_sq_norm(Stream& s, const float* x, std::size_t n, float scale, double* out,
+                  void* device_scratch, int threads) {
+  if (cudaStream_t cs = cuda_stream(s)) {
+    CUDA_OP(kc::grad_sq_norm(x, n, scale, scratch_at<double>(device_scratch, kNormAt),
+                             scratch_at<double>(device_scratch, kPartialsAt), cs));
+    s.copy_async(out, scratch_at<double>(device_scratch, kNormAt), sizeof(double));
+    return;
+  }
   s.host_task([=] { *out = cpu_adam::grad_sq_norm(active_simd(), threads, x, DType::f32, n, scale); },
               "grad norm");
 }
 
-void all_finite(Stream& s, const float* x, std::size_t n, bool* out, int threads) {
-  require_host(s, "all_finite");
-  s.host_task([=] { *out = cpu_adam::all_finite(active_simd(), threads, x, DType::f32, n); },
+void all_finite(Stream& s, const float* x, std::size_t n, int* out, void* device_scratch,
+                int threads) {
+  if (cudaStream_t cs = cuda_stream(s)) {
+    CUDA_OP(kc::all_finite(x, n, scratch_at<int>(device_scratch, kFlagAt), cs));
+    s.copy_async(out, scratch_at<int>(device_scratch, kFlagAt), sizeof(int));
+    return;
+  }
+  s.host_task([=] { *out = cpu_adam::all_finite(active_simd(), threads, x, DType::f32, n) ? 1 : 0; },
               "finite check");
 }
 
 void adam_step(Stream& s, const cpu_adam::AdamHyper& hyper, std::int64_t step,
                const cpu_adam::AdamShard& shard, float grad_scale, int threads) {
-  require_host(s, "adam_step");
+  if (cudaStream_t cs = cuda_stream(s)) {
+    CUDA_OP(kc::adamw(shard.params, shard.grads, shard.grad_dtype, shard.exp_avg,
+                      shard.exp_avg_sq, shard.numel, adamw_args(hyper, step, grad_scale),
+                      shard.params_out, shard.out_dtype, cs));
+    return;
+  }
   s.host_task([=] { cpu_adam::adam_step(active_simd(), threads, hyper, step, shard, grad_scale); },
               "adam");
 }

@@ -63,7 +63,9 @@ ZeroEngine::Impl::Impl(const Config& config_, const EngineSetup& setup, Device& 
   copy_in_done = device.create_event();
   copy_out_done = device.create_event();
   comm_done = device.create_event();
-  params_updated = device.create_event();
+  global_before_update = config.gradient_clipping.value_or(0.0) > 0.0 || config.fp16.enabled.value_or(false);
+  updates_posted.assign(setup.module_numels.size(), 0);
+  updates_done.assign(setup.module_numels.size(), 0);
 
   prefetch_bucket = z.stage3_prefetch_bucket_size.value_or(50'000'000);
   max_live = z.stage3_max_live_parameters;
@@ -90,6 +92,8 @@ void ZeroEngine::Impl::allocate_states() {
   for (ModuleState& s : modules) {
     const std::size_t shard = s.plan.part.shard_numel;
     s.ready = device.create_event();
+    s.updated = device.create_event();
+    s.grad_done = device.create_event();
     if (s.plan.resident) {
       s.full = device.allocate(s.plan.part.padded_numel * ds, s.name + " parameters");
     } else if (s.plan.param_tier == Tier::device) {
@@ -131,6 +135,14 @@ void ZeroEngine::Impl::allocate_states() {
   make_staging(param_staging, plan.param_staging_buffers, max_nvme_param * ds, "NVMe parameter read buffer");
   param_staging_busy.assign(param_staging.size(), false);
   if (max_offloaded > 0) make_staging(grad_staging, 2, max_offloaded * ds, "gradient D2H buffer");
+  for (int i = 0; i < plan.optimizer_swap_buffers; ++i) {
+    SwapSet set;
+    const std::size_t bytes = plan.optimizer_chunk_numel * 4;
+    set.master = pinned.allocate(bytes, "optimizer swap buffer (master)");
+    set.exp_avg = pinned.allocate(bytes, "optimizer swap buffer (exp_avg)");
+    set.exp_avg_sq = pinned.allocate(bytes, "optimizer swap buffer (exp_avg_sq)");
+    swap_sets.push_back(std::move(set));
+  }
   if (max_offloaded > 0 || max_nvme_param > 0) {
     const std::size_t chunk = plan.optimizer_chunk_numel ? plan.optimizer_chunk_numel : plan.max_shard_numel;
     make_staging(out_staging, 2, chunk * ds, "updated parameter buffer");
@@ -178,6 +190,7 @@ Staging& ZeroEngine::Impl::take_staging(std::vector<Staging>& staging, int* next
 
 void ZeroEngine::Impl::h2d(void* dst, const void* src, std::size_t bytes) {
   copy_in->copy_async(dst, src, bytes);
+  std::lock_guard lock(counters_mutex);
   counters.h2d_bytes += bytes;
 }
 
@@ -220,6 +233,7 @@ ZeroEngine::ZeroEngine(const Config& config, const EngineSetup& setup, Device& d
 
 ZeroEngine::~ZeroEngine() {
   try {
+    impl_->worker.drain();
     impl_->device.synchronize();
     if (offload::SwapSpace* sw = impl_->tiers.swap()) sw->engine().wait_all();
   } catch (const std::exception& e) {
@@ -294,6 +308,7 @@ void ZeroEngine::gather_module(int module, float* out) {
   ModuleState& s = d.modules.at(static_cast<std::size_t>(module));
   const ModulePartition& part = s.plan.part;
   std::vector<float> mine(part.shard_numel);
+  d.wait_all_updates();
   d.device.synchronize();
   d.read_master(s, mine.data());
   const int shards = d.plan.shards;
@@ -328,21 +343,20 @@ float ZeroEngine::backward_loss_scale() const {
   return d.scaler.scale() / static_cast<float>(d.gas * d.world);
 }
 
-void ZeroEngine::begin_step() {
+void ZeroEngine::begin_step(double lr) {
   Impl& d = *impl_;
+  d.worker.check();
   d.trace.begin_step();
-  for (ModuleState& s : d.modules) {
-    const std::size_t bytes = s.plan.part.shard_numel * 4;
-    if (s.plan.optimizer_tier == Tier::device) {
-      // Accumulation on the device runs on the comm stream, after the reduction.
-      d.comm_stream->memset_async(s.acc_dev.data(), 0, bytes);
-    } else {
-      std::memset(s.acc_pin.data(), 0, bytes);
-    }
-  }
+  for (ModuleState& s : d.modules) s.grad_calls = 0;
+  d.step_hyper = d.make_hyper(lr);
+  // Without a global check the step's updates are posted from grads_ready: its Adam step
+  // number is known now.
+  if (!d.global_before_update) ++d.adam_steps;
 }
 
-StepOutcome ZeroEngine::step(double lr) { return impl_->step(lr); }
+StepOutcome ZeroEngine::step() { return impl_->step(); }
+
+void ZeroEngine::finish_updates() { impl_->wait_all_updates(); }
 
 ArenaStats ZeroEngine::device_memory() const {
   const Impl& d = *impl_;
@@ -361,8 +375,12 @@ ArenaStats ZeroEngine::device_memory() const {
 }
 
 EngineCounters ZeroEngine::counters() const {
-  const Impl& d = *impl_;
-  EngineCounters c = d.counters;
+  Impl& d = *impl_;
+  EngineCounters c;
+  {
+    std::lock_guard lock(d.counters_mutex);
+    c = d.counters;
+  }
   if (offload::SwapSpace* sw = d.tiers.swap()) {
     const offload::AioStats io = sw->engine().stats();
     c.nvme_read_bytes = io.bytes_read - d.io_read_base;

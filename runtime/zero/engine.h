@@ -4,12 +4,18 @@
 // offloads gradients while backward continues, and runs the optimizer on each rank's shard.
 //
 // Per step, driven by one thread (the trainer):
-//   begin_step()                       zero the fp32 gradient accumulators; start the fetch trace
+//   begin_step(lr)                     this step's learning rate; start the fetch trace
 //   for each micro-batch: model.forward(...) and model.backward(backward_loss_scale())
 //                                      acquire / release / acquire_grads / grads_ready come here
-//   step(lr)                           wait for the gradients, global norm, clipping, fp16
-//                                      overflow, the Adam update per module in its tier, the new
-//                                      parameters written back to their tier (and gathered)
+//   step()                             the end of the step's gradients
+//
+// Updates run on the optimizer worker (update_worker.h), overlapped with compute: without
+// gradient clipping and fp16, module m's Adam update is posted as soon as its last gradient of
+// the step lands; with them, step() waits for every gradient, computes the global norm and the
+// overflow check, and posts the updates in the order the next forward needs the modules. An
+// update writes the new parameters (compute dtype) to the module's tier. The next acquire of
+// module m (and its accumulation of new gradients) waits only for module m's update. The math
+// is the same as a step-then-forward schedule.
 //
 // Parameters (docs/architecture.md, "The ZeRO engine"): resident modules (stages 0-2, small
 // modules at stage 3, and everything at stage 3 with one rank and no parameter offload) keep
@@ -97,9 +103,13 @@ class ZeroEngine final : public ParamProvider {
 
   // The scale the model's backward multiplies d(loss)/d(logits) by.
   float backward_loss_scale() const;
-  void begin_step();
-  // After the last micro-batch's backward. lr: this step's learning rate.
-  StepOutcome step(double lr);
+  void begin_step(double lr);
+  // After the last micro-batch's backward. With clipping or fp16 it waits for the gradients
+  // and returns the norm / the skip decision; otherwise it returns at once (the updates are
+  // already under way). Rethrows a failure of an earlier update.
+  StepOutcome step();
+  // Waits until every posted update has finished (and rethrows a failure).
+  void finish_updates();
 
   EngineCounters counters() const;
   // The device arena's use with the engine's transient regions counted by what is carved from

@@ -68,6 +68,7 @@ bool ZeroEngine::Impl::gather(int module, bool on_demand) {
   char* slice = static_cast<char*>(buffer.data()) + shard_offset_bytes(s);
   switch (s.plan.param_tier) {
     case Tier::device:
+      copy_in->wait(*s.updated);  // the optimizer wrote the shard on its stream
       copy_in->copy_async(slice, s.shard_dev.data(), shard_bytes(s));  // on the device: not H2D
       break;
     case Tier::pinned: h2d(slice, s.shard_pin.data(), shard_bytes(s)); break;
@@ -110,12 +111,24 @@ bool ZeroEngine::Impl::gather(int module, bool on_demand) {
   return true;
 }
 
-void ZeroEngine::Impl::prefetch() {
+void ZeroEngine::Impl::prefetch(bool may_wait) {
   if (!trace.following()) return;
+  if (may_wait) {
+    // After a release the module just released is already enqueued on the compute stream, so
+    // the trainer thread may wait for the update of the next module to fetch (the optimizer
+    // worker runs the updates in the order the modules come).
+    for (int m : trace.upcoming()) {
+      const ModuleState& s = modules[static_cast<std::size_t>(m)];
+      if (s.plan.resident || s.fetch == FetchState::gathered) continue;
+      if (update_pending(m)) wait_update(m);
+      break;
+    }
+  }
   // NVMe reads run furthest ahead: as many as there are staging buffers.
   for (int m : trace.upcoming()) {
     ModuleState& s = modules[static_cast<std::size_t>(m)];
     if (s.plan.resident || s.plan.param_tier != Tier::nvme || s.fetch != FetchState::idle) continue;
+    if (update_pending(m)) break;  // its new parameters are still being written
     if (std::find(param_staging_busy.begin(), param_staging_busy.end(), false) == param_staging_busy.end()) break;
     start_read(m);
   }
@@ -123,6 +136,7 @@ void ZeroEngine::Impl::prefetch() {
   for (int m : trace.upcoming()) {
     ModuleState& s = modules[static_cast<std::size_t>(m)];
     if (s.plan.resident || s.fetch == FetchState::gathered) continue;
+    if (update_pending(m)) break;
     if (prefetch_numel >= prefetch_bucket) break;
     if (live_numel + s.plan.part.padded_numel > max_live) break;
     if (!gather(m, false)) break;
@@ -208,13 +222,28 @@ ModuleView ZeroEngine::acquire(int module) {
   STRATA_ASSERT(module >= 0 && module < module_count(), "acquire: module index out of range");
   ModuleState& s = d.modules[static_cast<std::size_t>(module)];
   d.trace.on_acquire(module);
+  d.wait_update(module);  // the last step's update of this module (only this one)
   ModuleView view;
   view.numel = s.plan.part.numel;
   view.dtype = d.dtype;
   ++s.holders;
   if (s.plan.resident) {
     view.data = s.full.data();
-    view.ready = d.params_updated.get();
+    if (d.plan.shards == 1) {
+      view.ready = s.updated.get();
+      return view;
+    }
+    if (s.stale) {
+      // Every rank updated its shard: gather the others' (issued by this thread, so that the
+      // ranks issue their collectives in the same order).
+      d.comm_stream->wait(*s.updated);
+      void* slice = static_cast<char*>(s.full.data()) + d.shard_offset_bytes(s);
+      d.comm.all_gather(slice, s.full.data(), s.plan.part.shard_numel, d.dtype, *d.comm_stream);
+      d.count_all_gather(s.plan.part.padded_numel * dtype_size(d.dtype));
+      s.ready->record(*d.comm_stream);
+      s.stale = false;
+    }
+    view.ready = s.ready.get();
     return view;
   }
   if (s.fetch == FetchState::gathered) {
@@ -227,7 +256,7 @@ ModuleView ZeroEngine::acquire(int module) {
   } else {
     d.gather(module, true);
   }
-  d.prefetch();
+  d.prefetch(/*may_wait=*/false);  // the model has not enqueued this module's work yet
   view.data = s.gathered.data();
   view.ready = s.ready.get();
   return view;
@@ -240,7 +269,7 @@ void ZeroEngine::release(int module, const Event& /*done: recorded on the comput
   --s.holders;
   if (s.plan.resident || s.holders > 0) return;
   if (!d.keep_for_reuse(module)) d.drop_gathered(module);
-  d.prefetch();
+  d.prefetch(/*may_wait=*/true);
 }
 
 }  // namespace strata::runtime

@@ -12,6 +12,9 @@
 #include "runtime/zero/engine_impl.h"
 
 namespace strata::runtime {
+namespace {
+void accumulate_on_host(ZeroEngine::Impl& d, ModuleState& s, const void* shard);
+}  // namespace
 
 ModuleView ZeroEngine::acquire_grads(int module) {
   Impl& d = *impl_;
@@ -37,6 +40,12 @@ void ZeroEngine::grads_ready(int module, const Event& done) {
   const std::size_t ds = dtype_size(d.dtype);
   const std::size_t full_bytes = part.padded_numel * ds;
   Stream& comm = *d.comm_stream;
+  const bool last = ++s.grad_calls == d.gas;
+  if (s.grad_calls == 1) {
+    // The accumulator is the last step's until its update has read and zeroed it.
+    d.wait_update(module);
+    comm.wait(*s.updated);
+  }
   comm.wait(done);
   if (d.world > 1) {
     if (d.plan.stage >= 2) {
@@ -51,11 +60,22 @@ void ZeroEngine::grads_ready(int module, const Event& done) {
   const void* shard = static_cast<const char*>(s.grad.data()) + d.shard_offset_bytes(s);
   if (s.plan.optimizer_tier == Tier::device) {
     ops::accumulate_grads(comm, s.acc_dev.as<float>(), shard, d.dtype, part.shard_numel, d.threads);
+    if (last) s.grad_done->record(comm);
     d.pool_of(s).free_after(std::move(s.grad), comm);
-    return;
+  } else {
+    accumulate_on_host(d, s, shard);
+    if (last) s.grad_done->record(*d.accum);
   }
+  if (last && !d.global_before_update) d.post_update(module, d.step_hyper, d.adam_steps, 1.0f);
+}
+
+namespace {
+
+// D2H of this rank's gradient shard into pinned staging, then += into the fp32 accumulator on
+// the accumulate stream.
+void accumulate_on_host(ZeroEngine::Impl& d, ModuleState& s, const void* shard) {
   Staging& st = d.take_staging(d.grad_staging, &d.grad_staging_next);
-  d.comm_done->record(comm);
+  d.comm_done->record(*d.comm_stream);
   d.copy_out->wait(*d.comm_done);
   d.d2h(st.buffer.data(), shard, d.shard_bytes(s));
   d.copy_out_done->record(*d.copy_out);
@@ -63,12 +83,14 @@ void ZeroEngine::grads_ready(int module, const Event& done) {
   float* acc = reinterpret_cast<float*>(s.acc_pin.data());
   const void* staged = st.buffer.data();
   const DType dtype = d.dtype;
-  const std::size_t n = part.shard_numel;
+  const std::size_t n = s.plan.part.shard_numel;
   const int threads = d.threads;
   d.accum->host_task([=] { cpu_adam::accumulate_grads(active_simd(), threads, acc, staged, dtype, n); },
                      "accumulate grads");
   st.done->record(*d.accum);
   d.pool_of(s).free_after(std::move(s.grad), *d.copy_out);
 }
+
+}  // namespace
 
 }  // namespace strata::runtime

@@ -4,7 +4,9 @@
 //   engine_fetch.cpp  acquire / release and the prefetch scheduler
 //   engine_grads.cpp  acquire_grads / grads_ready: reduction and fp32 accumulation
 //   engine_step.cpp   the optimizer step: norm, clipping, overflow, Adam per tier, write-back
+#include <condition_variable>
 #include <cstddef>
+#include <mutex>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -19,6 +21,7 @@
 #include "runtime/zero/engine.h"
 #include "runtime/zero/fetch_trace.h"
 #include "runtime/zero/loss_scaler.h"
+#include "runtime/zero/update_worker.h"
 
 namespace strata::runtime {
 
@@ -53,6 +56,13 @@ struct ModuleState {
   bool prefetched = false;           // fetched ahead and not acquired yet
   // Gradients.
   DeviceBuffer grad;                 // the step's device gradient buffer (compute dtype, padded)
+  int grad_calls = 0;                // grads_ready calls this step (the last: gradient_accumulation_steps)
+  std::unique_ptr<Event> grad_done;  // the fp32 accumulation of the step's last micro-batch
+  // Updates (the optimizer worker). `updated` marks the end of the last update's device work
+  // (H2D of new parameters, or the device optimizer); `stale`: a resident module updated since
+  // its last all-gather (several ranks).
+  std::unique_ptr<Event> updated;
+  bool stale = false;
   // Optimizer states of this rank's shard (fp32).
   DeviceBuffer acc_dev, master_dev, exp_avg_dev, exp_avg_sq_dev;
   offload::HostBuffer acc_pin, master_pin, exp_avg_pin, exp_avg_sq_pin;
@@ -80,7 +90,7 @@ struct ZeroEngine::Impl {
   // engine_fetch.cpp
   void start_read(int module);            // NVMe: read the shard into a staging buffer
   bool gather(int module, bool on_demand); // H2D + all-gather into a new device buffer
-  void prefetch();                        // runs fetches ahead along the trace
+  void prefetch(bool may_wait);           // runs fetches ahead along the trace
   bool keep_for_reuse(int module) const;
   void drop_gathered(int module);
   void drop_all_gathered();
@@ -92,18 +102,24 @@ struct ZeroEngine::Impl {
   void make_pools();
 
   // engine_step.cpp
-  StepOutcome step(double lr);
+  StepOutcome step();
+  cpu_adam::AdamHyper make_hyper(double lr) const;
   void norm_and_overflow(bool need_norm, bool need_finite, double* sq_norm, bool* overflow);
-  void update_device_tier(ModuleState& s, const cpu_adam::AdamHyper& hyper, float grad_scale);
-  void update_pinned_tier(ModuleState& s, const cpu_adam::AdamHyper& hyper, float grad_scale);
-  void update_nvme_tier(const cpu_adam::AdamHyper& hyper, float grad_scale);
+  // Posts module m's update to the worker (hyper-parameters, step and scale by value).
+  void post_update(int module, const cpu_adam::AdamHyper& hyper, std::int64_t step, float grad_scale);
+  void wait_update(int module);          // until module m's posted updates have finished
+  bool update_pending(int module);
+  void wait_all_updates();               // and rethrow the worker's error
+  void update_module(ModuleState& s, const cpu_adam::AdamHyper& hyper, std::int64_t step, float grad_scale);
+  void update_device_tier(ModuleState& s, const cpu_adam::AdamHyper& hyper, std::int64_t step, float grad_scale);
+  void update_pinned_tier(ModuleState& s, const cpu_adam::AdamHyper& hyper, std::int64_t step, float grad_scale);
+  void update_nvme_tier(ModuleState& s, const cpu_adam::AdamHyper& hyper, std::int64_t step, float grad_scale);
   // Writes updated parameters [offset, offset + n) of s's shard to where they live, from a
   // host Adam run: returns the buffer the Adam step should write them to (params_out) and
   // delivers them afterwards in deliver_params().
   void* params_out_for(ModuleState& s, std::size_t offset, std::size_t n, Staging** staging);
   void deliver_params(ModuleState& s, std::size_t offset, std::size_t n, const float* master,
                       Staging* staging);
-  void finish_param_updates();
 
   const Config& config;
   DType dtype;
@@ -126,7 +142,6 @@ struct ZeroEngine::Impl {
   std::unique_ptr<Stream> accum;     // fp32 accumulation of host gradient shards
   std::unique_ptr<Stream> optim;     // device-resident optimizer work
   std::unique_ptr<Event> copy_in_done, copy_out_done, comm_done;
-  std::unique_ptr<Event> params_updated;  // resident parameters written by the last step
   std::unique_ptr<DevicePool> pools[2];  // transient buffers, per size class (plan.h)
   DevicePool& pool_of(const ModuleState& s) { return *pools[s.plan.size_class]; }
 
@@ -136,7 +151,12 @@ struct ZeroEngine::Impl {
   int grad_staging_next = 0;
   std::vector<Staging> out_staging;    // updated parameters on their way to their tier
   int out_staging_next = 0;
-  std::vector<offload::AioHandle> param_writes;  // NVMe parameter writes of the last step
+  // NVMe optimizer: a ring of swap sets (master, exp_avg, exp_avg_sq of one sub-group each).
+  struct SwapSet {
+    offload::HostBuffer master, exp_avg, exp_avg_sq;
+    offload::AioHandle reads[3], writes[3];
+  };
+  std::vector<SwapSet> swap_sets;
 
   FetchTrace trace;
   std::uint64_t live_numel = 0;        // elements in gathered buffers
@@ -148,8 +168,17 @@ struct ZeroEngine::Impl {
   LossScaler scaler;
   int gas = 1;
   std::int64_t adam_steps = 0;
+  // Without clipping and fp16 a module's update is posted as soon as its gradient is final;
+  // with them, after the global norm / overflow check in step().
+  bool global_before_update = false;
+  cpu_adam::AdamHyper step_hyper;  // of the step begun last
+  std::mutex update_mutex;
+  std::condition_variable update_cv;
+  std::vector<std::uint64_t> updates_posted, updates_done;
+  std::mutex counters_mutex;       // h2d() runs on the trainer and on the worker
   EngineCounters counters;
   std::uint64_t io_read_base = 0, io_write_base = 0;
+  UpdateWorker worker;  // last: stops (after its queue) before the states it uses go away
 };
 
 }  // namespace strata::runtime

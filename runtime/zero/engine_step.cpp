@@ -1,14 +1,15 @@
-// ZeroEngine: the optimizer step.
+// ZeroEngine: the optimizer step and the updates.
 //
-//   1. wait until every gradient has landed (all streams drained); drop gathered parameters
-//   2. the global gradient norm (clipping) and the overflow check (fp16), summed over the shards
-//      in module order and over the ranks (all-reduce)
-//   3. fp16: the loss scaler decides whether the step is skipped
-//   4. Adam on each module's shard where its states live, modules in forward order:
-//      device: ops::adam_step on the optimizer stream; pinned: the CPU Adam on this thread;
-//      nvme: sub-groups through a ring of swap buffers (read ahead, update, write behind)
-//   5. the new parameters (compute dtype) go to their tier; resident modules are all-gathered
-//      and the next forward waits on `params_updated`
+// step():
+//   without clipping and fp16: nothing left to decide; the updates were posted from grads_ready
+//   otherwise: wait for every gradient; the global norm (sum of squares per shard, in module
+//   order, all-reduced over the shards) and the overflow check (fp16; the loss scaler may skip
+//   the step); then post the updates, modules in forward order
+// update_module() (on the optimizer worker): wait for the module's last accumulation; Adam on
+// its shard where the states live (device: ops::adam_step on the optimizer stream; pinned: the
+// CPU Adam on the worker; nvme: sub-groups through the ring of swap sets, reads ahead and
+// writes behind); the new parameters (compute dtype) to their tier; the accumulator zeroed for
+// the next step; `updated` recorded after the module's device work.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -20,9 +21,7 @@
 #include "runtime/zero/engine_impl.h"
 
 namespace strata::runtime {
-namespace {
-
-cpu_adam::AdamHyper make_hyper(const Config& config, double lr) {
+cpu_adam::AdamHyper ZeroEngine::Impl::make_hyper(double lr) const {
   STRATA_ASSERT(config.optimizer.has_value(), "the engine needs an optimizer section");
   const OptimizerConfig& o = *config.optimizer;
   cpu_adam::AdamHyper h;
@@ -38,18 +37,19 @@ cpu_adam::AdamHyper make_hyper(const Config& config, double lr) {
   return h;
 }
 
-}  // namespace
-
 void ZeroEngine::Impl::norm_and_overflow(bool need_norm, bool need_finite, double* sq_norm, bool* overflow) {
   const float unscale = 1.0f / scaler.scale();
   std::vector<double> sq(modules.size(), 0.0);
-  std::vector<char> finite(modules.size(), 1);
+  std::vector<int> finite(modules.size(), 1);
+  DeviceBuffer ops_scratch;  // the device ops' results and partial sums (used on CUDA)
   for (std::size_t m = 0; m < modules.size(); ++m) {
     ModuleState& s = modules[m];
     const std::size_t n = s.plan.part.shard_numel;
     if (s.plan.optimizer_tier == Tier::device) {
-      if (need_norm) ops::grad_sq_norm(*optim, s.acc_dev.as<float>(), n, unscale, &sq[m], threads);
-      if (need_finite) ops::all_finite(*optim, s.acc_dev.as<float>(), n, reinterpret_cast<bool*>(&finite[m]), threads);
+      if (ops_scratch.empty())
+        ops_scratch = device.allocate(ops::optim_scratch_bytes(plan.max_shard_numel), "grad norm scratch");
+      if (need_norm) ops::grad_sq_norm(*optim, s.acc_dev.as<float>(), n, unscale, &sq[m], ops_scratch.data(), threads);
+      if (need_finite) ops::all_finite(*optim, s.acc_dev.as<float>(), n, &finite[m], ops_scratch.data(), threads);
     } else {
       const float* acc = reinterpret_cast<const float*>(s.acc_pin.data());
       if (need_norm) sq[m] = cpu_adam::grad_sq_norm(active_simd(), threads, acc, DType::f32, n, unscale);
@@ -105,7 +105,8 @@ void ZeroEngine::Impl::deliver_params(ModuleState& s, std::size_t offset, std::s
   }
 }
 
-void ZeroEngine::Impl::update_device_tier(ModuleState& s, const cpu_adam::AdamHyper& hyper, float grad_scale) {
+void ZeroEngine::Impl::update_device_tier(ModuleState& s, const cpu_adam::AdamHyper& hyper, std::int64_t step,
+                                          float grad_scale) {
   const std::size_t n = s.plan.part.shard_numel;
   void* dst = s.plan.resident ? static_cast<char*>(s.full.data()) + shard_offset_bytes(s) : s.shard_dev.data();
   cpu_adam::AdamShard shard;
@@ -119,11 +120,14 @@ void ZeroEngine::Impl::update_device_tier(ModuleState& s, const cpu_adam::AdamHy
     shard.params_out = dst;
     shard.out_dtype = dtype;
   }
-  ops::adam_step(*optim, hyper, adam_steps, shard, grad_scale, threads);
+  ops::adam_step(*optim, hyper, step, shard, grad_scale, threads);
   if (dtype == DType::f32) optim->copy_async(dst, s.master_dev.data(), n * 4);
+  optim->memset_async(s.acc_dev.data(), 0, n * 4);
+  s.updated->record(*optim);
 }
 
-void ZeroEngine::Impl::update_pinned_tier(ModuleState& s, const cpu_adam::AdamHyper& hyper, float grad_scale) {
+void ZeroEngine::Impl::update_pinned_tier(ModuleState& s, const cpu_adam::AdamHyper& hyper, std::int64_t step,
+                                          float grad_scale) {
   const std::size_t n_all = s.plan.part.shard_numel;
   const std::size_t chunk = plan.optimizer_chunk_numel ? plan.optimizer_chunk_numel : plan.max_shard_numel;
   float* master = reinterpret_cast<float*>(s.master_pin.data());
@@ -144,64 +148,47 @@ void ZeroEngine::Impl::update_pinned_tier(ModuleState& s, const cpu_adam::AdamHy
     }
     {
       ScopedSpan span(tracer, "adam", "cpu optimizer");
-      cpu_adam::adam_step(active_simd(), threads, hyper, adam_steps, shard, grad_scale);
+      cpu_adam::adam_step(active_simd(), threads, hyper, step, shard, grad_scale);
     }
     deliver_params(s, off, n, master + off, staging);
   }
 }
 
-void ZeroEngine::Impl::update_nvme_tier(const cpu_adam::AdamHyper& hyper, float grad_scale) {
+void ZeroEngine::Impl::update_nvme_tier(ModuleState& s, const cpu_adam::AdamHyper& hyper, std::int64_t step,
+                                        float grad_scale) {
+  // The module's sub-groups through the ring: while sub-group j is updated, the next ones are
+  // read (pipeline_read) and the previous one is written (pipeline_write).
   struct Item {
-    int module;
     std::size_t offset, n;
   };
   std::vector<Item> items;
   const std::size_t chunk = plan.optimizer_chunk_numel;
-  for (std::size_t m = 0; m < modules.size(); ++m) {
-    if (modules[m].plan.optimizer_tier != Tier::nvme) continue;
-    const std::size_t n_all = modules[m].plan.part.shard_numel;
-    for (std::size_t off = 0; off < n_all; off += chunk)
-      items.push_back({static_cast<int>(m), off, std::min(chunk, n_all - off)});
-  }
-  if (items.empty()) return;
-
-  // A ring of swap sets: while item j is updated, item j+1.. are read and item j-1 is written.
-  struct SwapSet {
-    offload::HostBuffer master, exp_avg, exp_avg_sq;
-    offload::AioHandle reads[3], writes[3];
-  };
+  const std::size_t n_all = s.plan.part.shard_numel;
+  for (std::size_t off = 0; off < n_all; off += chunk) items.push_back({off, std::min(chunk, n_all - off)});
   offload::SwapSpace& sw = swap();
   offload::AioEngine& io = sw.engine();
-  std::vector<SwapSet> sets(static_cast<std::size_t>(plan.optimizer_swap_buffers));
-  for (SwapSet& set : sets) {
-    set.master = tiers.pinned().allocate(chunk * 4, "optimizer swap buffer");
-    set.exp_avg = tiers.pinned().allocate(chunk * 4, "optimizer swap buffer");
-    set.exp_avg_sq = tiers.pinned().allocate(chunk * 4, "optimizer swap buffer");
-  }
   const OffloadOptimizerConfig& oc = config.zero_optimization.offload_optimizer;
-  const std::size_t lookahead = oc.pipeline_read ? sets.size() - 2 : 0;
+  const std::size_t lookahead = oc.pipeline_read ? swap_sets.size() - 2 : 0;
   std::size_t next_read = 0;
   auto issue_read = [&](std::size_t k) {
-    SwapSet& set = sets[k % sets.size()];
+    SwapSet& set = swap_sets[k % swap_sets.size()];
     for (offload::AioHandle& w : set.writes) {
       if (w) io.wait(w);
       w = {};
     }
     const Item& it = items[k];
-    const ModuleState& s = modules[static_cast<std::size_t>(it.module)];
     set.reads[0] = sw.read(s.master_ext, set.master.data(), it.n * 4, it.offset * 4);
     set.reads[1] = sw.read(s.exp_avg_ext, set.exp_avg.data(), it.n * 4, it.offset * 4);
     set.reads[2] = sw.read(s.exp_avg_sq_ext, set.exp_avg_sq.data(), it.n * 4, it.offset * 4);
   };
   for (std::size_t j = 0; j < items.size(); ++j) {
     while (next_read < items.size() && next_read <= j + lookahead) issue_read(next_read++);
-    SwapSet& set = sets[j % sets.size()];
+    SwapSet& set = swap_sets[j % swap_sets.size()];
     {
       ScopedSpan span(tracer, "wait for NVMe reads", "cpu optimizer");
       for (offload::AioHandle& r : set.reads) io.wait(r);  // errors name the extent
     }
     const Item& it = items[j];
-    ModuleState& s = modules[static_cast<std::size_t>(it.module)];
     Staging* staging = nullptr;
     void* out = params_out_for(s, it.offset, it.n, &staging);
     cpu_adam::AdamShard shard;
@@ -217,81 +204,121 @@ void ZeroEngine::Impl::update_nvme_tier(const cpu_adam::AdamHyper& hyper, float 
     }
     {
       ScopedSpan span(tracer, "adam", "cpu optimizer");
-      cpu_adam::adam_step(active_simd(), threads, hyper, adam_steps, shard, grad_scale);
+      cpu_adam::adam_step(active_simd(), threads, hyper, step, shard, grad_scale);
     }
-    deliver_params(s, it.offset, it.n, shard.params, staging);
+    deliver_params(s, it.offset, it.n, shard.params, staging);  // copies fp32 parameters out first
     set.writes[0] = sw.write(s.master_ext, set.master.data(), it.n * 4, it.offset * 4);
     set.writes[1] = sw.write(s.exp_avg_ext, set.exp_avg.data(), it.n * 4, it.offset * 4);
     set.writes[2] = sw.write(s.exp_avg_sq_ext, set.exp_avg_sq.data(), it.n * 4, it.offset * 4);
     if (!oc.pipeline_write) {
       for (offload::AioHandle& w : set.writes) io.wait(w);
     }
-    // deliver_params may still be copying from the master buffer (fp32 parameters): the set is
-    // reused only after its writes, and the staging copy finished inside deliver_params.
   }
-  for (SwapSet& set : sets) {
-    for (offload::AioHandle& w : set.writes)
+  // The next update of this module reads what these wrote.
+  for (SwapSet& set : swap_sets) {
+    for (offload::AioHandle& w : set.writes) {
       if (w) io.wait(w);
-  }
-}
-
-void ZeroEngine::Impl::finish_param_updates() {
-  // Updated parameters are in place once the optimizer stream, the H2D copies and the NVMe
-  // writes are done; resident modules are then all-gathered.
-  optim->synchronize();
-  copy_in->synchronize();
-  for (Staging& st : out_staging) {
-    if (st.io) swap().engine().wait(st.io);
-    st.io = {};
-  }
-  const std::size_t ds = dtype_size(dtype);
-  if (plan.shards > 1) {
-    for (ModuleState& s : modules) {
-      if (!s.plan.resident) continue;
-      void* slice = static_cast<char*>(s.full.data()) + shard_offset_bytes(s);
-      comm.all_gather(slice, s.full.data(), s.plan.part.shard_numel, dtype, *comm_stream);
-      count_all_gather(s.plan.part.padded_numel * ds);
+      w = {};
     }
   }
-  params_updated->record(*comm_stream);
-  for (auto& pool : pools) pool->drain();  // the step's buffers are done with
 }
 
-StepOutcome ZeroEngine::Impl::step(double lr) {
+void ZeroEngine::Impl::update_module(ModuleState& s, const cpu_adam::AdamHyper& hyper, std::int64_t step,
+                                     float grad_scale) {
+  s.grad_done->synchronize();  // the step's last accumulation into this module's gradient
+  switch (s.plan.optimizer_tier) {
+    case Tier::device: update_device_tier(s, hyper, step, grad_scale); return;
+    case Tier::pinned: update_pinned_tier(s, hyper, step, grad_scale); break;
+    case Tier::nvme: update_nvme_tier(s, hyper, step, grad_scale); break;
+  }
+  std::memset(s.acc_pin.data(), 0, s.plan.part.shard_numel * 4);
+  // New parameters on their way to the device (resident modules, device shards) or to NVMe.
+  s.updated->record(*copy_in);
+  if (!s.plan.resident && s.plan.param_tier == Tier::nvme) {
+    for (Staging& st : out_staging) {
+      if (st.io) swap().engine().wait(st.io);
+      st.io = {};
+    }
+  }
+}
+
+void ZeroEngine::Impl::post_update(int module, const cpu_adam::AdamHyper& hyper, std::int64_t step,
+                                   float grad_scale) {
+  ModuleState& s = modules[static_cast<std::size_t>(module)];
+  {
+    std::lock_guard lock(update_mutex);
+    ++updates_posted[static_cast<std::size_t>(module)];
+  }
+  if (s.plan.resident && plan.shards > 1) s.stale = true;
+  worker.post([this, &s, hyper, step, grad_scale] { update_module(s, hyper, step, grad_scale); },
+              [this, module] {
+                {
+                  std::lock_guard lock(update_mutex);
+                  ++updates_done[static_cast<std::size_t>(module)];
+                }
+                update_cv.notify_all();
+              });
+}
+
+void ZeroEngine::Impl::wait_update(int module) {
+  {
+    std::unique_lock lock(update_mutex);
+    const std::size_t m = static_cast<std::size_t>(module);
+    update_cv.wait(lock, [&] { return updates_done[m] == updates_posted[m]; });
+  }
+  worker.check();
+}
+
+bool ZeroEngine::Impl::update_pending(int module) {
+  std::lock_guard lock(update_mutex);
+  const std::size_t m = static_cast<std::size_t>(module);
+  return updates_done[m] != updates_posted[m];
+}
+
+void ZeroEngine::Impl::wait_all_updates() { worker.drain(); }
+
+StepOutcome ZeroEngine::Impl::step() {
   StepOutcome out;
   out.loss_scale = scaler.scale();
-  device.synchronize();  // every gradient has landed; rethrows a failure of any stream
+  worker.check();
   trace.end_step();
   drop_all_gathered();
   for (ModuleState& s : modules) {
     STRATA_ASSERT(s.grad.empty() && s.holders == 0, "step() while the model holds module " + s.name);
+    STRATA_ASSERT(s.grad_calls == gas, "module " + s.name + " got " + std::to_string(s.grad_calls) +
+                                           " gradients this step, expected gradient_accumulation_steps");
   }
+  if (!global_before_update) return out;  // the updates are under way
 
+  wait_all_updates();
+  device.synchronize();  // every gradient has landed; rethrows a failure of any stream
   const double max_norm = config.gradient_clipping.value_or(0.0);
   const bool fp16 = config.fp16.enabled.value_or(false);
   double sq = 0.0;
   bool overflow = false;
-  if (max_norm > 0.0 || fp16) norm_and_overflow(max_norm > 0.0, fp16, &sq, &overflow);
+  norm_and_overflow(max_norm > 0.0, fp16, &sq, &overflow);
   if (max_norm > 0.0) out.grad_norm = std::sqrt(sq);
   if (fp16 && scaler.update(overflow)) {
     out.skipped = true;
     ++counters.skipped_steps;
+    for (ModuleState& s : modules) {  // the next step starts from zero gradients
+      const std::size_t bytes = s.plan.part.shard_numel * 4;
+      if (s.plan.optimizer_tier == Tier::device) {
+        optim->memset_async(s.acc_dev.data(), 0, bytes);
+        s.updated->record(*optim);
+      } else {
+        std::memset(s.acc_pin.data(), 0, bytes);
+      }
+    }
     return out;
   }
   // torch.nn.utils.clip_grad_norm_'s coefficient.
   float clip = 1.0f;
-  if (max_norm > 0.0 && out.grad_norm > max_norm) {
-    clip = static_cast<float>(max_norm / (out.grad_norm + 1e-6));
-  }
-  const float grad_scale = clip / out.loss_scale;
+  if (max_norm > 0.0 && out.grad_norm > max_norm) clip = static_cast<float>(max_norm / (out.grad_norm + 1e-6));
   ++adam_steps;
-  const cpu_adam::AdamHyper hyper = make_hyper(config, lr);
-  for (ModuleState& s : modules) {
-    if (s.plan.optimizer_tier == Tier::device) update_device_tier(s, hyper, grad_scale);
-    if (s.plan.optimizer_tier == Tier::pinned) update_pinned_tier(s, hyper, grad_scale);
+  for (std::size_t m = 0; m < modules.size(); ++m) {
+    post_update(static_cast<int>(m), step_hyper, adam_steps, clip / out.loss_scale);
   }
-  update_nvme_tier(hyper, grad_scale);
-  finish_param_updates();
   return out;
 }
 

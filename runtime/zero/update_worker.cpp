@@ -1,0 +1,63 @@
+#include "runtime/zero/update_worker.h"
+
+#include <utility>
+
+namespace strata::runtime {
+
+UpdateWorker::UpdateWorker() : thread_([this] { loop(); }) {}
+
+UpdateWorker::~UpdateWorker() {
+  {
+    std::lock_guard lock(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+void UpdateWorker::post(std::function<void()> run, std::function<void()> finally) {
+  {
+    std::lock_guard lock(mutex_);
+    queue_.push_back({std::move(run), std::move(finally)});
+  }
+  wake_.notify_one();
+}
+
+void UpdateWorker::drain() {
+  std::unique_lock lock(mutex_);
+  idle_.wait(lock, [&] { return queue_.empty() && !busy_; });
+  if (error_) std::rethrow_exception(error_);
+}
+
+void UpdateWorker::check() {
+  std::lock_guard lock(mutex_);
+  if (error_) std::rethrow_exception(error_);
+}
+
+void UpdateWorker::loop() {
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    wake_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stop_ and nothing left
+    Task task = std::move(queue_.front());
+    queue_.pop_front();
+    busy_ = true;
+    const bool failed = error_ != nullptr;
+    lock.unlock();
+    std::exception_ptr error;
+    if (!failed && task.run) {
+      try {
+        task.run();
+      } catch (...) {
+        error = std::current_exception();
+      }
+    }
+    if (task.finally) task.finally();
+    lock.lock();
+    if (error && !error_) error_ = error;
+    busy_ = false;
+    if (queue_.empty()) idle_.notify_all();
+  }
+}
+
+}  // namespace strata::runtime

@@ -1,0 +1,45 @@
+#pragma once
+// The thread that runs the optimizer's updates, so that they overlap with the backward pass and
+// with the next step's forward (docs/architecture.md, "The ZeRO engine": Overlap).
+//
+// Tasks run one at a time in the order they were posted. A task that throws does not stop the
+// worker: the first error is kept and rethrown by check() / drain() on the posting thread, and
+// the tasks after it are skipped (their completion is still signalled, so nobody waits forever).
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+namespace strata::runtime {
+
+class UpdateWorker {
+ public:
+  UpdateWorker();
+  ~UpdateWorker();  // runs what is queued, then stops (errors are dropped: call drain() first)
+  UpdateWorker(const UpdateWorker&) = delete;
+  UpdateWorker& operator=(const UpdateWorker&) = delete;
+
+  // `run` is skipped after an earlier failure; `finally` always runs after it (or instead of it).
+  void post(std::function<void()> run, std::function<void()> finally = {});
+  // Waits until every posted task has finished; rethrows the first error.
+  void drain();
+  // Rethrows the first error, if any, without waiting.
+  void check();
+
+ private:
+  void loop();
+  struct Task {
+    std::function<void()> run, finally;
+  };
+  std::mutex mutex_;
+  std::condition_variable wake_, idle_;
+  std::deque<Task> queue_;
+  bool busy_ = false;
+  bool stop_ = false;
+  std::exception_ptr error_;
+  std::thread thread_;
+};
+
+}  // namespace strata::runtime
