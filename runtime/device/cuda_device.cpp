@@ -162,6 +162,7 @@ class CudaDevice final : public Device {
     return std::make_unique<CudaStream>(std::move(name), ordinal_, streams_.hook());
   }
   std::unique_ptr<Event> create_event() override { return std::make_unique<CudaEvent>(ordinal_); }
+  void bind_thread() override { CUDA_CHECK(cudaSetDevice(ordinal_)); }
   void synchronize() override {
     CUDA_CHECK(cudaSetDevice(ordinal_));
     CUDA_CHECK(cudaDeviceSynchronize());

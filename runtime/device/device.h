@@ -123,6 +123,9 @@ class Device {
   // (cudaHostRegister on cuda; nothing on host). unpin_host undoes it.
   virtual void pin_host(void* ptr, std::size_t bytes) = 0;
   virtual void unpin_host(void* ptr) noexcept = 0;  // logs a failure (called from destructors)
+  // Makes this device current on the calling thread, for threads that launch kernels on its
+  // streams directly (cudaSetDevice on cuda; nothing on host).
+  virtual void bind_thread() {}
 
   // Device memory from the arena; throws OutOfMemory (naming `what`) past the budget.
   DeviceBuffer allocate(std::size_t bytes, std::string_view what) { return arena().allocate(bytes, what); }

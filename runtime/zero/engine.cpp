@@ -14,7 +14,8 @@ ZeroEngine::Impl::Impl(const Config& config_, const EngineSetup& setup, Device& 
                        Stream& compute_, Communicator& comm_, HostTiers& tiers_, Tracer& tracer_)
     : config(config_), dtype(setup.dtype), device(device_), compute(compute_), comm(comm_),
       tiers(tiers_), tracer(tracer_),
-      scaler(config_.fp16, config_.fp16.enabled.value_or(false)) {
+      scaler(config_.fp16, config_.fp16.enabled.value_or(false)),
+      worker([&device_] { device_.bind_thread(); }) {
   world = comm.world();
   rank = comm.rank();
   const ZeroConfig& z = config.zero_optimization;

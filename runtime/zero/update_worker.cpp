@@ -4,7 +4,18 @@
 
 namespace strata::runtime {
 
-UpdateWorker::UpdateWorker() : thread_([this] { loop(); }) {}
+UpdateWorker::UpdateWorker(std::function<void()> on_start)
+    : thread_([this, start = std::move(on_start)] {
+        if (start) {
+          try {
+            start();
+          } catch (...) {
+            std::lock_guard lock(mutex_);
+            error_ = std::current_exception();
+          }
+        }
+        loop();
+      }) {}
 
 UpdateWorker::~UpdateWorker() {
   {

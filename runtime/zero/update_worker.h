@@ -16,7 +16,8 @@ namespace strata::runtime {
 
 class UpdateWorker {
  public:
-  UpdateWorker();
+  // `on_start` runs first on the worker thread (the engine makes the device current there).
+  explicit UpdateWorker(std::function<void()> on_start = {});
   ~UpdateWorker();  // runs what is queued, then stops (errors are dropped: call drain() first)
   UpdateWorker(const UpdateWorker&) = delete;
   UpdateWorker& operator=(const UpdateWorker&) = delete;
