@@ -239,7 +239,9 @@ void run_training(const TrainOptions& o) {
 
   std::vector<std::int32_t> inputs(static_cast<std::size_t>(B) * T), targets(inputs.size());
   runtime::LinkBytes total_bytes;
-  std::vector<std::pair<std::string, runtime::TierMemory>> phase_memory;
+  // Memory per tier after each phase of a step (the metrics carry it; the end report shows the
+  // last step's).
+  std::vector<std::pair<std::string, runtime::TierMemory>> phases;
   std::uint64_t applied_steps = 0;  // the scheduler advances only on steps not skipped (fp16)
   for (std::uint64_t step = 0; step < o.steps; ++step) {
     const Clock::time_point t0 = Clock::now();
@@ -253,21 +255,21 @@ void run_training(const TrainOptions& o) {
       const Clock::time_point tf = Clock::now();
       loss_sum += model.forward(inputs.data(), targets.data(), B, T, true);
       forward_ms += ms_since(tf);
-      if (step + 1 == o.steps && k == 0) {
-        phase_memory.clear();
+      if (k == 0) {
         const TierSnapshot s = snapshot(engine, tiers);
-        phase_memory.push_back({"device after forward", s.device});
-        phase_memory.push_back({"pinned after forward", s.pinned});
+        phases.clear();
+        phases.push_back({"device after forward", s.device});
+        phases.push_back({"pinned after forward", s.pinned});
       }
       const Clock::time_point tb = Clock::now();
       model.backward(engine.backward_loss_scale());
       compute->synchronize();
       backward_ms += ms_since(tb);
     }
-    if (step + 1 == o.steps) {
+    {
       const TierSnapshot s = snapshot(engine, tiers);
-      phase_memory.push_back({"device after backward", s.device});
-      phase_memory.push_back({"pinned after backward", s.pinned});
+      phases.push_back({"device after backward", s.device});
+      phases.push_back({"pinned after backward", s.pinned});
     }
     const Clock::time_point ts = Clock::now();
     const runtime::StepOutcome outcome = engine.step();
@@ -293,6 +295,10 @@ void run_training(const TrainOptions& o) {
     m.device = s.device;
     m.pinned = s.pinned;
     m.nvme = s.nvme;
+    phases.push_back({"device after step", s.device});
+    phases.push_back({"pinned after step", s.pinned});
+    if (tiers.swap() != nullptr) phases.push_back({"nvme after step", s.nvme});
+    m.memory_at_phase = phases;
     const runtime::BusyTracker::Result b = busy.end_step();
     m.busiest = b.busiest;
     m.busiest_ms = b.busiest_ms;
@@ -330,13 +336,9 @@ void run_training(const TrainOptions& o) {
   tracer.flush();
 
   if (rank0 && o.report != "none") {
-    const TierSnapshot end = snapshot(engine, tiers);
     std::vector<std::pair<std::string, runtime::TierMemory>> rows = {
         {"device after init", after_init.device}, {"pinned after init", after_init.pinned}};
-    rows.insert(rows.end(), phase_memory.begin(), phase_memory.end());
-    rows.push_back({"device after step", end.device});
-    rows.push_back({"pinned after step", end.pinned});
-    if (tiers.swap() != nullptr) rows.push_back({"nvme after step", end.nvme});
+    rows.insert(rows.end(), phases.begin(), phases.end());
     const runtime::EngineCounters c = engine.counters();
     std::fprintf(stderr, "\nmemory per tier:\n%s\nbytes moved (%llu steps, this rank):\n%s",
                  runtime::memory_table(rows).c_str(), static_cast<unsigned long long>(o.steps),
