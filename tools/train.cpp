@@ -7,9 +7,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <vector>
+
+#include <unistd.h>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -136,6 +139,27 @@ void check_optimizer(const runtime::Config& config) {
   }
 }
 
+// An output file given on the command line must be creatable before hours of training make
+// something to put in it: its folder exists and is writable, and it is not a folder itself.
+void check_output_path(const std::string& path, const char* flag) {
+  if (path.empty()) return;
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    throw Error(std::string(flag) + " " + path + " is a folder", flag, "give a file name");
+  }
+  fs::path parent = fs::path(path).parent_path();
+  if (parent.empty()) parent = ".";
+  if (!fs::is_directory(parent, ec)) {
+    throw Error(std::string(flag) + " " + path + ": the folder " + parent.string() + " does not exist", flag,
+                "create it first or give another path");
+  }
+  if (::access(parent.c_str(), W_OK) != 0) {
+    throw Error(std::string(flag) + " " + path + ": the folder " + parent.string() + " is not writable", flag,
+                "give a path in a folder you can write to");
+  }
+}
+
 }  // namespace
 
 void run_training(const TrainOptions& o) {
@@ -143,6 +167,9 @@ void run_training(const TrainOptions& o) {
     throw Error("no config was given", "--config", "give --config ds.json (DeepSpeed-style JSON)");
   }
   if (o.steps == 0) throw Error("--steps must be at least 1", "--steps", "give the number of optimizer steps");
+  check_output_path(o.save_path, "--save");
+  check_output_path(o.trace_path, "--trace");
+  check_output_path(o.metrics_path, "--metrics");
   const runtime::LaunchInfo launch = runtime::detect_launch();
   const models::GptConfig model_config = load_model_config(o);
   runtime::ParsedConfig parsed = runtime::load_config_file(o.device.config_path);

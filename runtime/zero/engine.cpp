@@ -1,5 +1,7 @@
 // ZeroEngine: construction, initial values, gathering the master weights, counters.
 #include <algorithm>
+
+#include <sys/stat.h>
 #include <cstring>
 #include <utility>
 
@@ -37,7 +39,17 @@ ZeroEngine::Impl::Impl(const Config& config_, const EngineSetup& setup, Device& 
   const offload::HostPoolStats pinned = tiers.pinned().stats();
   plan_inputs.pinned_budget_bytes = pinned.budget_bytes - pinned.current_bytes;
   if (offload::SwapSpace* sw = tiers.swap()) {
-    for (const offload::SwapPathStats& p : sw->stats().paths) plan_inputs.nvme_free_bytes += p.free_bytes;
+    // Folders on one file system share its free space: count each file system once.
+    std::vector<dev_t> seen;
+    for (const offload::SwapPathStats& p : sw->stats().paths) {
+      plan_inputs.nvme_paths.push_back(p.path);
+      struct stat st {};
+      if (::stat(p.path.c_str(), &st) == 0) {
+        if (std::find(seen.begin(), seen.end(), st.st_dev) != seen.end()) continue;
+        seen.push_back(st.st_dev);
+      }
+      plan_inputs.nvme_free_bytes += p.free_bytes;
+    }
   }
   plan_inputs.nvme_block_bytes = config.aio.block_size;
   plan = make_plan(config, plan_inputs);

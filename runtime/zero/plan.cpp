@@ -56,9 +56,15 @@ std::string ZeroPlan::table(const PlanInputs& in) const {
   for (const auto& [tier, avail] : rows) {
     const std::uint64_t need = needed(tier);
     if (tier == Tier::nvme && need == 0) continue;
-    std::snprintf(buf, sizeof buf, "  %-12s %14s %14s%s\n", tier_name(tier), fmt_bytes(need).c_str(),
+    std::snprintf(buf, sizeof buf, "  %-12s %14s %14s%s", tier_name(tier), fmt_bytes(need).c_str(),
                   fmt_bytes(avail).c_str(), need > avail ? "   <- does not fit" : "");
     out += buf;
+    if (tier == Tier::nvme && !in.nvme_paths.empty()) {
+      out += "   (free in";
+      for (const std::string& p : in.nvme_paths) out += " " + p;
+      out += ")";
+    }
+    out += "\n";
   }
   out += "  of which:\n";
   for (const PlanLine& l : lines) {
@@ -215,7 +221,12 @@ ZeroPlan make_plan(const Config& config, const PlanInputs& in) {
               "(train_micro_batch_size_per_gpu, --seq-len) or use --activation-checkpointing. ";
     if (!pinned_fits)
       hint += "pinned host: raise strata.pinned_memory, or offload to nvme instead of cpu. ";
-    if (!nvme_fits) hint += "nvme: free space in nvme_path or add folders on other drives. ";
+    if (!nvme_fits) {
+      std::string folders;
+      for (const std::string& p : in.nvme_paths) folders += (folders.empty() ? "" : ", ") + p;
+      hint += "nvme: free " + format_bytes(plan.needed(Tier::nvme) - std::min(plan.needed(Tier::nvme), in.nvme_free_bytes)) +
+              " more in nvme_path (" + folders + ") or add folders on other drives. ";
+    }
     throw Error("the model's states do not fit in this run's memory budgets:\n" + plan.table(in),
                 "zero_optimization", hint);
   }

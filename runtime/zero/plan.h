@@ -41,7 +41,8 @@ struct PlanInputs {
   std::uint64_t activation_bytes = 0;  // the model's reserve() for the micro-batch
   std::uint64_t device_budget_bytes = 0;
   std::uint64_t pinned_budget_bytes = 0;
-  std::uint64_t nvme_free_bytes = 0;   // over the nvme_path folders; 0 when none
+  std::uint64_t nvme_free_bytes = 0;   // over the nvme_path folders' file systems (each once)
+  std::vector<std::string> nvme_paths; // named in the error when NVMe does not fit
   std::size_t nvme_block_bytes = 1 << 20;
 };
 

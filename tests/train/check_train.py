@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""End-to-end tests of `strata train` (tools/train.cpp over the ZeRO engine, runtime/zero/).
+
+Usage: check_train.py STRATA CASE [--keep DIR]
+  STRATA  the strata binary
+  CASE    one of the cases below (each registered as its own ctest test)
+  --keep  run in DIR and leave the files there (default: a temp dir, removed)
+
+Exit 0: passed; 1: failed (what was expected and what came on stderr); 77: skipped (a case
+that cannot run here says why).
+
+Cases (small models: the tiny preset or a config.json, --seq-len 32, a few steps, --report none;
+every run in its own folder of the case's temp dir):
+  placement_stage{1,2,3}, placement_bf16, placement_fp16
+      The same run (seed, data, gradient_clipping 1.0, gradient_accumulation_steps 2,
+      weight_decay 0.1) with the optimizer states on the device, in pinned host memory or on
+      NVMe, and at stage 3 the parameters too, gives bit-identical --save tensors (and file
+      bytes) and identical losses and gradient norms: the engine's invariant (engine.h) on the
+      host backend. Also variants that stress the machinery (small optimizer sub-groups with the
+      NVMe read/write pipeline, a partial offload ratio, small prefetch buckets, activation
+      checkpointing, which fetches every block again in backward). The swap
+      folder is empty after each run. fp16 starts with a loss scale that overflows, so that
+      skipped steps and updates both happen.
+  stages
+      With one rank ZeRO partitions nothing: stages 0, 1, 2 and 3 give identical bits.
+  ranks_2, ranks_3 (label mpi)
+      W ranks under mpirun with micro-batch B and no accumulation against one rank with
+      gradient_accumulation_steps W (the loader gives one rank the same windows, in the same
+      order), stages 1, 2 and 3 (3 with parameters and optimizer in pinned host memory), within
+      1e-5; W ranks x 2 micro-batches against 1 rank x 2W; and with W ranks, the states in
+      device / pinned host / NVMe give the same bits.
+  memory
+      Model states >= 10x the device budget (8 MiB) train at stage 3 with the parameters in
+      pinned host memory and the optimizer on NVMe: finite, decreasing losses, and the device's
+      peak within its budget on every step.
+  memory_minimum
+      A device budget below the plan's minimum fails at start with the per-tier table.
+  bad_inputs
+      Each bad input exits 1 with an error naming the problem (the key, path or flag), and
+      leaves no --save file and no complete --metrics file: nvme offload without nvme_path, an
+      nvme_path that does not exist / is under a file / is not writable, --init weights of
+      another model, --data that is not a token file / is too short, --seq-len > n_positions,
+      optimizer Lamb, lr "auto", and placements the engine does not have.
+  enospc_plan, enospc_io
+      NVMe swap on a 2 MiB tmpfs that cannot hold the optimizer states (one folder; two folders
+      on the same file system, so that the run meets ENOSPC while it writes its states): exit 1,
+      an error naming the path and the bytes, no --save file, nothing left on the tmpfs (needs
+      root to mount one: else 77). The swap file grows with fallocate as the states are first
+      written, so (where the file system has fallocate) a run that has started its steps does
+      not meet ENOSPC later.
+  save_path_early
+      --save into a folder that does not exist is refused at start, before any step.
+  determinism
+      Two identical runs (stage 3, NVMe, --shuffle) give identical bits.
+"""
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+
+from cases_limits import (case_bad_inputs, case_enospc_io, case_enospc_plan, case_memory,
+                          case_memory_minimum, case_save_path_early)
+from cases_placement import (case_determinism, case_placement_bf16, case_placement_fp16,
+                             case_placement_stage, case_stages)
+from cases_ranks import case_ranks
+from train_util import SKIP, Failure
+
+CASES = {
+    "placement_stage1": case_placement_stage(1),
+    "placement_stage2": case_placement_stage(2),
+    "placement_stage3": case_placement_stage(3),
+    "placement_bf16": case_placement_bf16,
+    "placement_fp16": case_placement_fp16,
+    "stages": case_stages,
+    "ranks_2": case_ranks(2),
+    "ranks_3": case_ranks(3),
+    "memory": case_memory,
+    "memory_minimum": case_memory_minimum,
+    "bad_inputs": case_bad_inputs,
+    "enospc_plan": case_enospc_plan,
+    "enospc_io": case_enospc_io,
+    "save_path_early": case_save_path_early,
+    "determinism": case_determinism,
+}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("strata")
+    ap.add_argument("case", choices=sorted(CASES) + ["all"])
+    ap.add_argument("--keep", help="run in this folder and keep the files")
+    a = ap.parse_args()
+    strata = os.path.abspath(a.strata)
+    names = sorted(CASES) if a.case == "all" else [a.case]
+    status = 0
+    for name in names:
+        root = a.keep and os.path.join(a.keep, name)
+        if root:
+            os.makedirs(root, exist_ok=True)
+        tmp = None if root else tempfile.mkdtemp(prefix=f"strata-train-{name}-")
+        t0 = time.monotonic()
+        print(f"{name}:")
+        try:
+            CASES[name](strata, root or tmp)
+            print(f"{name}: ok ({time.monotonic() - t0:.1f} s)")
+        except Failure as e:
+            print(f"FAIL {name}: {e}", file=sys.stderr)
+            status = 1
+        except SystemExit as e:  # a case that cannot run here exits 77
+            if e.code != SKIP or len(names) == 1:
+                raise
+            print(f"{name}: skipped")
+        except Exception:  # a bug of this script, or output it could not parse
+            traceback.print_exc()
+            print(f"FAIL {name}: unexpected exception", file=sys.stderr)
+            status = 1
+        finally:
+            if tmp:
+                shutil.rmtree(tmp, ignore_errors=True)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
