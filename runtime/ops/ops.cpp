@@ -11,26 +11,14 @@
 #include "kernels/host/embedding.h"
 #include "kernels/host/layernorm.h"
 #include "kernels/host/matmul.h"
+#include "runtime/ops/dispatch_impl.h"
 
 namespace strata::runtime::ops {
 namespace {
 
 namespace kh = strata::kernels::host;
 
-cudaStream_t cuda_stream(const Stream& s) { return static_cast<cudaStream_t>(s.native_handle()); }
-
 }  // namespace
-
-// CUDA_OP(call): the CUDA launch when this build has the CUDA kernels; a host stream never
-// has a native handle, so without them the branch is unreachable.
-#if defined(STRATA_KERNELS_HAVE_CUDA)
-namespace kc = strata::kernels::cuda;
-#define CUDA_OP(call) call
-#else
-#define CUDA_OP(call) \
-  (void)cs;           \
-  STRATA_ASSERT(false, "a CUDA stream in a build without CUDA kernels")
-#endif
 
 void embedding_fwd(Stream& s, void* out, const std::int32_t* tokens, const void* wte,
                    const void* wpe, int B, int T, int C, int pos_offset, DType dtype) {

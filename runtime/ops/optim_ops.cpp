@@ -9,11 +9,10 @@
 #include "cpu_adam/grad_ops.h"
 #include "kernels/cuda/adamw.h"
 #include "kernels/cuda/grad_ops.h"
+#include "runtime/ops/dispatch_impl.h"
 
 namespace strata::runtime::ops {
 namespace {
-
-cudaStream_t cuda_stream(const Stream& s) { return static_cast<cudaStream_t>(s.native_handle()); }
 
 // device_scratch on CUDA: [0, 8) grad_sq_norm's result, [8, 12) all_finite's flag, then the
 // norm's chunk sums from byte 16.
@@ -48,16 +47,6 @@ T* scratch_at(void* device_scratch, std::size_t offset) {
 
 }  // namespace
 
-// CUDA_OP(call): the CUDA launch when this build has the CUDA kernels; a host stream never
-// has a native handle, so without them the branch is unreachable (as in runtime/ops/ops.cpp).
-#if defined(STRATA_KERNELS_HAVE_CUDA)
-namespace kc = strata::kernels::cuda;
-#define CUDA_OP(call) call
-#else
-#define CUDA_OP(call) \
-  (void)cs;           \
-  STRATA_ASSERT(false, "a CUDA stream in a build without CUDA kernels")
-#endif
 
 std::size_t optim_scratch_bytes(std::size_t n) {
   return kPartialsAt + kernels::cuda::grad_sq_norm_partials(n) * sizeof(double);
