@@ -71,4 +71,27 @@ struct GptBenchOptions {
 
 void bench_gpt(const GptBenchOptions& options);  // bench_gpt.cpp
 
+// `strata bench step`: the ZeRO training step for each placement of the model states (device,
+// cpu, nvme) x stage (1, 2, 3), each a `strata train` child of this binary, against the same
+// model fully resident on the device (stage 0, no offload) measured in the same run.
+struct StepBenchOptions {
+  std::string preset = "tiny";   // models::GptConfig::preset names
+  std::string model;             // a config.json instead of a preset
+  std::string text;              // training text (its bytes are the tokens); empty = generated
+  int batch = 4;                 // train_micro_batch_size_per_gpu
+  int seq_len = 128;
+  std::string dtype = "fp32";    // fp32 or bf16
+  int steps = 6;                 // per run of a cell; the first 2 are warm-up, the rest timed
+  int rounds = 3;                // runs per cell, interleaved; medians over every timed step
+  double gradient_clipping = 1.0;  // 0: updates overlap backward; > 0: they wait for the norm
+  std::string device = "host";   // strata.device of every cell: host, cuda or auto
+  std::string device_memory;     // strata.device_memory of the placements; empty = the backend's
+  std::string dir;               // parent of the scratch folder (nvme_path is in it); empty:
+                                 // $TMPDIR, else /var/tmp (a disk, not tmpfs)
+  bool json = false;             // one JSON object per cell on stdout, the tables on stderr
+  bool verbose = false;          // the children's output on stderr
+};
+
+void bench_step(const StepBenchOptions& options);  // bench_step.cpp
+
 }  // namespace strata::tools

@@ -6,6 +6,9 @@
 // strata bench nvme [--dir DIR] [--size 1G] [--block-size 128K,1M,8M] [--queue-depth 1,8,32,128]
 //                   [--parallelism 1,2] [--op read,write] [--pattern seq,rand] [--reps 3]
 //                   [--no-fio] [--fio PATH] [--fio-fixedbufs] [--json] [--tune]
+// strata bench step [--preset tiny | --model config.json] [--text FILE] [--batch 4] [--seq-len 128]
+//                   [--dtype fp32|bf16] [--gradient-clipping 1.0] [--steps 6] [--rounds 3]
+//                   [--device host|cuda|auto] [--device-memory SIZE] [--dir DIR] [--json] [--verbose]
 #include <memory>
 
 #include "tools/bench.h"
@@ -102,6 +105,45 @@ void add_bench_command(CLI::App& app) {
                  "print the \"aio\" config section with the best sequential read and write "
                  "(geometric mean of their GB/s)");
   nvme->callback([nvme_options] { bench_nvme(*nvme_options); });
+
+  auto step_options = std::make_shared<StepBenchOptions>();
+  CLI::App* step = bench->add_subcommand(
+      "step", "the ZeRO training step per placement (device, cpu, nvme) and stage (1-3) vs the "
+              "same model fully resident");
+  step->add_option("--preset", step_options->preset, "model preset (tiny, bytes-30m, gpt2, ...)")
+      ->capture_default_str();
+  step->add_option("--model", step_options->model, "a Hugging Face GPT-2 config.json instead");
+  step->add_option("--text", step_options->text,
+                   "training text, its bytes as tokens (default: generated in the scratch folder)");
+  step->add_option("--batch", step_options->batch, "micro-batch size (train_micro_batch_size_per_gpu)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  step->add_option("--seq-len", step_options->seq_len, "tokens per sequence")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  step->add_option("--dtype", step_options->dtype, "fp32, or bf16 (bf16.enabled)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
+  step->add_option("--gradient-clipping", step_options->gradient_clipping,
+                   "gradient_clipping of every cell (0: no global norm, so each update starts "
+                   "while backward goes on)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  step->add_option("--steps", step_options->steps,
+                   "training steps per run of a cell; the first 2 are warm-up")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  step->add_option("--rounds", step_options->rounds,
+                   "runs of every cell, round by round (medians over all their timed steps)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  step->add_option("--device", step_options->device, "strata.device of every cell")
+      ->check(CLI::IsMember({"host", "cuda", "auto"}))->capture_default_str();
+  step->add_option("--device-memory", step_options->device_memory,
+                   "strata.device_memory of the placements, e.g. 64MiB (default: the backend's; "
+                   "the reference gets what it needs)");
+  step->add_option("--dir", step_options->dir,
+                   "parent of the scratch folder that holds nvme_path (default: $TMPDIR, else "
+                   "/var/tmp; removed afterwards)");
+  step->add_flag("--json", step_options->json,
+                 "one JSON object per cell on stdout (the tables go to stderr)");
+  step->add_flag("--verbose", step_options->verbose,
+                 "each child's command line and output on stderr");
+  step->callback([step_options] { bench_step(*step_options); });
 }
 
 }  // namespace strata::tools

@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""`strata bench step` run small: the tiny preset, micro-batch 2 x 32 tokens, 3 steps per run
+(one timed) x 2 rounds, --json, the scratch folder under WORK_DIR.
+
+Checks exit 0; one JSON object per cell, the reference (placement "resident", stage 0) and the
+nine placement x stage cells, each with finite positive step_ms, tokens_per_s, tflops,
+busiest_ms, overlap and ratio_to_resident, overlap = step_ms / busiest_ms, the reference's
+ratio 1 and one timed step per round; a progress line per cell and round on stderr; the
+scratch folder removed. Then that --steps 2 (no timed step) is refused with a message naming
+--steps.
+
+Usage: check_bench_step.py STRATA WORK_DIR
+"""
+import json
+import math
+import re
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+NUMBERS = ("step_ms", "tokens_per_s", "tflops", "busiest_ms", "overlap", "ratio_to_resident")
+
+
+def fail(message, run=None):
+    print(f"FAIL: {message}", file=sys.stderr)
+    if run is not None:
+        print(f"--- stdout\n{run.stdout}--- stderr\n{run.stderr}", file=sys.stderr)
+    sys.exit(1)
+
+
+def main():
+    strata, work = sys.argv[1], sys.argv[2]
+    os.makedirs(work, exist_ok=True)
+    folder = tempfile.mkdtemp(prefix="bench-step-", dir=work)
+    try:
+        args = [strata, "bench", "step", "--preset", "tiny", "--batch", "2", "--seq-len", "32",
+                "--steps", "3", "--rounds", "2", "--device", "host", "--dir", folder, "--json"]
+        env = dict(os.environ)
+        env.setdefault("OMP_NUM_THREADS", "2")
+        run = subprocess.run(args, capture_output=True, text=True, timeout=90, env=env)
+        if run.returncode != 0:
+            fail(f"{' '.join(args)} exited {run.returncode}", run)
+        cells = []
+        for line in run.stdout.splitlines():
+            try:
+                cells.append(json.loads(line))
+            except json.JSONDecodeError:
+                fail(f"stdout line is not JSON: {line!r}", run)
+        want = [("resident", 0)] + [(p, s) for p in ("device", "cpu", "nvme") for s in (1, 2, 3)]
+        got = [(c.get("placement"), c.get("stage")) for c in cells]
+        if got != want:
+            fail(f"cells {got}, wanted {want}", run)
+        for c in cells:
+            if "error" in c:
+                fail(f"cell failed: {c}", run)
+            for key in NUMBERS:
+                v = c.get(key)
+                if not isinstance(v, (int, float)) or not math.isfinite(v) or not v > 0:
+                    fail(f"{key} = {v!r} in {c}", run)
+            if not isinstance(c.get("busiest"), str) or not c["busiest"]:
+                fail(f"no busiest resource in {c}", run)
+            if abs(c["overlap"] - c["step_ms"] / c["busiest_ms"]) > 1e-9 * c["overlap"]:
+                fail(f"overlap is not step_ms / busiest_ms in {c}", run)
+            if c.get("timed_steps") != 2:
+                fail(f"timed_steps = {c.get('timed_steps')!r} (2 rounds of 1), in {c}", run)
+        if abs(cells[0]["ratio_to_resident"] - 1) > 1e-12:
+            fail(f"the reference's ratio is not 1: {cells[0]}", run)
+        progress = [l for l in run.stderr.splitlines() if re.match(r"\[round [12]/2, \d+/10\] ", l)]
+        if len(progress) != 20:
+            fail(f"{len(progress)} progress lines on stderr, wanted 20 (10 cells x 2 rounds)", run)
+        if os.listdir(folder):
+            fail(f"left in {folder}: {os.listdir(folder)}", run)
+
+        bad = subprocess.run([strata, "bench", "step", "--steps", "2", "--dir", folder],
+                             capture_output=True, text=True, timeout=30)
+        if bad.returncode == 0 or "--steps" not in bad.stderr:
+            fail("--steps 2 was not refused naming --steps", bad)
+        print("ok:", len(cells), "cells;", run.stderr.splitlines()[-1] if run.stderr else "")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
