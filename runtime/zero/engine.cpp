@@ -83,6 +83,7 @@ ZeroEngine::Impl::Impl(const Config& config_, const EngineSetup& setup, Device& 
   prefetch_bucket = z.stage3_prefetch_bucket_size.value_or(50'000'000);
   max_live = z.stage3_max_live_parameters;
   max_reuse_distance = z.stage3_max_reuse_distance;
+  reduce_bucket = static_cast<std::size_t>(z.reduce_bucket_size.value_or(500'000'000));
   allocate_states();
   make_pools();
   if (offload::SwapSpace* sw = tiers.swap()) {

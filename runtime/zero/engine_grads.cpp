@@ -6,6 +6,8 @@
 //     device optimizer: comm: acc_dev += shard                    buffer freed after comm
 //     host optimizer:   d2h: shard -> pinned staging --> accum: acc_pin += staging
 //                                                                 buffer freed after d2h
+#include <algorithm>
+
 #include "core/error.h"
 #include "cpu_adam/grad_ops.h"
 #include "runtime/ops/optim_ops.h"
@@ -37,8 +39,6 @@ void ZeroEngine::grads_ready(int module, const Event& done) {
   ModuleState& s = d.modules.at(static_cast<std::size_t>(module));
   STRATA_ASSERT(!s.grad.empty(), "grads_ready without acquire_grads");
   const ModulePartition& part = s.plan.part;
-  const std::size_t ds = dtype_size(d.dtype);
-  const std::size_t full_bytes = part.padded_numel * ds;
   Stream& comm = *d.comm_stream;
   const bool last = ++s.grad_calls == d.gas;
   if (s.grad_calls == 1) {
@@ -47,16 +47,7 @@ void ZeroEngine::grads_ready(int module, const Event& done) {
     comm.wait(*s.updated);
   }
   comm.wait(done);
-  if (d.world > 1) {
-    if (d.plan.stage >= 2) {
-      void* mine = static_cast<char*>(s.grad.data()) + d.shard_offset_bytes(s);
-      d.comm.reduce_scatter(s.grad.data(), mine, part.shard_numel, d.dtype, comm);
-      d.count_reduce(full_bytes, false);
-    } else {
-      d.comm.all_reduce(s.grad.data(), s.grad.data(), part.padded_numel, d.dtype, comm);
-      d.count_reduce(full_bytes, true);
-    }
-  }
+  if (d.world > 1) d.reduce_gradient(s);
   const void* shard = static_cast<const char*>(s.grad.data()) + d.shard_offset_bytes(s);
   if (s.plan.optimizer_tier == Tier::device) {
     ops::accumulate_grads(comm, s.acc_dev.as<float>(), shard, d.dtype, part.shard_numel, d.threads);
@@ -67,6 +58,49 @@ void ZeroEngine::grads_ready(int module, const Event& done) {
     if (last) s.grad_done->record(*d.accum);
   }
   if (last && !d.global_before_update) d.post_update(module, d.step_hyper, d.adam_steps, 1.0f);
+}
+
+// Reduces s.grad over the ranks on the comm stream, in collectives of at most
+// reduce_bucket_size elements. Stage >= 2 reduce-scatters: a module within one bucket in place;
+// a larger one piece by piece, each piece gathering the same slice of every rank's shard into a
+// contiguous bucket buffer (reduce-scatter needs rank k's part at offset k), reducing it and
+// copying this rank's slice back. Stage 0-1 all-reduce, in bucket-size pieces. Each element is
+// summed in the same rank order either way, so bucketing never changes the bits.
+void ZeroEngine::Impl::reduce_gradient(ModuleState& s) {
+  const ModulePartition& part = s.plan.part;
+  const std::size_t ds = dtype_size(dtype);
+  const std::size_t bucket = std::max<std::size_t>(reduce_bucket, static_cast<std::size_t>(world));
+  Stream& stream = *comm_stream;
+  char* grad = static_cast<char*>(s.grad.data());
+  if (plan.stage < 2) {
+    for (std::size_t off = 0; off < part.padded_numel; off += bucket) {
+      const std::size_t n = std::min(bucket, part.padded_numel - off);
+      comm.all_reduce(grad + off * ds, grad + off * ds, n, dtype, stream);
+      count_reduce(n * ds, true);
+    }
+    return;
+  }
+  char* mine = grad + shard_offset_bytes(s);
+  if (part.padded_numel <= bucket) {
+    comm.reduce_scatter(grad, mine, part.shard_numel, dtype, stream);
+    count_reduce(part.padded_numel * ds, false);
+    return;
+  }
+  const std::size_t piece = bucket / static_cast<std::size_t>(world);  // of each rank's shard
+  DeviceBuffer staging = allocate_now(s.plan.size_class, piece * static_cast<std::size_t>(world) * ds,
+                                      s.name + " reduce bucket");
+  char* b = static_cast<char*>(staging.data());
+  for (std::size_t off = 0; off < part.shard_numel; off += piece) {
+    const std::size_t n = std::min(piece, part.shard_numel - off);
+    for (int r = 0; r < world; ++r) {
+      stream.copy_async(b + static_cast<std::size_t>(r) * n * ds, grad + (part.shard_offset(r) + off) * ds, n * ds);
+    }
+    char* slot = b + static_cast<std::size_t>(shard_rank) * n * ds;
+    comm.reduce_scatter(b, slot, n, dtype, stream);
+    count_reduce(n * static_cast<std::size_t>(world) * ds, false);
+    stream.copy_async(mine + off * ds, slot, n * ds);
+  }
+  pool_of(s).free_after(std::move(staging), stream);
 }
 
 namespace {

@@ -101,6 +101,9 @@ struct ZeroEngine::Impl {
   bool evict_one(int size_class);
   void make_pools();
 
+  // engine_grads.cpp
+  void reduce_gradient(ModuleState& s);
+
   // engine_step.cpp
   StepOutcome step();
   cpu_adam::AdamHyper make_hyper(double lr) const;
@@ -164,6 +167,7 @@ struct ZeroEngine::Impl {
   std::uint64_t prefetch_bucket = 0;
   std::uint64_t max_live = 0;
   std::uint64_t max_reuse_distance = 0;
+  std::size_t reduce_bucket = 0;      // elements per gradient collective
 
   LossScaler scaler;
   int gas = 1;

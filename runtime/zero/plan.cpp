@@ -161,15 +161,25 @@ ZeroPlan make_plan(const Config& config, const PlanInputs& in) {
     plan.class_total_bytes[mp.size_class] += gathered(m) + grad(m);
   }
   const int c0 = plan.modules[0].size_class;
+  // With several ranks at stage >= 2, a module over reduce_bucket_size elements is reduced
+  // through a bucket buffer of that size next to its gradient.
+  const std::uint64_t bucket_numel = std::max<std::uint64_t>(z.reduce_bucket_size.value_or(500'000'000),
+                                                             static_cast<std::uint64_t>(in.world));
+  auto bucket = [&](std::size_t m) -> std::uint64_t {
+    const ModulePartition& p = plan.modules[m].part;
+    if (in.world == 1 || z.stage < 2 || p.padded_numel <= bucket_numel) return 0;
+    return bucket_numel / static_cast<std::uint64_t>(in.world) * static_cast<std::uint64_t>(in.world) * ds +
+           Arena::kAlignment;
+  };
   std::uint64_t widest[2] = {0, 0};
   for (std::size_t m = 1; m < plan.modules.size(); ++m) {
     const int c = plan.modules[m].size_class;
-    widest[c] = std::max(widest[c], gathered(m) + grad(m) + 2 * Arena::kAlignment);
+    widest[c] = std::max(widest[c], gathered(m) + grad(m) + bucket(m) + 2 * Arena::kAlignment);
   }
   for (int c = 0; c < 2; ++c) {
     std::uint64_t held0 = c == c0 ? grad(0) + Arena::kAlignment : 0;
     std::uint64_t need = held0 + widest[c];
-    if (c == c0) need = std::max(need, gathered(0) + grad(0) + 2 * Arena::kAlignment);
+    if (c == c0) need = std::max(need, gathered(0) + grad(0) + bucket(0) + 2 * Arena::kAlignment);
     plan.class_minimum_bytes[c] = need;
   }
   const std::uint64_t minimum_working = plan.class_minimum_bytes[0] + plan.class_minimum_bytes[1];

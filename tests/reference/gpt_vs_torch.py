@@ -72,26 +72,19 @@ Self-checks, so that a pass means something:
 
 Runtime: ~7 s for the torch side on 2 cores, plus the driver's.
 """
-import argparse
 import json
-import math
 import os
-import subprocess
 import sys
-import tempfile
 import time
 
-try:
-    import numpy as np
-    import torch
-except ImportError as e:  # not Debian's python3, or python3-torch missing
-    print(f"skipped: cannot import torch/numpy ({e}); run scripts/setup.sh and use "
-          "/usr/bin/python3")
-    sys.exit(77)
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ref_util  # noqa: E402  (first: without torch / numpy it exits 77, skipped)
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
 import gpt2_torch  # noqa: E402
 import st_io  # noqa: E402
+from ref_util import (f32, make_weights, nan_max, rel, without_key, worst,  # noqa: E402
+                      worst_ratio)
 
 BOUNDS = {"logits": 1e-5, "loss": 1e-5, "grad": 1e-4, "param": 1e-4}
 STEPS = 5
@@ -122,11 +115,6 @@ case("ckpt", V=101, P=24, C=48, L=3, NH=6, B=2, T=19, checkpointing=True)  # hs 
 case("larger", V=311, P=64, C=64, L=2, NH=4, B=4, T=32)                   # hs 16
 
 
-def f32(x):
-    """The fp32 value of x as a Python float (what torch is given)."""
-    return float(np.float32(x))
-
-
 def arg(x):
     """x's fp32 value in decimal, exact enough that parsing it as float or as double gives the
     same fp32 number torch uses."""
@@ -134,23 +122,6 @@ def arg(x):
 
 
 # ---- data -------------------------------------------------------------------------------------
-
-def make_weights(cfg, seed):
-    rng = np.random.default_rng(seed)
-    out = {}
-    for name, shape in gpt2_torch.param_shapes(cfg).items():
-        noise = rng.standard_normal(shape)
-        if ".ln_" in name or name.startswith("ln_f"):
-            a = 1.0 + 0.1 * noise if name.endswith(".weight") else 0.02 * noise
-        elif name.endswith(".bias"):
-            a = 0.02 * noise
-        elif name.endswith(("c_attn.weight", "c_fc.weight")):
-            a = noise / math.sqrt(cfg.n_embd)
-        else:  # wte, wpe, c_proj
-            a = 0.02 * noise
-        out[name] = a.astype(np.float32)
-    return out
-
 
 def make_batch(cfg, B, T, seed):
     rng = np.random.default_rng(seed)
@@ -185,15 +156,7 @@ def run_driver(driver, workdir, c, weights, inputs, targets):
            "--beta2", arg(BETAS[1]), "--eps", arg(EPS), "--out", paths["out.safetensors"]]
     if c["checkpointing"]:
         cmd.append("--checkpointing")
-    started = time.monotonic()
-    try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=DRIVER_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        raise RuntimeError(f"{' '.join(cmd)}: no result after {DRIVER_TIMEOUT_S} s") from None
-    if r.returncode != 0:
-        tail = (r.stdout + r.stderr)[-3000:]
-        raise RuntimeError(f"{' '.join(cmd)} exited {r.returncode}; its output ends:\n{tail}")
-    seconds = time.monotonic() - started
+    seconds = ref_util.run_checked(cmd, DRIVER_TIMEOUT_S)
     return read_output(paths["out.safetensors"], c), seconds
 
 
@@ -226,24 +189,6 @@ def read_output(path, c):
 
 # ---- comparison -------------------------------------------------------------------------------
 
-def rel(ours, ref):
-    a = np.asarray(ours, dtype=np.float64)
-    b = np.asarray(ref, dtype=np.float64)
-    num, den = np.linalg.norm(a - b), np.linalg.norm(b)
-    if den == 0.0:
-        return 0.0 if num == 0.0 else float("inf")
-    return float(num / den)
-
-
-def without_key(n, a):
-    """The parameter to compare after the steps: c_attn.bias without its key third (see the
-    docstring), every other tensor whole."""
-    if not n.endswith("attn.c_attn.bias"):
-        return a
-    C = a.shape[0] // 3
-    return np.concatenate([a[:C], a[2 * C:]])
-
-
 def compare(ours, ref):
     """[(kind, what, rel)] for every compared quantity."""
     rows = [("logits", "logits", rel(ours["logits"], ref["logits"]))]
@@ -275,37 +220,12 @@ def key_bias(out, weights, cfg):
     return nan_max(g_ratios), nan_max(p_ratios)
 
 
-def nan_max(values):
-    return max(float("inf") if math.isnan(v) else v for v in values)
-
-
-def worst(rows, kind):
-    """(rel, what) of the worst row of `kind`; NaN counts as worst."""
-    picked = [(r, w) for k, w, r in rows if k == kind]
-    return max(picked, key=lambda x: float("inf") if math.isnan(x[0]) else x[0])
-
-
-def worst_ratio(rows):
-    """Largest rel / bound over all rows (NaN -> inf)."""
-    return nan_max([r / BOUNDS[k] for k, _, r in rows])
-
-
 # ---- self-checks of the torch model -----------------------------------------------------------
 
 def check_torch_model(c, weights, inputs, ref, failures):
     cfg, name = c["cfg"], c["name"]
-    log_v = math.log(cfg.vocab_size)
-    if not abs(ref["losses"][0] - log_v) < 0.1:
-        failures.append(f"{name}: torch's initial loss {ref['losses'][0]:.4f} is not within 0.1 "
-                        f"of log(V) = {log_v:.4f}")
-    if not ref["losses"][-1] < ref["losses"][0] - 0.01:
-        failures.append(f"{name}: torch's loss does not fall over {STEPS} steps: "
-                        f"{ref['losses']}")
-    stuck = [n for n, p in ref["params"].items()
-             if not rel(p, weights[n]) > MOVE * BOUNDS["param"]]
-    if stuck:
-        failures.append(f"{name}: {len(stuck)} tensors barely move in {STEPS} steps "
-                        f"({', '.join(stuck[:3])}); the param comparison would be vacuous")
+    ref_util.check_torch_training(failures, name, ref, weights, cfg.vocab_size, STEPS,
+                                  near_log_v=0.1, fall=0.01, move_bound=MOVE * BOUNDS["param"])
     # Causality: a new token at position t changes no logit before t, and those from t on.
     model = gpt2_torch.Gpt2(cfg)
     model.load_numpy(weights)
@@ -325,25 +245,15 @@ def check_torch_model(c, weights, inputs, ref, failures):
 # ---- main -------------------------------------------------------------------------------------
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--driver", required=True, help="path to gpt_reference_driver")
-    ap.add_argument("--keep", help="keep the driver's input/output files in this directory")
-    args = ap.parse_args()
-    if not os.access(args.driver, os.X_OK):
-        print(f"FAILED: driver {args.driver!r} is not an executable file")
-        return 1
-
-    torch.set_num_threads(1)  # deterministic, and the machine is shared with the driver
-    print(f"torch {torch.__version__}, numpy {np.__version__}; driver {args.driver}")
+    args = ref_util.start(__doc__, "driver", path_help="path to gpt_reference_driver",
+                          keep_help="keep the driver's input/output files in this directory")
     print(f"{STEPS} AdamW steps, lr {LR:g}, weight decay {WEIGHT_DECAY:g}, betas {BETAS}, "
           f"eps {EPS:g}; rel = ||ours - torch|| / ||torch|| per tensor; bounds: "
           + ", ".join(f"{k} {v:g}" for k, v in BOUNDS.items()))
 
     failures = []
     started = time.monotonic()
-    tmp = None if args.keep else tempfile.TemporaryDirectory(prefix="gpt_vs_torch_")
-    workdir = args.keep or tmp.name
-    os.makedirs(workdir, exist_ok=True)
+    tmp, workdir = ref_util.work_dir(args.keep, prefix="gpt_vs_torch_")
     hdr = (f"{'case':<16} {'V,P,C,L,NH,B,T':<22} {'logits':>8} {'loss':>8} {'grad':>8} "
            f"{'param':>8} {'kb grad':>7} {'kb step':>7}  {'worst grad / param tensor':<38} "
            f"{'drv s':>5} {'fp32/64':>7}")
@@ -364,7 +274,7 @@ def main():
         ref64 = run_torch(c, weights, inputs, targets, dtype=torch.float64)
         check_torch_model(c, weights, inputs, ref, failures)
         rows = compare(ours, ref)
-        yardstick = worst_ratio(compare(ref, ref64))
+        yardstick = worst_ratio(compare(ref, ref64), BOUNDS)
         w = {kind: worst(rows, kind) for kind in BOUNDS}
         shape = f"{cfg.vocab_size},{cfg.n_positions},{cfg.n_embd},{cfg.n_layer},{cfg.n_head}," \
                 f"{c['B']},{c['T']}"
@@ -398,7 +308,7 @@ def main():
                     line += f" {'n/a':>16}"
                     continue
                 ratio = worst_ratio(compare(ours, run_torch(c, weights, inputs, targets,
-                                                            **deviation)))
+                                                            **deviation)), BOUNDS)
                 line += f" {ratio:16.1e}"
                 if not (ratio > DISCRIMINATION and ratio > DISCRIMINATION_VS_FP64 * yardstick):
                     failures.append(f"{c['name']}: the test cannot tell GPT-2 from GPT-2 with "
@@ -406,18 +316,7 @@ def main():
                                     f"{yardstick:.2f})")
             print(line)
 
-    if tmp:
-        tmp.cleanup()
-    print(f"\n{len(CASES)} cases; {time.monotonic() - started:.1f} s")
-    if failures:
-        print(f"FAILED ({len(failures)}):")
-        for f in failures[:40]:
-            print("  " + f)
-        if len(failures) > 40:
-            print(f"  ... and {len(failures) - 40} more")
-        return 1
-    print("PASSED")
-    return 0
+    return ref_util.finish(failures, tmp, f"{len(CASES)} cases", started)
 
 
 if __name__ == "__main__":

@@ -64,27 +64,20 @@ Self-checks, so that a pass means something:
     not more: decaying LayerNorm weights ~1 or not changes them by wd * sum(lr) ~ 0.7e-3 to 1e-3
     of their norm in 10 steps, 7 to 10 x the bound; strata itself is ~1e-7 from torch).
 """
-import argparse
 import json
 import math
 import os
 import struct
-import subprocess
 import sys
-import tempfile
 import time
 
-try:
-    import numpy as np
-    import torch
-except ImportError as e:  # not Debian's python3, or python3-torch missing
-    print(f"skipped: cannot import torch/numpy ({e}); run scripts/setup.sh and use "
-          "/usr/bin/python3")
-    sys.exit(77)
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ref_util  # noqa: E402  (first: without torch / numpy it exits 77, skipped)
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
 import gpt2_torch  # noqa: E402
 import st_io  # noqa: E402
+from ref_util import f32, make_weights, rel, without_key, worst, worst_ratio  # noqa: E402
 
 # ---- tolerances and the run's settings --------------------------------------------------------
 BOUNDS = {"loss": 1e-4, "grad_norm": 1e-4, "lr": 1e-12, "param": 1e-4}
@@ -112,30 +105,7 @@ RUNS = [
 ]
 
 
-def f32(x):
-    return float(np.float32(x))
-
-
 # ---- inputs -----------------------------------------------------------------------------------
-
-def make_weights(cfg, seed):
-    """As gpt_vs_torch.py: nothing trivially 0 or 1; c_attn / c_fc N(0, 1/C) so that scores and
-    GELU inputs are O(1)."""
-    rng = np.random.default_rng(seed)
-    out = {}
-    for name, shape in gpt2_torch.param_shapes(cfg).items():
-        noise = rng.standard_normal(shape)
-        if ".ln_" in name or name.startswith("ln_f"):
-            a = 1.0 + 0.1 * noise if name.endswith(".weight") else 0.02 * noise
-        elif name.endswith(".bias"):
-            a = 0.02 * noise
-        elif name.endswith(("c_attn.weight", "c_fc.weight")):
-            a = noise / math.sqrt(cfg.n_embd)
-        else:  # wte, wpe, c_proj
-            a = 0.02 * noise
-        out[name] = a.astype(np.float32)
-    return out
-
 
 def make_tokens(cfg, n, seed):
     """n tokens < V with a skewed (Zipf-like, shuffled) distribution, so there is something to
@@ -196,15 +166,7 @@ def run_strata(strata, workdir, run, weights, tokens):
            "--init", p["w.safetensors"], "--data", p["tokens.bin"], "--steps", str(STEPS),
            "--seq-len", str(T), "--save", p["out.safetensors"], "--metrics", p["m.jsonl"],
            "--report", "none"]
-    started = time.monotonic()
-    try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=STRATA_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        raise RuntimeError(f"{' '.join(cmd)}: no result after {STRATA_TIMEOUT_S} s") from None
-    if r.returncode != 0:
-        tail = (r.stdout + r.stderr)[-3000:]
-        raise RuntimeError(f"{' '.join(cmd)} exited {r.returncode}; its output ends:\n{tail}")
-    seconds = time.monotonic() - started
+    seconds = ref_util.run_checked(cmd, STRATA_TIMEOUT_S)
     with open(p["m.jsonl"]) as f:
         lines = [json.loads(line) for line in f if line.strip()]
     if [m.get("step") for m in lines] != list(range(1, STEPS + 1)):
@@ -303,22 +265,6 @@ def run_torch(weights, tokens, run, dtype=torch.float32, late_lr=False, clip=Tru
 
 # ---- comparison -------------------------------------------------------------------------------
 
-def rel(ours, ref):
-    a = np.asarray(ours, dtype=np.float64)
-    b = np.asarray(ref, dtype=np.float64)
-    num, den = np.linalg.norm(a - b), np.linalg.norm(b)
-    if den == 0.0:
-        return 0.0 if num == 0.0 else float("inf")
-    return float(num / den)
-
-
-def without_key(n, a):
-    if not n.endswith("attn.c_attn.bias"):
-        return a
-    C = a.shape[0] // 3
-    return np.concatenate([a[:C], a[2 * C:]])
-
-
 def compare(ours, ref):
     """[(kind, what, rel)] for every compared quantity."""
     rows = []
@@ -357,48 +303,18 @@ def key_bias_move(ours, weights, lrs):
     return worst
 
 
-def nan_max(values):
-    return max(float("inf") if math.isnan(v) else v for v in values)
-
-
-def worst(rows, kind):
-    picked = [(r, w) for k, w, r in rows if k == kind]
-    return max(picked, key=lambda x: float("inf") if math.isnan(x[0]) else x[0])
-
-
-def worst_ratio(rows):
-    return nan_max([r / BOUNDS[k] for k, _, r in rows])
-
-
 def check_torch_run(name, ref, weights, failures):
     """The torch run's sanity (see the docstring); clipping is checked over all runs in main."""
-    log_v = math.log(CFG.vocab_size)
-    if not abs(ref["losses"][0] - log_v) < 0.5:
-        failures.append(f"{name}: torch's first loss {ref['losses'][0]:.4f} is not within 0.5 of "
-                        f"log(V) = {log_v:.4f}")
-    if not ref["losses"][-1] < ref["losses"][0] - 0.05:
-        failures.append(f"{name}: torch's loss does not fall over {STEPS} steps: "
-                        f"{np.round(ref['losses'], 4)}")
-    stuck = [n for n, p in ref["params"].items()
-             if not rel(without_key(n, p), without_key(n, weights[n])) > MOVE * BOUNDS["param"]]
-    if stuck:
-        failures.append(f"{name}: {len(stuck)} tensors barely move in {STEPS} steps "
-                        f"({', '.join(stuck[:3])}); the comparison would be vacuous")
+    ref_util.check_torch_training(failures, name, ref, weights, CFG.vocab_size, STEPS,
+                                  near_log_v=0.5, fall=0.05, move_bound=MOVE * BOUNDS["param"],
+                                  part=without_key)
 
 
 # ---- main -------------------------------------------------------------------------------------
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--strata", required=True, help="path to the strata binary")
-    ap.add_argument("--keep", help="keep strata's input/output files in this directory")
-    args = ap.parse_args()
-    if not os.access(args.strata, os.X_OK):
-        print(f"FAILED: {args.strata!r} is not an executable file")
-        return 1
-
-    torch.set_num_threads(1)
-    print(f"torch {torch.__version__}, numpy {np.__version__}; strata {args.strata}")
+    args = ref_util.start(__doc__, "strata", path_help="path to the strata binary",
+                          keep_help="keep strata's input/output files in this directory")
     print(f"GPT-2 V {CFG.vocab_size}, P {CFG.n_positions}, C {CFG.n_embd}, L {CFG.n_layer}, "
           f"NH {CFG.n_head}; B {B}, T {T}, gas {GAS}, {STEPS} steps over {WINDOWS} windows; "
           f"AdamW betas {BETAS}, eps {EPS:g}, wd {WEIGHT_DECAY:g}")
@@ -406,9 +322,7 @@ def main():
 
     started = time.monotonic()
     failures = []
-    tmp = None if args.keep else tempfile.TemporaryDirectory(prefix="train_vs_torch_")
-    workdir = args.keep or tmp.name
-    os.makedirs(workdir, exist_ok=True)
+    tmp, workdir = ref_util.work_dir(args.keep, prefix="train_vs_torch_")
     weights = make_weights(CFG, seed=7100)
     tokens = make_tokens(CFG, WINDOWS * B * T + 1 + TAIL, seed=7200)
     clipped = unclipped = 0  # torch's steps over all runs
@@ -442,7 +356,7 @@ def main():
         print("saved tensors, worst first: " +
               ", ".join(f"{w} {r:.1e}" for r, w in params[:4]))
         kb = key_bias_move(ours, weights, ref["lrs"])
-        yardstick = worst_ratio(compare(ref, ref64))
+        yardstick = worst_ratio(compare(ref, ref64), BOUNDS)
         summary = {k: worst(rows, k) for k in BOUNDS}
         print("worst: " + ", ".join(f"{k} {r:.2e} ({w})" for k, (r, w) in summary.items()) +
               f"; key bias move {kb:.2f} x max; torch fp32 vs fp64 {yardstick:.2e} x bound; "
@@ -471,7 +385,7 @@ def main():
             bugs.insert(0, ("lr one step late", dict(late_lr=True)))
         line = []
         for label, bug in bugs:
-            ratio = worst_ratio(compare(ours, run_torch(weights, tokens, run, **bug)))
+            ratio = worst_ratio(compare(ours, run_torch(weights, tokens, run, **bug)), BOUNDS)
             line.append(f"{label} {ratio:.1e}")
             if not ratio > DISCRIMINATION:
                 failures.append(f"{name}: cannot tell torch with {label} from strata (worst rel / "
@@ -482,18 +396,7 @@ def main():
     if not (clipped and unclipped):
         failures.append(f"torch clipped {clipped} steps and left {unclipped} unclipped: both "
                         "branches of the clipping must be compared")
-    if tmp:
-        tmp.cleanup()
-    print(f"\n{len(RUNS)} runs; {time.monotonic() - started:.1f} s")
-    if failures:
-        print(f"FAILED ({len(failures)}):")
-        for f in failures[:40]:
-            print("  " + f)
-        if len(failures) > 40:
-            print(f"  ... and {len(failures) - 40} more")
-        return 1
-    print("PASSED")
-    return 0
+    return ref_util.finish(failures, tmp, f"{len(RUNS)} runs", started)
 
 
 if __name__ == "__main__":

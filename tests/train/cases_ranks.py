@@ -75,8 +75,15 @@ RANK_VARIANTS = [
     ("s3-cpu", 3, "cpu", "cpu", None),
     ("s3-nvme", 3, "nvme", "nvme", {"stage3_param_persistence_threshold": 0,
                                     "stage3_prefetch_bucket_size": 100000}),
+    # Gradient collectives in buckets of 10000 elements (every module is larger): each element
+    # is still summed in rank order, so the bits must not change.
+    ("s1-buckets", 1, "none", "none", {"reduce_bucket_size": 10000}),
+    ("s2-buckets", 2, "none", "none", {"reduce_bucket_size": 10000}),
+    ("s3-buckets", 3, "cpu", "cpu", {"reduce_bucket_size": 10000,
+                                     "stage3_param_persistence_threshold": 0}),
 ]
-SAME_BITS = [("s2-cpu", "s2"), ("s3-cpu", "s3"), ("s3-nvme", "s3")]
+SAME_BITS = [("s2-cpu", "s2"), ("s3-cpu", "s3"), ("s3-nvme", "s3"), ("s1-buckets", "s1"),
+             ("s2-buckets", "s2"), ("s3-buckets", "s3")]
 
 
 def case_ranks(world):
