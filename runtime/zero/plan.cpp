@@ -191,6 +191,14 @@ ZeroPlan make_plan(const Config& config, const PlanInputs& in) {
       resident_full + dev_shards + opt_dev + in.activation_bytes + minimum_working + kDeviceScratchBytes;
 
   line(Tier::pinned, "parameter shards (" + std::string(dtype_name(in.dtype)) + ")", pin_shards);
+  if (nvme_param_modules > 0 && max_nvme_param_shard > z.offload_param.buffer_size) {
+    throw Error("a parameter shard of " + std::to_string(max_nvme_param_shard) +
+                    " elements does not fit in an NVMe staging buffer of offload_param.buffer_size = " +
+                    std::to_string(z.offload_param.buffer_size) + " elements",
+                "zero_optimization.offload_param.buffer_size",
+                "raise buffer_size to at least " + std::to_string(max_nvme_param_shard) +
+                    " (the largest module's shard) or use more ranks");
+  }
   if (nvme_param_modules > 0) {
     plan.param_staging_buffers = static_cast<int>(std::clamp<std::uint64_t>(
         z.offload_param.buffer_count, 2, static_cast<std::uint64_t>(nvme_param_modules) + 1));

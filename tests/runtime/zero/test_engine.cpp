@@ -307,6 +307,25 @@ TEST(ZeroPlan, ABudgetBelowTheMinimumFailsWithTheTable) {
   EXPECT_EQ(plan.modules[1].optimizer_tier, Tier::pinned);
 }
 
+TEST(ZeroPlan, AShardLargerThanTheNvmeStagingBufferIsRefused) {
+  Config c = make_config(3, OffloadDevice::kNvme, OffloadDevice::kNvme, "/tmp");
+  c.zero_optimization.offload_param.buffer_size = 1000;
+  PlanInputs in;
+  in.module_numels = {4000, 500};
+  in.module_names = {"a", "b"};
+  in.device_budget_bytes = 64 * kMiB;
+  in.pinned_budget_bytes = 64 * kMiB;
+  in.nvme_free_bytes = 1 * kGiB;
+  try {
+    make_plan(c, in);
+    FAIL() << "a 4000-element shard was accepted with 1000-element staging buffers";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.where(), "zero_optimization.offload_param.buffer_size");
+  }
+  c.zero_optimization.offload_param.buffer_size = 4096;
+  EXPECT_NO_THROW(make_plan(c, in));
+}
+
 TEST(ZeroPlan, OptimizerRatioOffloadsWholeModulesFromTheFirst) {
   Config c = make_config(3, OffloadDevice::kNone, OffloadDevice::kCpu, "");
   c.zero_optimization.offload_optimizer.ratio = 0.5;
