@@ -128,19 +128,3 @@ TEST(CastCuda, MatchesHostOnTieSweeps) {
 
 }  // namespace
 }  // namespace strata
-
-int main(int argc, char** argv) {
-  int count = 0;
-  const cudaError_t rc = cudaGetDeviceCount(&count);
-  if (rc != cudaSuccess) {
-    std::printf("test_cast_cuda: skipped: cudaGetDeviceCount failed: %s (%s)\n",
-                cudaGetErrorString(rc), cudaGetErrorName(rc));
-    return 77;
-  }
-  if (count == 0) {
-    std::printf("test_cast_cuda: skipped: no CUDA device\n");
-    return 77;
-  }
-  testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
-}
