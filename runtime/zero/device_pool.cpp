@@ -51,11 +51,7 @@ DeviceBuffer DevicePool::allocate(std::size_t bytes, std::string_view what) {
     } catch (const OutOfMemory&) {
       if (pending_.empty()) throw;
     }
-    Pending oldest = std::move(pending_.front());
-    pending_.pop_front();
-    oldest.done->synchronize();
-    oldest.buffer.reset();
-    spare_events_.push_back(std::move(oldest.done));
+    wait_one();
     collect_completed();
   }
 }
@@ -77,11 +73,7 @@ bool DevicePool::wait_one() {
 }
 
 void DevicePool::drain() {
-  while (!pending_.empty()) {
-    pending_.front().done->synchronize();
-    pending_.front().buffer.reset();
-    spare_events_.push_back(std::move(pending_.front().done));
-    pending_.pop_front();
+  while (wait_one()) {
   }
 }
 

@@ -40,7 +40,6 @@ class DevicePool {
   bool wait_one();
   // Waits for every pending buffer and frees it.
   void drain();
-  std::size_t pending() const { return pending_.size(); }
   std::uint64_t region_bytes() const { return region_.bytes(); }
   ArenaStats stats() const { return arena_->stats(); }  // use of the region
 

@@ -120,7 +120,7 @@ struct ZeroEngine::Impl {
   // Writes updated parameters [offset, offset + n) of s's shard to where they live, from a
   // host Adam run: returns the buffer the Adam step should write them to (params_out) and
   // delivers them afterwards in deliver_params().
-  void* params_out_for(ModuleState& s, std::size_t offset, std::size_t n, Staging** staging);
+  void* params_out_for(ModuleState& s, std::size_t offset, Staging** staging);
   void deliver_params(ModuleState& s, std::size_t offset, std::size_t n, const float* master,
                       Staging* staging);
 

@@ -76,8 +76,7 @@ void ZeroEngine::Impl::norm_and_overflow(bool need_norm, bool need_finite, doubl
   *overflow = any_overflow;
 }
 
-void* ZeroEngine::Impl::params_out_for(ModuleState& s, std::size_t offset, std::size_t n, Staging** staging) {
-  (void)n;
+void* ZeroEngine::Impl::params_out_for(ModuleState& s, std::size_t offset, Staging** staging) {
   *staging = nullptr;
   if (!s.plan.resident && s.plan.param_tier == Tier::pinned) {
     return reinterpret_cast<char*>(s.shard_pin.data()) + offset * dtype_size(dtype);
@@ -134,7 +133,7 @@ void ZeroEngine::Impl::update_pinned_tier(ModuleState& s, const cpu_adam::AdamHy
   for (std::size_t off = 0; off < n_all; off += chunk) {
     const std::size_t n = std::min(chunk, n_all - off);
     Staging* staging = nullptr;
-    void* out = params_out_for(s, off, n, &staging);
+    void* out = params_out_for(s, off, &staging);
     cpu_adam::AdamShard shard;
     shard.params = master + off;
     shard.grads = reinterpret_cast<const float*>(s.acc_pin.data()) + off;
@@ -190,7 +189,7 @@ void ZeroEngine::Impl::update_nvme_tier(ModuleState& s, const cpu_adam::AdamHype
     }
     const Item& it = items[j];
     Staging* staging = nullptr;
-    void* out = params_out_for(s, it.offset, it.n, &staging);
+    void* out = params_out_for(s, it.offset, &staging);
     cpu_adam::AdamShard shard;
     shard.params = reinterpret_cast<float*>(set.master.data());
     shard.grads = reinterpret_cast<const float*>(s.acc_pin.data()) + it.offset;

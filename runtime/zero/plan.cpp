@@ -24,8 +24,6 @@ std::uint64_t round_up(std::uint64_t v, std::uint64_t a) { return (v + a - 1) / 
 // Pinned buffers are whole pages (offload/host_buffer.h).
 std::uint64_t pinned_bytes(std::uint64_t v) { return round_up(v, 4096); }
 
-std::string fmt_bytes(std::uint64_t b) { return format_bytes(b); }
-
 }  // namespace
 
 const char* tier_name(Tier tier) {
@@ -56,8 +54,8 @@ std::string ZeroPlan::table(const PlanInputs& in) const {
   for (const auto& [tier, avail] : rows) {
     const std::uint64_t need = needed(tier);
     if (tier == Tier::nvme && need == 0) continue;
-    std::snprintf(buf, sizeof buf, "  %-12s %14s %14s%s", tier_name(tier), fmt_bytes(need).c_str(),
-                  fmt_bytes(avail).c_str(), need > avail ? "   <- does not fit" : "");
+    std::snprintf(buf, sizeof buf, "  %-12s %14s %14s%s", tier_name(tier), format_bytes(need).c_str(),
+                  format_bytes(avail).c_str(), need > avail ? "   <- does not fit" : "");
     out += buf;
     if (tier == Tier::nvme && !in.nvme_paths.empty()) {
       out += "   (free in";
@@ -68,7 +66,7 @@ std::string ZeroPlan::table(const PlanInputs& in) const {
   }
   out += "  of which:\n";
   for (const PlanLine& l : lines) {
-    std::snprintf(buf, sizeof buf, "    %-12s %14s  %s\n", tier_name(l.tier), fmt_bytes(l.bytes).c_str(),
+    std::snprintf(buf, sizeof buf, "    %-12s %14s  %s\n", tier_name(l.tier), format_bytes(l.bytes).c_str(),
                   l.what.c_str());
     out += buf;
   }
@@ -183,7 +181,6 @@ ZeroPlan make_plan(const Config& config, const PlanInputs& in) {
     plan.class_minimum_bytes[c] = need;
   }
   const std::uint64_t minimum_working = plan.class_minimum_bytes[0] + plan.class_minimum_bytes[1];
-  plan.device_working_bytes = minimum_working;
   line(Tier::device, "gathered parameters and gradient buffers (one module at a time, minimum)",
        minimum_working);
   line(Tier::device, "scratch for collectives and reports", kDeviceScratchBytes);

@@ -74,7 +74,6 @@ struct ZeroPlan {
   std::size_t max_shard_numel = 0;
   std::vector<PlanLine> lines;            // every allocation the plan counts
   std::uint64_t device_minimum_bytes = 0; // resident + activations + the smallest working set
-  std::uint64_t device_working_bytes = 0; // the transient part of the minimum
   std::uint64_t class_minimum_bytes[2] = {0, 0};  // per size class: the smallest region that works
   std::uint64_t class_total_bytes[2] = {0, 0};    // per size class: parameters + gradients
   std::uint64_t needed(Tier tier) const;  // sum of lines (device: the minimum)
