@@ -48,6 +48,7 @@
 #include "runtime/config/config.h"
 #include "runtime/zero/plan.h"
 #include "tools/bench.h"
+#include "tools/stop_signals.h"
 #include "tools/bench_nvme_disk.h"
 
 extern char** environ;
@@ -363,40 +364,7 @@ void summarize(Cell& cell) {
 // also when it is stopped: SIGINT, SIGTERM, SIGHUP and SIGPIPE (stdout piped into `head`) only
 // set a flag here. A child (which gets the terminal's SIGINT too) ends; the bench starts no
 // other, removes the folder, puts the previous handlers back and raises the signal again, so
-// that it ends as it would have. A signal ignored when the bench starts stays ignored.
-volatile std::sig_atomic_t g_stop_signal = 0;
-
-extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
-
-class StopOnSignals {
- public:
-  StopOnSignals() {
-    struct sigaction action {};
-    action.sa_handler = on_stop_signal;
-    sigemptyset(&action.sa_mask);
-    g_stop_signal = 0;
-    for (std::size_t i = 0; i < std::size(kSignals); ++i) {
-      if (::sigaction(kSignals[i], nullptr, &previous_[i]) != 0) {
-        throw system_error(errno, "sigaction", "strata bench step");
-      }
-      // An ignored signal (SIGINT of a background job) stays ignored.
-      if (previous_[i].sa_handler != SIG_IGN) ::sigaction(kSignals[i], &action, nullptr);
-    }
-  }
-  ~StopOnSignals() { restore(); }
-  StopOnSignals(const StopOnSignals&) = delete;
-  StopOnSignals& operator=(const StopOnSignals&) = delete;
-
-  int signal() const { return g_stop_signal; }
-  void restore() {
-    for (std::size_t i = 0; i < std::size(kSignals); ++i) ::sigaction(kSignals[i], &previous_[i], nullptr);
-  }
-
- private:
-  static constexpr int kSignals[4] = {SIGINT, SIGTERM, SIGHUP, SIGPIPE};
-  struct sigaction previous_[4] {};
-};
-
+// that it ends as it would have (tools/stop_signals.h).
 double load_average() {
   double load = -1;
   if (std::FILE* f = std::fopen("/proc/loadavg", "r")) {
@@ -456,7 +424,7 @@ Json cell_json(const Cell& c, const Cell& reference) {
 }
 
 // The bench; returns early, without the tables, when `stop` caught a signal.
-void run_bench(const StepBenchOptions& o, const StopOnSignals& stop) {
+void run_bench(const StepBenchOptions& o, const StopSignals& stop) {
   const models::GptConfig model =
       o.model.empty() ? models::GptConfig::preset(o.preset) : models::GptConfig::from_file(o.model);
   if (o.seq_len > model.n_positions) {
@@ -525,7 +493,7 @@ void run_bench(const StepBenchOptions& o, const StopOnSignals& stop) {
     double reference_ms = 0;  // this round's, for the progress lines
     for (std::size_t i = 0; i < cells.size(); ++i) {
       Cell& cell = cells[i];
-      if (stop.signal() != 0) return;
+      if (stop.received() != 0) return;
       if (!cell.error.empty()) continue;
       const std::string name = fmt::format("{}-stage{}", cell.placement, cell.stage);
       const std::string config_path = scratch.file(name + ".json");
@@ -577,7 +545,7 @@ void run_bench(const StepBenchOptions& o, const StopOnSignals& stop) {
       std::fflush(stderr);
     }
   }
-  if (stop.signal() != 0) return;
+  if (stop.received() != 0) return;
   for (Cell& cell : cells) {
     if (cell.error.empty()) summarize(cell);
   }
@@ -602,9 +570,9 @@ void run_bench(const StepBenchOptions& o, const StopOnSignals& stop) {
 }  // namespace
 
 void bench_step(const StepBenchOptions& o) {
-  StopOnSignals stop;
+  StopSignals stop({SIGINT, SIGTERM, SIGHUP, SIGPIPE}, /*second_stops_now=*/false);
   run_bench(o, stop);  // the scratch folder is gone when it returns or throws
-  if (const int sig = stop.signal(); sig != 0) {
+  if (const int sig = stop.received(); sig != 0) {
     stop.restore();
     std::raise(sig);
   }

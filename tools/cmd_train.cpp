@@ -28,7 +28,17 @@ void add_train_command(CLI::App& app) {
   train->add_option("--report", o->report, "full (tables at the end, the default) or none")
       ->check(CLI::IsMember({"full", "none"}));
   o->report = "full";
-  train->callback([o] { run_training(*o); });
+  train->add_option("--checkpoint-dir", o->checkpoint_dir,
+                    "save checkpoints here (every --checkpoint-every steps, at the end, and on SIGINT/SIGTERM)");
+  train->add_option("--checkpoint-every", o->checkpoint_every, "steps between checkpoints (0: at the end only)");
+  train->add_option("--checkpoint-keep", o->checkpoint_keep, "checkpoints to keep (0 keeps all; default 2)")
+      ->check(CLI::NonNegativeNumber);
+  train->add_option("--resume", o->resume_path,
+                    "continue from a checkpoint: its folder, or the --checkpoint-dir holding `latest`");
+  train->callback([o] {
+    // Stopped by a signal after its checkpoint: exit as the shell reports a signal (128 + n).
+    if (const int sig = run_training(*o); sig != 0) throw CLI::RuntimeError(128 + sig);
+  });
 }
 
 }  // namespace strata::tools

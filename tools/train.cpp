@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
+#include <optional>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -35,6 +37,10 @@
 #include "runtime/trace/trace.h"
 #include "runtime/zero/engine.h"
 #include "runtime/zero/lr_schedule.h"
+#include "runtime/checkpoint/checkpoint_loader.h"
+#include "runtime/checkpoint/checkpoint_saver.h"
+#include "tools/stop_signals.h"
+#include "tools/train_state.h"
 
 namespace strata::tools {
 namespace {
@@ -160,9 +166,34 @@ void check_output_path(const std::string& path, const char* flag) {
   }
 }
 
+// Whether any rank has been asked to stop (every rank gets the same answer).
+bool any_rank_stops(runtime::Communicator& comm, runtime::Device& device, runtime::Stream& stream, bool here) {
+  if (comm.world() == 1) return here;
+  runtime::DeviceBuffer buf = device.allocate(sizeof(float), "stop flag");
+  float flag = here ? 1.0f : 0.0f;
+  stream.copy_async(buf.data(), &flag, sizeof flag);
+  comm.all_reduce(buf.data(), buf.data(), 1, DType::f32, stream, runtime::ReduceOp::max);
+  stream.copy_async(&flag, buf.data(), sizeof flag);
+  stream.synchronize();
+  return flag != 0.0f;
+}
+
+void report_save(const std::optional<runtime::SaveResult>& r, bool rank0) {
+  if (!r) return;
+  if (!r->ok) {
+    log::error("checkpoint of step {} failed: {}; training goes on, the previous checkpoint stays `latest`", r->step,
+               r->error.empty() ? std::string("another rank failed") : r->error);
+    return;
+  }
+  if (rank0) {
+    log::info("checkpoint {}: {:.1f} MiB per rank written in {:.0f} ms beside the next step", r->path,
+              static_cast<double>(r->bytes) / (1 << 20), r->write_ms);
+  }
+}
+
 }  // namespace
 
-void run_training(const TrainOptions& o) {
+int run_training(const TrainOptions& o) {
   if (o.device.config_path.empty()) {
     throw Error("no config was given", "--config", "give --config ds.json (DeepSpeed-style JSON)");
   }
@@ -170,6 +201,17 @@ void run_training(const TrainOptions& o) {
   check_output_path(o.save_path, "--save");
   check_output_path(o.trace_path, "--trace");
   check_output_path(o.metrics_path, "--metrics");
+  if (!o.resume_path.empty() && !o.init_path.empty()) {
+    throw Error("both --resume and --init were given", "--init",
+                "--resume continues a run with its weights and optimizer states; drop --init");
+  }
+  if (o.checkpoint_every > 0 && o.checkpoint_dir.empty()) {
+    throw Error("--checkpoint-every needs --checkpoint-dir", "--checkpoint-every", "give --checkpoint-dir D");
+  }
+  // The checkpoint folder is made (and checked for writing) before any training.
+  std::optional<runtime::CheckpointDir> checkpoint_dir;
+  if (!o.checkpoint_dir.empty()) checkpoint_dir.emplace(o.checkpoint_dir);
+  runtime::CrashPoints crash = runtime::CrashPoints::from_environment();
   const runtime::LaunchInfo launch = runtime::detect_launch();
   const models::GptConfig model_config = load_model_config(o);
   runtime::ParsedConfig parsed = runtime::load_config_file(o.device.config_path);
@@ -235,8 +277,38 @@ void run_training(const TrainOptions& o) {
   models::GptModel model(model_config, model_options, *device, *compute, engine);
   model.reserve(B, T);
 
-  // Initial weights.
-  {
+  const runtime::LrSchedule schedule(config.scheduler, config.optimizer->lr.value());
+  // What a checkpoint records besides the states (and what a resumed run must match).
+  TrainState now;
+  now.world = comm->world();
+  now.shards = engine.shards();
+  now.stage = config.zero_optimization.stage;
+  now.dtype = std::string(dtype_name(dtype));
+  now.seq_len = T;
+  now.seed = o.seed;
+  now.shuffle = o.shuffle;
+  now.model = model_config;
+  now.config_json = runtime::config_to_json(config);
+  std::uint64_t first_step = 0;
+  std::uint64_t applied_steps = 0;  // the scheduler advances only on steps not skipped (fp16)
+
+  if (!o.resume_path.empty()) {
+    const runtime::CheckpointFiles files = runtime::open_checkpoint(o.resume_path);
+    const std::string where = files.path + "/meta.json";
+    const TrainState saved = TrainState::from_json(files.meta_json, where);
+    check_resume(saved, now, files.path);
+    if (saved.step >= o.steps) {
+      throw Error("the checkpoint " + files.path + " is at step " + std::to_string(saved.step) + " and --steps is " +
+                      std::to_string(o.steps) + ": nothing is left to train",
+                  "--steps", "--steps is the run's total: raise it to train further");
+    }
+    runtime::load_states(files, engine, tiers.io());
+    engine.restore_train_state(saved.engine);
+    loader.restore(saved.loader);
+    first_step = saved.step;
+    applied_steps = saved.applied_steps;
+    if (rank0) log::info("resumed from {} at step {}", files.path, first_step);
+  } else {
     std::unique_ptr<models::HfWeightsReader> reader;
     if (!o.init_path.empty()) reader = std::make_unique<models::HfWeightsReader>(o.init_path, model_config);
     for (std::size_t m = 0; m < layout.modules.size(); ++m) {
@@ -251,7 +323,14 @@ void run_training(const TrainOptions& o) {
   }
   const TierSnapshot after_init = snapshot(engine, tiers);
 
-  const runtime::LrSchedule schedule(config.scheduler, config.optimizer->lr.value());
+  std::unique_ptr<runtime::CheckpointSaver> saver;
+  std::optional<StopSignals> signals;
+  if (checkpoint_dir) {
+    saver = std::make_unique<runtime::CheckpointSaver>(o.checkpoint_dir, o.checkpoint_keep, engine, *device, *comm,
+                                                       tiers.io(), crash);
+    signals.emplace(std::initializer_list<int>{SIGINT, SIGTERM}, /*second_stops_now=*/true);
+  }
+  int stopped_by = 0;
   runtime::MetricsWriter metrics(rank0 ? o.metrics_path : std::string());
   runtime::Progress progress(o.steps, std::cerr, rank0 && runtime::stderr_is_terminal());
   runtime::BusyTracker busy(tracer);
@@ -269,8 +348,7 @@ void run_training(const TrainOptions& o) {
   // Memory per tier after each phase of a step (the metrics carry it; the end report shows the
   // last step's).
   std::vector<std::pair<std::string, runtime::TierMemory>> phases;
-  std::uint64_t applied_steps = 0;  // the scheduler advances only on steps not skipped (fp16)
-  for (std::uint64_t step = 0; step < o.steps; ++step) {
+  for (std::uint64_t step = first_step; step < o.steps; ++step) {
     const Clock::time_point t0 = Clock::now();
     busy.begin_step();
     const runtime::LinkBytes bytes_before = link_bytes(engine.counters());
@@ -336,6 +414,35 @@ void run_training(const TrainOptions& o) {
     }
     metrics.write(m);
     if (rank0) progress.update(m);
+
+    // Checkpoints: the save begun after the last step is published now; a new one starts
+    // when due and writes while the next step computes.
+    if (saver) {
+      report_save(saver->finish(), rank0);
+      const bool stop = any_rank_stops(*comm, *device, *compute, signals->received() != 0);
+      const std::uint64_t done = step + 1;
+      const bool last = done == o.steps || stop;
+      if (last || (o.checkpoint_every > 0 && done % o.checkpoint_every == 0)) {
+        now.step = done;
+        now.applied_steps = applied_steps;
+        now.engine = engine.train_state();
+        now.loader = loader.state();
+        saver->begin(done, now.to_json());
+        if (last) {
+          const std::optional<runtime::SaveResult> r = saver->finish();
+          report_save(r, rank0);
+          if (stop && !(r && r->ok)) {
+            throw Error("stopped by a signal, and the checkpoint of step " + std::to_string(done) + " failed",
+                        o.checkpoint_dir, "see the error above; the previous checkpoint is still `latest`");
+          }
+        }
+      }
+      if (stop) {
+        stopped_by = signals->received() != 0 ? signals->received() : SIGTERM;
+        if (rank0) log::warn("stopped after step {} by a signal; resume with --resume {}", done, o.checkpoint_dir);
+        break;
+      }
+    }
   }
   if (rank0) progress.finish();
 
@@ -377,6 +484,7 @@ void run_training(const TrainOptions& o) {
     if (!o.save_path.empty()) std::fprintf(stderr, "weights: %s\n", o.save_path.c_str());
   }
   device->synchronize();
+  return stopped_by;
 }
 
 }  // namespace strata::tools

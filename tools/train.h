@@ -24,9 +24,16 @@ struct TrainOptions {
   bool activation_checkpointing = false;
   bool shuffle = false;           // --shuffle: seeded order of windows
   std::string report;             // --report: "full" (tables at the end) or "none"
+  // Checkpoints (runtime/checkpoint/): a save every N steps, after the last step and on
+  // SIGINT / SIGTERM; --resume continues a run from one (--steps stays the run's total).
+  std::string checkpoint_dir;         // --checkpoint-dir D
+  std::uint64_t checkpoint_every = 0; // --checkpoint-every N (0: only at the end and on a signal)
+  int checkpoint_keep = 2;            // --checkpoint-keep K (0 keeps all)
+  std::string resume_path;            // --resume D or D/step-NNNNNNNN
 };
 
 // Runs the training; throws strata::Error for bad input (config, model, data, budgets).
-void run_training(const TrainOptions& options);
+// Returns 0, or the signal (SIGINT / SIGTERM) that stopped it early after a checkpoint.
+int run_training(const TrainOptions& options);
 
 }  // namespace strata::tools

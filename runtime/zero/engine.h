@@ -36,6 +36,7 @@
 // and reductions in a fixed order).
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -110,6 +111,31 @@ class ZeroEngine final : public ParamProvider {
   StepOutcome step();
   // Waits until every posted update has finished (and rethrows a failure).
   void finish_updates();
+
+  // ---- Checkpoints (runtime/checkpoint/) -------------------------------------------------------
+  // This rank's optimizer states are read and written in chunks of shard elements: `offset` is
+  // a multiple of state_chunk_numel() (NVMe blocks stay aligned), n at most that, `buf` host
+  // memory aligned for O_DIRECT (a HostBuffer). Synchronous. Call them from a task of
+  // run_after_updates(), or on the trainer thread between steps with the updates finished.
+  int shards() const;       // shard files of a checkpoint: the ranks, or 1 at stage 0
+  int shard_index() const;  // this rank's shard (0 at stage 0)
+  std::size_t shard_numel(int module) const;
+  const std::string& module_name(int module) const;
+  std::size_t state_chunk_numel() const;
+  void read_state(int module, int state, std::size_t offset, std::size_t n, float* buf);
+  // Writing the master (state 0) also writes the parameters made from it, as an update does.
+  void write_state(int module, int state, std::size_t offset, std::size_t n, const float* buf);
+  // Runs `task` on the optimizer worker after the updates posted so far and before any posted
+  // later, so that a checkpoint reads each module's states after its last update and before
+  // the next step's. `done` runs after it (also when it is skipped after an earlier failure).
+  void run_after_updates(std::function<void()> task, std::function<void()> done);
+  // The step counters and loss scaler; restored on resume before the first step.
+  struct TrainState {
+    std::int64_t adam_steps = 0;  // Adam updates applied (the bias-correction step)
+    std::string loss_scaler;      // LossScaler::save_state()
+  };
+  TrainState train_state() const;
+  void restore_train_state(const TrainState& state);
 
   EngineCounters counters() const;
   // The device arena's use with the engine's transient regions counted by what is carved from

@@ -4,6 +4,7 @@
 //   engine_fetch.cpp  acquire / release and the prefetch scheduler
 //   engine_grads.cpp  acquire_grads / grads_ready: reduction and fp32 accumulation
 //   engine_step.cpp   the optimizer step: norm, clipping, overflow, Adam per tier, write-back
+//   engine_checkpoint.cpp  optimizer states in and out for checkpoints
 #include <condition_variable>
 #include <cstddef>
 #include <mutex>
@@ -86,6 +87,7 @@ struct ZeroEngine::Impl {
   offload::SwapSpace& swap() const;
   Staging& take_staging(std::vector<Staging>& pool, int* next);
   void read_master(const ModuleState& s, float* out);  // this rank's fp32 master shard
+  std::size_t tiers_chunk_numel() const;  // engine_checkpoint.cpp: state_chunk_numel()
 
   // engine_fetch.cpp
   void start_read(int module);            // NVMe: read the shard into a staging buffer

@@ -1,0 +1,247 @@
+// CheckpointDir: partial folders, the atomic publish, `latest`, keep_last, resolving --resume.
+#include "runtime/checkpoint/checkpoint_dir.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace strata::runtime {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kPrefix = "step-";
+constexpr const char* kPartialSuffix = ".partial";
+constexpr const char* kDeletingSuffix = ".deleting";
+constexpr const char* kManifest = "manifest.json";
+
+std::string parent_of(const std::string& path) {
+  fs::path p = fs::path(path).parent_path();
+  return p.empty() ? std::string(".") : p.string();
+}
+
+void rename_or_throw(const std::string& from, const std::string& to) {
+  if (::rename(from.c_str(), to.c_str()) != 0) {
+    const int e = errno;
+    throw system_error(e, "rename", from + " -> " + to, "check the folder's permissions and free space");
+  }
+}
+
+}  // namespace
+
+std::string checkpoint_name(std::uint64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%s%08llu", kPrefix, static_cast<unsigned long long>(step));
+  return buf;
+}
+
+std::optional<std::uint64_t> checkpoint_step(const std::string& name) {
+  const std::string prefix = kPrefix;
+  if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) return std::nullopt;
+  std::uint64_t step = 0;
+  for (std::size_t i = prefix.size(); i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return std::nullopt;
+    step = step * 10 + static_cast<std::uint64_t>(name[i] - '0');
+  }
+  return step;
+}
+
+void fsync_path(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const int e = errno;
+    throw system_error(e, "open (to fsync)", path);
+  }
+  const int rc = ::fsync(fd);
+  const int e = errno;
+  ::close(fd);
+  if (rc != 0 && e != EINVAL) throw system_error(e, "fsync", path, "the disk may be failing or full");
+}
+
+void write_file_atomic(const std::string& path, const std::string& text, CrashPoints* crash) {
+  const std::string tmp = parent_of(path) + "/." + fs::path(path).filename().string() + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    const int e = errno;
+    throw system_error(e, "open", tmp, "check that the folder exists and is writable");
+  }
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int e = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      throw system_error(e, "write", tmp, e == ENOSPC ? "free space on that disk" : "");
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  if (::fsync(fd) != 0) {
+    const int e = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw system_error(e, "fsync", tmp, e == ENOSPC ? "free space on that disk" : "");
+  }
+  ::close(fd);
+  if (crash) crash->hit("write " + tmp);
+  rename_or_throw(tmp, path);
+  fsync_path(parent_of(path));
+  if (crash) crash->hit("rename " + tmp + " -> " + path);
+}
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw Error("cannot read " + path + ": " + std::strerror(errno), path,
+                "check that the checkpoint is complete and readable");
+  }
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+CheckpointDir::CheckpointDir(std::string path) : path_(std::move(path)) {
+  std::error_code ec;
+  if (!fs::is_directory(path_, ec)) {
+    if (fs::exists(path_, ec)) {
+      throw Error("the checkpoint folder " + path_ + " is a file", "--checkpoint-dir", "give a folder");
+    }
+    if (!fs::create_directory(path_, ec)) {
+      throw Error("cannot create the checkpoint folder " + path_ + ": " + ec.message(), "--checkpoint-dir",
+                  "create its parent folder first, or give another path");
+    }
+  }
+  if (::access(path_.c_str(), W_OK) != 0) {
+    throw Error("the checkpoint folder " + path_ + " is not writable", "--checkpoint-dir",
+                "give a folder you can write to");
+  }
+}
+
+std::string CheckpointDir::partial_path(std::uint64_t step) const {
+  return path_ + "/." + checkpoint_name(step) + kPartialSuffix;
+}
+
+std::string CheckpointDir::final_path(std::uint64_t step) const { return path_ + "/" + checkpoint_name(step); }
+
+std::string CheckpointDir::begin_partial(std::uint64_t step) const {
+  const std::string p = partial_path(step);
+  std::error_code ec;
+  fs::remove_all(p, ec);
+  if (!fs::create_directory(p, ec)) {
+    throw Error("cannot create " + p + ": " + (ec ? ec.message() : std::string("it exists")), p,
+                "check the checkpoint folder's permissions and free space");
+  }
+  return p;
+}
+
+void CheckpointDir::publish(std::uint64_t step, int keep_last, CrashPoints* crash) const {
+  const std::string partial = partial_path(step);
+  const std::string final_dir = final_path(step);
+  fsync_path(partial);
+  std::error_code ec;
+  if (fs::exists(final_dir, ec)) {
+    // A checkpoint of this step exists (a resumed run saving the step it resumed at, or a run
+    // started again): replace it, out of the way first so that the name is never half-made.
+    const std::string old = path_ + "/." + checkpoint_name(step) + kDeletingSuffix;
+    fs::remove_all(old, ec);
+    rename_or_throw(final_dir, old);
+  }
+  rename_or_throw(partial, final_dir);
+  fsync_path(path_);
+  if (crash) crash->hit("rename " + partial + " -> " + final_dir);
+  write_file_atomic(path_ + "/latest", checkpoint_name(step) + "\n", crash);
+
+  if (keep_last > 0) {
+    std::vector<std::uint64_t> steps = complete_steps();
+    if (steps.size() > static_cast<std::size_t>(keep_last)) {
+      steps.resize(steps.size() - static_cast<std::size_t>(keep_last));
+      for (std::uint64_t s : steps) {
+        if (s == step) continue;
+        const std::string doomed = path_ + "/." + checkpoint_name(s) + kDeletingSuffix;
+        rename_or_throw(final_path(s), doomed);
+        if (crash) crash->hit("rename " + final_path(s) + " -> " + doomed);
+      }
+      fsync_path(path_);
+    }
+  }
+  remove_leftovers();
+}
+
+std::vector<std::uint64_t> CheckpointDir::complete_steps() const {
+  std::vector<std::uint64_t> steps;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(path_, ec)) {
+    const std::optional<std::uint64_t> step = checkpoint_step(e.path().filename().string());
+    if (step && fs::is_regular_file(e.path() / kManifest, ec)) steps.push_back(*step);
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+std::vector<std::string> CheckpointDir::leftovers() const { return checkpoint_leftovers(path_); }
+
+std::vector<std::string> checkpoint_leftovers(const std::string& dir) {
+  std::vector<std::string> found;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    const auto ends_with = [&](const std::string& suffix) {
+      return name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+    };
+    if (name.rfind(".step-", 0) == 0 && (ends_with(kPartialSuffix) || ends_with(kDeletingSuffix))) {
+      found.push_back(e.path().string());
+    }
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+void CheckpointDir::remove_leftovers() const {
+  for (const std::string& p : leftovers()) {
+    std::error_code ec;
+    fs::remove_all(p, ec);
+    if (ec) log::warn("cannot remove {}: {}", p, ec.message());
+  }
+}
+
+std::string resolve_checkpoint(const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) {
+    throw Error("--resume " + path + ": no such folder", "--resume",
+                "give a checkpoint folder (step-NNNNNNNN) or the --checkpoint-dir that holds `latest`");
+  }
+  if (fs::is_regular_file(fs::path(path) / kManifest, ec)) return path;
+  const std::string latest = path + "/latest";
+  if (!fs::is_regular_file(latest, ec)) {
+    std::string hint = "give a checkpoint folder (step-NNNNNNNN) or the --checkpoint-dir that holds `latest`";
+    const std::vector<std::string> partial = checkpoint_leftovers(path);
+    if (!partial.empty()) hint += "; " + partial.front() + " is a save that did not finish and cannot be loaded";
+    throw Error("--resume " + path + " holds no checkpoint: neither manifest.json nor latest is there", "--resume",
+                hint);
+  }
+  std::string name = read_text_file(latest);
+  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+  if (!checkpoint_step(name)) {
+    throw Error(latest + " does not name a checkpoint (it holds \"" + name + "\")", latest,
+                "give a checkpoint folder (step-NNNNNNNN) to --resume instead");
+  }
+  const std::string target = path + "/" + name;
+  if (!fs::is_regular_file(fs::path(target) / kManifest, ec)) {
+    throw Error(latest + " names " + name + ", which is not a complete checkpoint", latest,
+                "give an older checkpoint folder (step-NNNNNNNN) to --resume");
+  }
+  return target;
+}
+
+}  // namespace strata::runtime

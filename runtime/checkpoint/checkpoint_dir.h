@@ -1,0 +1,74 @@
+#pragma once
+// The folder that holds a run's checkpoints, and the file-system steps that make a save atomic.
+//
+// Layout of a checkpoint folder D (--checkpoint-dir):
+//   D/step-00000120/            a complete checkpoint: manifest.json, meta.json, shard files
+//   D/latest                    one line: the name of the newest complete checkpoint
+//   D/.step-00000140.partial/   a save in progress (or cut short by a crash): never loaded
+//   D/.step-00000020.deleting/  an old checkpoint being removed (keep_last)
+//
+// A save writes everything into the .partial folder, fsyncs every file and the folder, renames
+// it to step-NNNNNNNN and fsyncs D; only then is `latest` replaced (written as .latest.tmp,
+// fsynced, renamed over latest, D fsynced). A crash at any point leaves `latest` naming the
+// previous complete checkpoint; a folder named step-* always has every file of its manifest.
+// Old checkpoints are renamed to .deleting before they are removed, so a crash while removing
+// never leaves a half-deleted folder under a checkpoint's name.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/checkpoint/crash_points.h"
+
+namespace strata::runtime {
+
+// "step-00000120" for step 120.
+std::string checkpoint_name(std::uint64_t step);
+// The step of a folder named like checkpoint_name(), or nullopt.
+std::optional<std::uint64_t> checkpoint_step(const std::string& name);
+
+// fsync of a file or folder by path; throws strata::Error naming the path. File systems that
+// cannot fsync a folder (EINVAL) are accepted.
+void fsync_path(const std::string& path);
+
+// Writes `text` to `path` through a temporary file next to it: write, fsync, rename, fsync the
+// folder. Throws strata::Error (ENOSPC included) naming the path; `path` keeps its old content.
+void write_file_atomic(const std::string& path, const std::string& text, CrashPoints* crash = nullptr);
+// The whole file; throws strata::Error naming the path when it is missing or unreadable.
+std::string read_text_file(const std::string& path);
+
+class CheckpointDir {
+ public:
+  // Creates `path` when missing (its parent must exist); throws strata::Error when it cannot be
+  // created or written to.
+  explicit CheckpointDir(std::string path);
+
+  const std::string& path() const { return path_; }
+  std::string partial_path(std::uint64_t step) const;  // D/.step-NNNNNNNN.partial
+  std::string final_path(std::uint64_t step) const;    // D/step-NNNNNNNN
+
+  // Makes an empty partial folder for `step`, removing one left by an earlier crash.
+  std::string begin_partial(std::uint64_t step) const;
+  // fsyncs the partial folder, renames it to its final name, fsyncs D; then `latest`; then
+  // removes all but the newest `keep_last` complete checkpoints (0 keeps all). A crash point
+  // is hit after each durable change.
+  void publish(std::uint64_t step, int keep_last, CrashPoints* crash) const;
+
+  // Complete checkpoints here, by step (oldest first).
+  std::vector<std::uint64_t> complete_steps() const;
+  // Left-over .partial / .deleting folders (from crashes); remove_leftovers() removes them.
+  std::vector<std::string> leftovers() const;
+  void remove_leftovers() const;
+
+ private:
+  std::string path_;
+};
+
+// The .partial / .deleting folders in `dir`.
+std::vector<std::string> checkpoint_leftovers(const std::string& dir);
+
+// The checkpoint folder a --resume argument names: `path` itself when it holds manifest.json,
+// else the folder `path/latest` names. Throws strata::Error saying what was found instead.
+std::string resolve_checkpoint(const std::string& path);
+
+}  // namespace strata::runtime

@@ -1,0 +1,156 @@
+// Opening a checkpoint, loading a rank's shard into the engine, reading the masters for export.
+#include "runtime/checkpoint/checkpoint_loader.h"
+
+#include <filesystem>
+#include <vector>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "runtime/checkpoint/checkpoint_dir.h"
+#include "runtime/checkpoint/shard_file.h"
+
+namespace strata::runtime {
+namespace {
+
+constexpr const char* kMeta = "meta.json";
+constexpr const char* kManifest = "manifest.json";
+
+Error foreign(const std::string& path, const std::string& why) {
+  return Error("checkpoint file " + path + " does not fit this run: " + why, path,
+               "the file is damaged or comes from another checkpoint; resume from an earlier checkpoint");
+}
+
+void check_layout(const ShardLayout& l, const std::string& path, int shard, int shards,
+                  const std::vector<std::string>& names, const std::vector<std::uint64_t>& shard_numels) {
+  if (l.shard != shard || l.shards != shards) {
+    throw foreign(path, "it holds shard " + std::to_string(l.shard) + " of " + std::to_string(l.shards) +
+                            ", expected shard " + std::to_string(shard) + " of " + std::to_string(shards));
+  }
+  if (l.entries.size() != names.size() * kOptimStates) {
+    throw foreign(path, std::to_string(l.entries.size() / kOptimStates) + " modules, expected " +
+                            std::to_string(names.size()));
+  }
+  for (std::size_t m = 0; m < names.size(); ++m) {
+    for (int k = 0; k < kOptimStates; ++k) {
+      const ShardEntry& e = l.entries[m * kOptimStates + static_cast<std::size_t>(k)];
+      if (e.module != static_cast<int>(m) || e.state != static_cast<OptimState>(k) || e.name != names[m] ||
+          (!shard_numels.empty() && e.numel != shard_numels[m])) {
+        throw foreign(path, "its entry " + std::to_string(m * kOptimStates + static_cast<std::size_t>(k)) + " is " +
+                                e.name + "/" + optim_state_name(e.state) + " of " + std::to_string(e.numel) +
+                                " elements, expected " + names[m] + "/" +
+                                optim_state_name(static_cast<OptimState>(k)));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+CheckpointFiles open_checkpoint(const std::string& path) {
+  CheckpointFiles c;
+  c.path = resolve_checkpoint(path);
+  const std::string manifest_path = c.path + "/" + kManifest;
+  c.manifest = Manifest::parse(read_text_file(manifest_path), manifest_path);
+  for (const ManifestFile& f : c.manifest.files) {
+    const std::string p = c.path + "/" + f.name;
+    std::error_code ec;
+    const std::uintmax_t size = std::filesystem::file_size(p, ec);
+    if (ec) {
+      throw Error("checkpoint file " + p + " is missing (" + ec.message() + ")", p,
+                  "the checkpoint is incomplete: resume from an earlier checkpoint");
+    }
+    if (size != f.bytes) {
+      throw Error("checkpoint file " + p + " has " + std::to_string(size) + " bytes; its manifest says " +
+                      std::to_string(f.bytes),
+                  p, "the file was cut short or changed: resume from an earlier checkpoint");
+    }
+  }
+  const std::string meta_path = c.path + "/" + kMeta;
+  verify_file(meta_path, c.manifest.file(kMeta, manifest_path));
+  c.meta_json = read_text_file(meta_path);
+  return c;
+}
+
+void load_states(const CheckpointFiles& c, ZeroEngine& engine, offload::AioEngine& io) {
+  if (c.manifest.shards != engine.shards()) {
+    throw Error("the checkpoint " + c.path + " has " + std::to_string(c.manifest.shards) +
+                    " shard files; this run has " + std::to_string(engine.shards()),
+                c.path, "resume with the world size it was saved with");
+  }
+  const std::string name = shard_file_name(engine.shard_index(), engine.shards());
+  const std::string path = c.path + "/" + name;
+  const std::size_t chunk = engine.state_chunk_numel();
+  ShardFileReader reader(path, c.manifest.file(name, c.path + "/" + kManifest), io, chunk * 4);
+  std::vector<std::string> names;
+  std::vector<std::uint64_t> shard_numels;
+  for (int m = 0; m < engine.module_count(); ++m) {
+    names.push_back(engine.module_name(m));
+    shard_numels.push_back(engine.shard_numel(m));
+  }
+  check_layout(reader.layout(), path, engine.shard_index(), engine.shards(), names, shard_numels);
+  for (int m = 0; m < engine.module_count(); ++m) {
+    const std::size_t numel = engine.shard_numel(m);
+    for (int k = 0; k < kOptimStates; ++k) {
+      for (std::size_t off = 0; off < numel; off += chunk) {
+        const std::size_t n = std::min(chunk, numel - off);
+        const float* values = reader.read(n * 4, off + n == numel);
+        engine.write_state(m, k, off, n, values);
+      }
+    }
+  }
+  reader.finish();
+}
+
+void read_masters(const CheckpointFiles& c,
+                  const std::function<void(int, const std::string&, const float*, std::size_t)>& visit) {
+  const std::string manifest_path = c.path + "/" + kManifest;
+  const int shards = c.manifest.shards;
+  struct Open {
+    std::string path;
+    int fd = -1;
+    ShardLayout layout;
+  };
+  std::vector<Open> files;
+  for (int s = 0; s < shards; ++s) {
+    Open f;
+    f.path = c.path + "/" + shard_file_name(s, shards);
+    verify_file(f.path, c.manifest.file(shard_file_name(s, shards), manifest_path));
+    f.fd = ::open(f.path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (f.fd < 0) throw system_error(errno, "open", f.path);
+    files.push_back(std::move(f));
+    files.back().layout = ShardLayout::read(files.back().fd, files.back().path);
+  }
+  struct Closer {
+    std::vector<Open>& files;
+    ~Closer() {
+      for (Open& f : files) ::close(f.fd);
+    }
+  } closer{files};
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < files[0].layout.entries.size(); i += kOptimStates) {
+    names.push_back(files[0].layout.entries[i].name);
+  }
+  for (int s = 0; s < shards; ++s) check_layout(files[static_cast<std::size_t>(s)].layout, files[static_cast<std::size_t>(s)].path, s, shards, names, {});
+
+  std::vector<float> values;
+  for (std::size_t m = 0; m < names.size(); ++m) {
+    std::size_t numel = 0;
+    for (const Open& f : files) numel += f.layout.entry(static_cast<int>(m), OptimState::master).real_numel;
+    values.assign(numel, 0.0f);
+    std::size_t at = 0;
+    for (const Open& f : files) {
+      const ShardEntry& e = f.layout.entry(static_cast<int>(m), OptimState::master);
+      const std::size_t bytes = e.real_numel * 4;
+      if (bytes == 0) continue;
+      if (::pread(f.fd, values.data() + at, bytes, static_cast<off_t>(e.offset)) != static_cast<ssize_t>(bytes)) {
+        throw Error("cannot read " + e.name + " from " + f.path, f.path, "the file is damaged");
+      }
+      at += e.real_numel;
+    }
+    visit(static_cast<int>(m), names[m], values.data(), numel);
+  }
+}
+
+}  // namespace strata::runtime

@@ -1,0 +1,165 @@
+// CheckpointSaver: the shard write on the optimizer worker, the agreement, the publish.
+#include "runtime/checkpoint/checkpoint_saver.h"
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <vector>
+
+#include "core/error.h"
+#include "runtime/checkpoint/shard_file.h"
+
+namespace strata::runtime {
+namespace {
+
+constexpr const char* kMeta = "meta.json";
+constexpr const char* kManifest = "manifest.json";
+
+std::vector<ShardModule> shard_modules(const ZeroEngine& engine) {
+  std::vector<ShardModule> modules;
+  for (int m = 0; m < engine.module_count(); ++m) {
+    modules.push_back({engine.module_name(m), engine.module_numel(m), engine.shard_numel(m)});
+  }
+  return modules;
+}
+
+}  // namespace
+
+CheckpointSaver::CheckpointSaver(const std::string& dir, int keep_last, ZeroEngine& engine, Device& device,
+                                 Communicator& comm, offload::AioEngine& io, CrashPoints& crash)
+    : dir_(dir), keep_last_(keep_last), engine_(engine), device_(device), comm_(comm), io_(io), crash_(crash) {
+  if (keep_last < 0) {
+    throw Error("checkpoint keep_last is " + std::to_string(keep_last), "--checkpoint-keep",
+                "give the number of checkpoints to keep (0 keeps all)");
+  }
+  stream_ = device_.create_stream("checkpoint");
+}
+
+CheckpointSaver::~CheckpointSaver() {
+  if (in_flight_) done_future_.wait();
+}
+
+void CheckpointSaver::begin(std::uint64_t step, const std::string& meta_json) {
+  if (in_flight_) finish();
+  step_ = step;
+  meta_error_.clear();
+  shard_error_.clear();
+  shard_file_ = {};
+  const std::string partial = dir_.partial_path(step);
+  if (comm_.rank() == 0) {
+    try {
+      dir_.begin_partial(step);
+      write_file_atomic(partial + "/" + kMeta, meta_json, &crash_);
+      meta_file_ = {kMeta, meta_json.size(), xxh3_of(meta_json)};
+    } catch (const std::exception& e) {
+      meta_error_ = e.what();
+    }
+  }
+  if (comm_.world() > 1) comm_.barrier();  // the folder exists before any rank writes into it
+  done_ = std::promise<void>();
+  done_future_ = done_.get_future();
+  in_flight_ = true;
+  const bool writes_shard = engine_.shards() > 1 || comm_.rank() == 0;
+  if (!writes_shard || !meta_error_.empty()) {
+    done_.set_value();
+    return;
+  }
+  engine_.run_after_updates([this, step] { write_shard(step); }, [this] { done_.set_value(); });
+}
+
+void CheckpointSaver::write_shard(std::uint64_t step) {
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    const int shard = engine_.shard_index();
+    const std::string path = dir_.partial_path(step) + "/" + shard_file_name(shard, engine_.shards());
+    const std::size_t chunk = engine_.state_chunk_numel();
+    ShardFileWriter writer(path, ShardLayout::make(shard, engine_.shards(), shard_modules(engine_)), io_, chunk * 4,
+                           &crash_);
+    for (int m = 0; m < engine_.module_count(); ++m) {
+      const std::size_t numel = engine_.shard_numel(m);
+      for (int k = 0; k < kOptimStates; ++k) {
+        for (std::size_t off = 0; off < numel; off += chunk) {
+          const std::size_t n = std::min(chunk, numel - off);
+          float* buf = writer.buffer();
+          engine_.read_state(m, k, off, n, buf);
+          writer.submit(n * 4, off + n == numel);
+        }
+      }
+    }
+    shard_file_ = writer.finish();
+  } catch (const std::exception& e) {
+    shard_error_ = e.what();
+  }
+  write_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+bool CheckpointSaver::agree(bool ok_here, std::uint64_t bytes, std::uint64_t xxh3, Manifest* manifest) {
+  manifest->step = step_;
+  manifest->shards = engine_.shards();
+  manifest->files = {meta_file_};
+  const int world = comm_.world();
+  // Per rank: ok, bytes and checksum as 32-bit words, moved bit for bit by an all-gather.
+  constexpr std::size_t kWords = 6;
+  std::uint32_t mine[kWords] = {ok_here ? 1u : 0u, 0u, static_cast<std::uint32_t>(bytes),
+                                static_cast<std::uint32_t>(bytes >> 32), static_cast<std::uint32_t>(xxh3),
+                                static_cast<std::uint32_t>(xxh3 >> 32)};
+  std::vector<std::uint32_t> all(kWords * static_cast<std::size_t>(world));
+  if (world == 1) {
+    std::memcpy(all.data(), mine, sizeof mine);
+  } else {
+    DeviceBuffer buf = device_.allocate(all.size() * 4, "checkpoint agreement");
+    std::uint32_t* slot = buf.as<std::uint32_t>() + static_cast<std::size_t>(comm_.rank()) * kWords;
+    stream_->copy_async(slot, mine, sizeof mine);
+    comm_.all_gather(slot, buf.data(), kWords, DType::f32, *stream_);
+    stream_->copy_async(all.data(), buf.data(), all.size() * 4);
+    stream_->synchronize();
+  }
+  bool ok = true;
+  for (int r = 0; r < world; ++r) {
+    const std::uint32_t* w = all.data() + static_cast<std::size_t>(r) * kWords;
+    ok = ok && w[0] == 1u;
+    const bool owns_shard = engine_.shards() > 1 || r == 0;
+    if (!owns_shard) continue;
+    const int shard = engine_.shards() > 1 ? r : 0;
+    manifest->files.push_back({shard_file_name(shard, engine_.shards()),
+                               static_cast<std::uint64_t>(w[2]) | (static_cast<std::uint64_t>(w[3]) << 32),
+                               static_cast<std::uint64_t>(w[4]) | (static_cast<std::uint64_t>(w[5]) << 32)});
+  }
+  return ok;
+}
+
+std::optional<SaveResult> CheckpointSaver::finish() {
+  if (!in_flight_) return std::nullopt;
+  done_future_.wait();
+  in_flight_ = false;
+  SaveResult r;
+  r.step = step_;
+  r.bytes = shard_file_.bytes;
+  r.write_ms = write_ms_;
+  r.error = !meta_error_.empty() ? meta_error_ : shard_error_;
+  Manifest manifest;
+  bool ok = agree(r.error.empty(), shard_file_.bytes, shard_file_.xxh3, &manifest);
+  if (comm_.rank() == 0) {
+    const std::string partial = dir_.partial_path(step_);
+    if (ok) {
+      try {
+        write_file_atomic(partial + "/" + kManifest, manifest.to_json(), &crash_);
+        dir_.publish(step_, keep_last_, &crash_);
+        r.path = dir_.final_path(step_);
+      } catch (const std::exception& e) {
+        r.error = e.what();
+        ok = false;
+      }
+    } else if (r.error.empty()) {
+      r.error = "another rank could not write its shard file (see its log)";
+    }
+    if (!ok) {
+      std::error_code ec;
+      std::filesystem::remove_all(partial, ec);
+    }
+  }
+  r.ok = ok;
+  return r;
+}
+
+}  // namespace strata::runtime

@@ -1,0 +1,84 @@
+#pragma once
+// Saving a checkpoint while training goes on (docs/architecture.md, "Checkpoints").
+//
+// begin(step, meta) at a step boundary, on every rank (collective):
+//   rank 0 makes D/.step-NNNNNNNN.partial/ and writes meta.json (the trainer's state) into it;
+//   a barrier; then each rank that owns a shard posts the write of its shard file to the
+//   optimizer worker (ZeroEngine::run_after_updates): it runs after the step's updates and
+//   before the next step's, while the next step's forward and backward run on the trainer
+//   thread. Each module's states are streamed from their tier (NVMe extents through the I/O
+//   engine) into the shard file in chunks; nothing is staged whole.
+// finish(), at the next step boundary (or at once for the last step, or on a stop signal;
+//   collective): waits for this rank's shard file (fdatasynced), gathers every rank's
+//   size + checksum, and rank 0 writes manifest.json, fsyncs, renames the folder into place,
+//   moves `latest` and removes all but keep_last checkpoints (checkpoint_dir.h). A rank that
+//   failed (a full disk, an I/O error) makes every rank skip the publish: the error is logged,
+//   the partial folder removed, `latest` stays, training goes on.
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "offload/aio_engine.h"
+#include "runtime/checkpoint/checkpoint_dir.h"
+#include "runtime/checkpoint/crash_points.h"
+#include "runtime/checkpoint/manifest.h"
+#include "runtime/comm/comm.h"
+#include "runtime/device/device.h"
+#include "runtime/zero/engine.h"
+
+namespace strata::runtime {
+
+struct SaveResult {
+  bool ok = false;
+  std::uint64_t step = 0;
+  std::string path;          // the published checkpoint folder (rank 0), when ok
+  std::uint64_t bytes = 0;   // this rank's shard file
+  double write_ms = 0;       // this rank's shard write, on the optimizer worker
+  std::string error;         // this rank's failure, when there was one
+};
+
+class CheckpointSaver {
+ public:
+  // All borrowed; they must outlive the saver. keep_last: complete checkpoints kept (0 = all).
+  CheckpointSaver(const std::string& dir, int keep_last, ZeroEngine& engine, Device& device, Communicator& comm,
+                  offload::AioEngine& io, CrashPoints& crash);
+  ~CheckpointSaver();  // waits for a shard write in flight; publishes nothing
+  CheckpointSaver(const CheckpointSaver&) = delete;
+  CheckpointSaver& operator=(const CheckpointSaver&) = delete;
+
+  const CheckpointDir& dir() const { return dir_; }
+  // Collective. Starts the save of the states after `step` optimizer steps; meta_json is
+  // written by rank 0 as meta.json. A save still in flight is finished first.
+  void begin(std::uint64_t step, const std::string& meta_json);
+  // Collective. Completes the save in flight (see above); nullopt when none is.
+  std::optional<SaveResult> finish();
+  bool in_flight() const { return in_flight_; }
+
+ private:
+  void write_shard(std::uint64_t step);  // on the optimizer worker
+  bool agree(bool ok_here, std::uint64_t bytes, std::uint64_t xxh3, Manifest* manifest);
+
+  CheckpointDir dir_;
+  int keep_last_;
+  ZeroEngine& engine_;
+  Device& device_;
+  Communicator& comm_;
+  offload::AioEngine& io_;
+  CrashPoints& crash_;
+  std::unique_ptr<Stream> stream_;  // the gather of sizes and checksums
+
+  bool in_flight_ = false;
+  std::uint64_t step_ = 0;
+  ManifestFile meta_file_;
+  std::string meta_error_;  // rank 0: the partial folder or meta.json could not be written
+  std::promise<void> done_;
+  std::future<void> done_future_;
+  // Written by the worker task, read after done_future_.
+  ManifestFile shard_file_;
+  std::string shard_error_;
+  double write_ms_ = 0;
+};
+
+}  // namespace strata::runtime
