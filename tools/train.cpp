@@ -186,7 +186,7 @@ void report_save(const std::optional<runtime::SaveResult>& r, bool rank0) {
     return;
   }
   if (rank0) {
-    log::info("checkpoint {}: {:.1f} MiB per rank written in {:.0f} ms beside the next step", r->path,
+    log::info("checkpoint {}: {:.1f} MiB per rank written in {:.0f} ms", r->path,
               static_cast<double>(r->bytes) / (1 << 20), r->write_ms);
   }
 }
@@ -331,6 +331,7 @@ int run_training(const TrainOptions& o) {
     signals.emplace(std::initializer_list<int>{SIGINT, SIGTERM}, /*second_stops_now=*/true);
   }
   int stopped_by = 0;
+  double checkpoint_ms = 0;
   runtime::MetricsWriter metrics(rank0 ? o.metrics_path : std::string());
   runtime::Progress progress(o.steps, std::cerr, rank0 && runtime::stderr_is_terminal());
   runtime::BusyTracker busy(tracer);
@@ -380,6 +381,37 @@ int run_training(const TrainOptions& o) {
     const runtime::StepOutcome outcome = engine.step();
     const double optimizer_ms = ms_since(ts);
     if (!outcome.skipped) ++applied_steps;
+
+    // Checkpoints: the save begun after the last step is published now; a new one starts when
+    // due and writes while the next step computes. Its time at the boundary counts in step_ms.
+    bool stop = false;
+    std::optional<runtime::SaveResult> saved;
+    if (saver) {
+      const Clock::time_point tc = Clock::now();
+      saved = saver->finish();
+      stop = any_rank_stops(*comm, *device, *compute, signals->received() != 0);
+      const std::uint64_t done = step + 1;
+      const bool last = done == o.steps || stop;
+      bool began = false;
+      if (last || (o.checkpoint_every > 0 && done % o.checkpoint_every == 0)) {
+        now.step = done;
+        now.applied_steps = applied_steps;
+        now.engine = engine.train_state();
+        now.loader = loader.state();
+        saver->begin(done, now.to_json());
+        began = true;
+      }
+      if (began && last) {
+        report_save(saved, rank0);
+        saved = saver->finish();
+        if (stop && !saved->ok) {
+          throw Error("stopped by a signal, and the checkpoint of step " + std::to_string(done) + " failed",
+                      o.checkpoint_dir, "see the error above; the previous checkpoint is still `latest`");
+        }
+      }
+      report_save(saved, rank0);
+      checkpoint_ms = ms_since(tc);
+    }
     const double step_ms = ms_since(t0);
 
     runtime::StepMetrics m;
@@ -393,6 +425,13 @@ int run_training(const TrainOptions& o) {
     m.loss_scale = outcome.loss_scale;
     m.skipped = outcome.skipped;
     m.phase_ms = {{"forward", forward_ms}, {"backward", backward_ms}, {"optimizer", optimizer_ms}};
+    if (saver) m.phase_ms.push_back({"checkpoint", checkpoint_ms});
+    if (saved) {
+      m.checkpoint.step = saved->step;
+      m.checkpoint.ok = saved->ok;
+      m.checkpoint.bytes = saved->bytes;
+      m.checkpoint.write_ms = saved->write_ms;
+    }
     m.bytes = minus(link_bytes(engine.counters()), bytes_before);
     total_bytes += m.bytes;
     m.collective_theory_bytes = theory;
@@ -415,33 +454,10 @@ int run_training(const TrainOptions& o) {
     metrics.write(m);
     if (rank0) progress.update(m);
 
-    // Checkpoints: the save begun after the last step is published now; a new one starts
-    // when due and writes while the next step computes.
-    if (saver) {
-      report_save(saver->finish(), rank0);
-      const bool stop = any_rank_stops(*comm, *device, *compute, signals->received() != 0);
-      const std::uint64_t done = step + 1;
-      const bool last = done == o.steps || stop;
-      if (last || (o.checkpoint_every > 0 && done % o.checkpoint_every == 0)) {
-        now.step = done;
-        now.applied_steps = applied_steps;
-        now.engine = engine.train_state();
-        now.loader = loader.state();
-        saver->begin(done, now.to_json());
-        if (last) {
-          const std::optional<runtime::SaveResult> r = saver->finish();
-          report_save(r, rank0);
-          if (stop && !(r && r->ok)) {
-            throw Error("stopped by a signal, and the checkpoint of step " + std::to_string(done) + " failed",
-                        o.checkpoint_dir, "see the error above; the previous checkpoint is still `latest`");
-          }
-        }
-      }
-      if (stop) {
-        stopped_by = signals->received() != 0 ? signals->received() : SIGTERM;
-        if (rank0) log::warn("stopped after step {} by a signal; resume with --resume {}", done, o.checkpoint_dir);
-        break;
-      }
+    if (stop) {
+      stopped_by = signals->received() != 0 ? signals->received() : SIGTERM;
+      if (rank0) log::warn("stopped after step {} by a signal; resume with --resume {}", step + 1, o.checkpoint_dir);
+      break;
     }
   }
   if (rank0) progress.finish();
