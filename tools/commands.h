@@ -7,7 +7,8 @@ namespace strata::tools {
 
 void add_info_command(CLI::App& app);    // strata info: what this machine offers
 void add_config_command(CLI::App& app);  // strata config FILE: validate and print resolved config
-void add_bench_command(CLI::App& app);
-void add_train_command(CLI::App& app);   // strata train: ZeRO training of a GPT   // strata bench NAME: benchmarks of the hot paths
+void add_bench_command(CLI::App& app);    // strata bench NAME: benchmarks of the hot paths
+void add_train_command(CLI::App& app);    // strata train: ZeRO training of a GPT
+void add_convert_command(CLI::App& app);  // strata convert: a checkpoint to HF safetensors
 
 }  // namespace strata::tools

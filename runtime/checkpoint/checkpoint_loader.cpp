@@ -2,6 +2,7 @@
 #include "runtime/checkpoint/checkpoint_loader.h"
 
 #include <filesystem>
+#include <utility>
 #include <vector>
 
 #include <fcntl.h>
@@ -103,54 +104,60 @@ void load_states(const CheckpointFiles& c, ZeroEngine& engine, offload::AioEngin
   reader.finish();
 }
 
-void read_masters(const CheckpointFiles& c,
-                  const std::function<void(int, const std::string&, const float*, std::size_t)>& visit) {
+struct CheckpointMasters::Shard {
+  std::string path;
+  int fd = -1;  // owned
+  ShardLayout layout;
+  Shard() = default;
+  Shard(Shard&& o) noexcept : path(std::move(o.path)), fd(std::exchange(o.fd, -1)), layout(std::move(o.layout)) {}
+  Shard& operator=(Shard&&) = delete;
+  ~Shard() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+CheckpointMasters::CheckpointMasters(const CheckpointFiles& c) {
   const std::string manifest_path = c.path + "/" + kManifest;
   const int shards = c.manifest.shards;
-  struct Open {
-    std::string path;
-    int fd = -1;
-    ShardLayout layout;
-  };
-  std::vector<Open> files;
   for (int s = 0; s < shards; ++s) {
-    Open f;
+    Shard f;
     f.path = c.path + "/" + shard_file_name(s, shards);
     verify_file(f.path, c.manifest.file(shard_file_name(s, shards), manifest_path));
     f.fd = ::open(f.path.c_str(), O_RDONLY | O_CLOEXEC);
     if (f.fd < 0) throw system_error(errno, "open", f.path);
-    files.push_back(std::move(f));
-    files.back().layout = ShardLayout::read(files.back().fd, files.back().path);
+    f.layout = ShardLayout::read(f.fd, f.path);
+    shards_.push_back(std::move(f));
   }
-  struct Closer {
-    std::vector<Open>& files;
-    ~Closer() {
-      for (Open& f : files) ::close(f.fd);
-    }
-  } closer{files};
-  std::vector<std::string> names;
-  for (std::size_t i = 0; i < files[0].layout.entries.size(); i += kOptimStates) {
-    names.push_back(files[0].layout.entries[i].name);
+  for (std::size_t i = 0; i < shards_[0].layout.entries.size(); i += kOptimStates) {
+    names_.push_back(shards_[0].layout.entries[i].name);
   }
-  for (int s = 0; s < shards; ++s) check_layout(files[static_cast<std::size_t>(s)].layout, files[static_cast<std::size_t>(s)].path, s, shards, names, {});
+  for (int s = 0; s < shards; ++s) {
+    const Shard& f = shards_[static_cast<std::size_t>(s)];
+    check_layout(f.layout, f.path, s, shards, names_, {});
+  }
+}
 
-  std::vector<float> values;
-  for (std::size_t m = 0; m < names.size(); ++m) {
-    std::size_t numel = 0;
-    for (const Open& f : files) numel += f.layout.entry(static_cast<int>(m), OptimState::master).real_numel;
-    values.assign(numel, 0.0f);
-    std::size_t at = 0;
-    for (const Open& f : files) {
-      const ShardEntry& e = f.layout.entry(static_cast<int>(m), OptimState::master);
-      const std::size_t bytes = e.real_numel * 4;
-      if (bytes == 0) continue;
-      if (::pread(f.fd, values.data() + at, bytes, static_cast<off_t>(e.offset)) != static_cast<ssize_t>(bytes)) {
-        throw Error("cannot read " + e.name + " from " + f.path, f.path, "the file is damaged");
-      }
-      at += e.real_numel;
+CheckpointMasters::~CheckpointMasters() = default;
+
+std::size_t CheckpointMasters::module_numel(int module) const {
+  std::size_t numel = 0;
+  for (const Shard& f : shards_) numel += f.layout.entry(module, OptimState::master).real_numel;
+  return numel;
+}
+
+const float* CheckpointMasters::read(int module) {
+  values_.assign(module_numel(module), 0.0f);
+  std::size_t at = 0;
+  for (const Shard& f : shards_) {
+    const ShardEntry& e = f.layout.entry(module, OptimState::master);
+    const std::size_t bytes = e.real_numel * 4;
+    if (bytes == 0) continue;
+    if (::pread(f.fd, values_.data() + at, bytes, static_cast<off_t>(e.offset)) != static_cast<ssize_t>(bytes)) {
+      throw Error("cannot read " + e.name + " from " + f.path, f.path, "the file is damaged");
     }
-    visit(static_cast<int>(m), names[m], values.data(), numel);
+    at += e.real_numel;
   }
+  return values_.data();
 }
 
 }  // namespace strata::runtime

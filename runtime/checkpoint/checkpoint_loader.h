@@ -7,8 +7,8 @@
 // as they stream: load_states() reads this rank's shard once, in file order, hashing as it goes,
 // and throws naming the file when the checksum differs, before any step runs.
 #include <cstdint>
-#include <functional>
 #include <string>
+#include <vector>
 
 #include "offload/aio_engine.h"
 #include "runtime/checkpoint/manifest.h"
@@ -30,10 +30,26 @@ CheckpointFiles open_checkpoint(const std::string& path);
 // first, so a mismatch here means a damaged or foreign file (named in the error).
 void load_states(const CheckpointFiles& checkpoint, ZeroEngine& engine, offload::AioEngine& io);
 
-// The fp32 master of each module, all shards joined and cut at the module's size, in module
-// order: visit(module, name, values, numel). Verifies every shard file's checksum first.
-void read_masters(const CheckpointFiles& checkpoint,
-                  const std::function<void(int module, const std::string& name, const float* values,
-                                           std::size_t numel)>& visit);
+// The fp32 masters of a checkpoint, all shards joined and cut at each module's size: what
+// `strata convert` exports. Verifies every shard file's checksum when opened.
+class CheckpointMasters {
+ public:
+  explicit CheckpointMasters(const CheckpointFiles& checkpoint);
+  ~CheckpointMasters();
+  CheckpointMasters(const CheckpointMasters&) = delete;
+  CheckpointMasters& operator=(const CheckpointMasters&) = delete;
+
+  int module_count() const { return static_cast<int>(names_.size()); }
+  const std::string& module_name(int module) const { return names_.at(static_cast<std::size_t>(module)); }
+  std::size_t module_numel(int module) const;
+  // Module m's values (module_numel(m) floats), valid until the next call.
+  const float* read(int module);
+
+ private:
+  struct Shard;
+  std::vector<Shard> shards_;
+  std::vector<std::string> names_;
+  std::vector<float> values_;
+};
 
 }  // namespace strata::runtime

@@ -93,6 +93,7 @@ Manifest Manifest::parse(const std::string& text, const std::string& path) {
     }
     m.step = body.at("step").get<std::uint64_t>();
     m.shards = body.at("shards").get<int>();
+    if (m.shards < 1) throw damaged(path, "it lists " + std::to_string(m.shards) + " shards");
     for (const json& f : body.at("files")) {
       m.files.push_back({f.at("name").get<std::string>(), f.at("bytes").get<std::uint64_t>(),
                          parse_hex(f.at("xxh3").get<std::string>(), path)});

@@ -1,0 +1,66 @@
+// strata convert CHECKPOINT OUT.safetensors [--dtype fp32|bf16|fp16]: a checkpoint of
+// `strata train` (any world size, states saved from any tier) to one HF GPT-2 safetensors file
+// of the fp32 master weights, shards joined (DeepSpeed's zero_to_fp32.py). The reverse, HF
+// weights into a run, is `strata train --init FILE`.
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "models/gpt/gpt_layout.h"
+#include "models/gpt/gpt_weights.h"
+#include "runtime/checkpoint/checkpoint_loader.h"
+#include "tools/commands.h"
+#include "tools/train_state.h"
+
+namespace strata::tools {
+namespace {
+
+struct ConvertOptions {
+  std::string checkpoint;
+  std::string out;
+  std::string dtype = "fp32";
+};
+
+void run_convert(const ConvertOptions& o) {
+  const DType dtype = parse_dtype(o.dtype);
+  const runtime::CheckpointFiles files = runtime::open_checkpoint(o.checkpoint);
+  const TrainState meta = TrainState::from_json(files.meta_json, files.path + "/meta.json");
+  runtime::CheckpointMasters masters(files);
+  const models::GptLayout layout = models::GptLayout::build(meta.model);
+  if (static_cast<std::size_t>(masters.module_count()) != layout.modules.size()) {
+    throw Error("the checkpoint " + files.path + " holds " + std::to_string(masters.module_count()) +
+                    " modules; its model has " + std::to_string(layout.modules.size()),
+                files.path, "the checkpoint is damaged: convert an earlier one");
+  }
+  for (int m = 0; m < masters.module_count(); ++m) {
+    const models::ModuleLayout& slot = layout.modules[static_cast<std::size_t>(m)];
+    if (masters.module_numel(m) != slot.numel || masters.module_name(m) != slot.name) {
+      throw Error("the checkpoint " + files.path + " holds module " + masters.module_name(m) + " of " +
+                      std::to_string(masters.module_numel(m)) + " values; its model has " + slot.name + " of " +
+                      std::to_string(slot.numel),
+                  files.path, "the checkpoint is damaged: convert an earlier one");
+    }
+  }
+  models::write_hf_weights(o.out, meta.model, [&](int m) { return masters.read(m); }, dtype);
+  std::fprintf(stderr, "strata convert: %s (step %llu, %d shard(s)) -> %s (%s)\n", files.path.c_str(),
+               static_cast<unsigned long long>(files.manifest.step), files.manifest.shards, o.out.c_str(),
+               std::string(dtype_name(dtype)).c_str());
+}
+
+}  // namespace
+
+void add_convert_command(CLI::App& app) {
+  auto o = std::make_shared<ConvertOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "convert", "a strata train checkpoint (any world size and tiers) to HF GPT-2 safetensors (the fp32 masters)");
+  cmd->add_option("checkpoint", o->checkpoint, "a checkpoint folder, or the --checkpoint-dir holding `latest`")
+      ->required();
+  cmd->add_option("out", o->out, "the safetensors file to write")->required();
+  cmd->add_option("--dtype", o->dtype, "fp32 (default), bf16 or fp16 (rounded to nearest even)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  cmd->callback([o] { run_convert(*o); });
+}
+
+}  // namespace strata::tools
