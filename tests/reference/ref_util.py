@@ -13,6 +13,7 @@ a script's BOUNDS maps each kind to its bound.
 import argparse
 import math
 import os
+import struct
 import subprocess
 import sys
 import tempfile
@@ -75,6 +76,24 @@ def make_weights(cfg, seed):
             a = 0.02 * noise
         out[name] = a.astype(np.float32)
     return out
+
+
+def make_tokens(cfg, n, seed):
+    """n tokens < V with a skewed (Zipf-like, shuffled) distribution, so there is something to
+    learn in 10 steps."""
+    rng = np.random.default_rng(seed)
+    p = 1.0 / np.arange(1, cfg.vocab_size + 1)
+    p = rng.permutation(p / p.sum())
+    return rng.choice(cfg.vocab_size, size=n, p=p).astype(np.uint16)
+
+
+def write_token_file(path, tokens):
+    """llm.c format (models/io/token_file.h): 256 int32 header [magic 20240520, version 1,
+    count, 0...], then the tokens as uint16, little-endian."""
+    header = [20240520, 1, len(tokens)] + [0] * 253
+    with open(path, "wb") as f:
+        f.write(struct.pack("<256i", *header))
+        f.write(np.asarray(tokens, dtype="<u2").tobytes())
 
 
 def work_dir(keep, prefix):

@@ -67,7 +67,6 @@ Self-checks, so that a pass means something:
 import json
 import math
 import os
-import struct
 import sys
 import time
 
@@ -107,24 +106,6 @@ RUNS = [
 
 # ---- inputs -----------------------------------------------------------------------------------
 
-def make_tokens(cfg, n, seed):
-    """n tokens < V with a skewed (Zipf-like, shuffled) distribution, so there is something to
-    learn in 10 steps."""
-    rng = np.random.default_rng(seed)
-    p = 1.0 / np.arange(1, cfg.vocab_size + 1)
-    p = rng.permutation(p / p.sum())
-    return rng.choice(cfg.vocab_size, size=n, p=p).astype(np.uint16)
-
-
-def write_token_file(path, tokens):
-    """llm.c format (models/io/token_file.h): 256 int32 header [magic 20240520, version 1,
-    count, 0...], then the tokens as uint16, little-endian."""
-    header = [20240520, 1, len(tokens)] + [0] * 253
-    with open(path, "wb") as f:
-        f.write(struct.pack("<256i", *header))
-        f.write(np.asarray(tokens, dtype="<u2").tobytes())
-
-
 def ds_config(run, nvme_dir):
     zero = json.loads(json.dumps(run["zero"]))
     if zero.get("offload_optimizer", {}).get("device") == "nvme":  # the placeholder
@@ -161,7 +142,7 @@ def run_strata(strata, workdir, run, weights, tokens):
     with open(p["config.json"], "w") as f:
         json.dump(CFG.hf_json(), f, indent=1)
     st_io.save(p["w.safetensors"], weights)
-    write_token_file(p["tokens.bin"], tokens)
+    ref_util.write_token_file(p["tokens.bin"], tokens)
     cmd = [strata, "train", "--config", p["ds.json"], "--model", p["config.json"],
            "--init", p["w.safetensors"], "--data", p["tokens.bin"], "--steps", str(STEPS),
            "--seq-len", str(T), "--save", p["out.safetensors"], "--metrics", p["m.jsonl"],
@@ -324,7 +305,7 @@ def main():
     failures = []
     tmp, workdir = ref_util.work_dir(args.keep, prefix="train_vs_torch_")
     weights = make_weights(CFG, seed=7100)
-    tokens = make_tokens(CFG, WINDOWS * B * T + 1 + TAIL, seed=7200)
+    tokens = ref_util.make_tokens(CFG, WINDOWS * B * T + 1 + TAIL, seed=7200)
     clipped = unclipped = 0  # torch's steps over all runs
 
     for run in RUNS:
