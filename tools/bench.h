@@ -71,20 +71,19 @@ struct GptBenchOptions {
 
 void bench_gpt(const GptBenchOptions& options);  // bench_gpt.cpp
 
-// `strata bench step`: the ZeRO training step for each placement of the model states (device,
-// cpu, nvme) x stage (1, 2, 3), each a `strata train` child of this binary, against the same
-// model fully resident on the device (stage 0, no offload) measured in the same run.
-struct StepBenchOptions {
+// What the `strata train` children of `strata bench step` and `strata bench checkpoint` are run
+// with (tools/bench_children.h); the defaults are bench step's.
+struct TrainChildOptions {
   std::string preset = "tiny";   // models::GptConfig::preset names
   std::string model;             // a config.json instead of a preset
   std::string text;              // training text (its bytes are the tokens); empty = generated
   int batch = 4;                 // train_micro_batch_size_per_gpu
   int seq_len = 128;
   std::string dtype = "fp32";    // fp32 or bf16
-  int steps = 6;                 // per run of a cell; the first 2 are warm-up, the rest timed
-  int rounds = 3;                // runs per cell, interleaved; medians over every timed step
+  int steps = 6;                 // per run; the first 2 are warm-up
+  int rounds = 3;                // runs of every cell, interleaved; medians over every timed step
   double gradient_clipping = 1.0;  // 0: updates overlap backward; > 0: they wait for the norm
-  std::string device = "host";   // strata.device of every cell: host, cuda or auto
+  std::string device = "host";   // strata.device of every run: host, cuda or auto
   std::string device_memory;     // strata.device_memory of the placements; empty = the backend's
   std::string dir;               // parent of the scratch folder (nvme_path is in it); empty:
                                  // $TMPDIR, else /var/tmp (a disk, not tmpfs)
@@ -92,6 +91,27 @@ struct StepBenchOptions {
   bool verbose = false;          // the children's output on stderr
 };
 
+// `strata bench step`: the ZeRO training step for each placement of the model states (device,
+// cpu, nvme) x stage (1, 2, 3), each a `strata train` child of this binary, against the same
+// model fully resident on the device (stage 0, no offload) measured in the same run.
+struct StepBenchOptions : TrainChildOptions {};
+
 void bench_step(const StepBenchOptions& options);  // bench_step.cpp
+
+// `strata bench checkpoint`: what saving a checkpoint every step costs in step time, per
+// placement at ZeRO stage 3 (runs with and without --checkpoint-every 1), and the checkpoint's
+// write rate against the I/O engine writing as many bytes into the same folder, measured in the
+// same run.
+struct CheckpointBenchOptions : TrainChildOptions {
+  CheckpointBenchOptions() {
+    preset = "bytes-30m";
+    batch = 2;
+    steps = 8;
+    rounds = 1;
+  }
+  std::string placements = "cpu,nvme";  // comma-separated: device, cpu, nvme
+};
+
+void bench_checkpoint(const CheckpointBenchOptions& options);  // bench_checkpoint.cpp
 
 }  // namespace strata::tools

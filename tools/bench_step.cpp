@@ -2,11 +2,9 @@
 // cpu, nvme) and ZeRO stage (1, 2, 3), against the same model fully resident on the device
 // (stage 0, no offload) measured in the same run.
 //
-// Every cell is a `strata train` child of this binary (/proc/self/exe) with a DeepSpeed-style
-// config written to a scratch folder (Note [The cell configs]), `--report none --metrics
-// cell.jsonl`; the bench reads the JSONL back. --rounds R runs every cell R times, round by
-// round in the same order (the reference first), so that the load of a shared machine moves the
-// reference and the cells alike. The first kWarmupSteps steps of each run are left out (step 1
+// Every cell is a `strata train` child of this binary (tools/bench_children.h). --rounds R runs
+// every cell R times, round by round in the same order (the reference first), so that the load
+// of a shared machine moves the reference and the cells alike. The first kWarmupSteps steps of each run are left out (step 1
 // records the prefetch trace and first touches every buffer); the timed steps of all rounds give
 // medians of the step time, its phases and the busy time of the busiest resource (the trace
 // track that was busy longest in the step). tokens/s = tokens per step / median step; TFLOPS =
@@ -15,24 +13,14 @@
 // = the cell's tokens/s / the reference's: what the placement and the stage cost.
 //
 // A child that fails (a plan that does not fit, a bad config, a crash) gives its error line in
-// its row and the bench goes on.
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
+// its row and the bench goes on. The cell configs: Note [The cell configs] (bench_children.cpp);
+// the reference: stage 0, nothing offloaded, strata.device_memory = the plan's device need + 25 %
+// + 64 MiB (or --device-memory when larger).
 #include <algorithm>
-#include <cerrno>
-#include <csignal>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <map>
-#include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -48,65 +36,15 @@
 #include "runtime/config/config.h"
 #include "runtime/zero/plan.h"
 #include "tools/bench.h"
-#include "tools/stop_signals.h"
+#include "tools/bench_children.h"
 #include "tools/bench_nvme_disk.h"
-
-extern char** environ;
 
 namespace strata::tools {
 namespace {
 
-namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
-using Json = nlohmann::ordered_json;
-
-constexpr int kWarmupSteps = 2;
 constexpr int kStages[] = {1, 2, 3};
 constexpr const char* kPlacements[] = {"device", "cpu", "nvme"};
 constexpr const char* kReference = "resident";
-
-// Note [The cell configs]
-// Every cell: micro-batch --batch, gradient_accumulation_steps 1, AdamW (lr 1e-3, weight decay
-// 0.01), gradient_clipping --gradient-clipping (1.0: step() computes the global norm, then the
-// updates run, overlapped with the next forward; 0: each module's update starts as soon as its
-// gradient is final, overlapped with the rest of backward), bf16 with --dtype bf16,
-// strata.device = --device and strata.device_memory = --device-memory when given. Placements:
-//   device  zero_optimization.stage S, nothing offloaded
-//   cpu     offload_optimizer {device cpu}; at stage 3 also offload_param {device cpu}
-//   nvme    offload_optimizer {device nvme, pipeline_read, pipeline_write}; at stage 3 also
-//           offload_param {device nvme}; nvme_path = SCRATCH/nvme
-// (pin_memory true in both sections, as DeepSpeed users write it; offloaded states always live
-// in the pinned pool.) The reference: stage 0, nothing offloaded, strata.device_memory = the
-// plan's device need + 25 % + 64 MiB (or --device-memory when larger).
-Json cell_config(const StepBenchOptions& o, const std::string& placement, int stage,
-                 const std::string& nvme_path) {
-  Json c;
-  c["train_micro_batch_size_per_gpu"] = o.batch;
-  c["gradient_accumulation_steps"] = 1;
-  c["gradient_clipping"] = o.gradient_clipping;
-  if (o.dtype == "bf16") c["bf16"] = {{"enabled", true}};
-  c["optimizer"] = {{"type", "AdamW"}, {"params", {{"lr", 1e-3}, {"weight_decay", 0.01}}}};
-  Json zero;
-  zero["stage"] = stage;
-  if (placement == "cpu" || placement == "nvme") {
-    Json opt = {{"device", placement}, {"pin_memory", true}};
-    if (placement == "nvme") {
-      opt["nvme_path"] = nvme_path;
-      opt["pipeline_read"] = true;
-      opt["pipeline_write"] = true;
-    }
-    if (stage == 3) {
-      Json param = {{"device", placement}, {"pin_memory", true}};
-      if (placement == "nvme") param["nvme_path"] = nvme_path;
-      zero["offload_param"] = param;
-    }
-    zero["offload_optimizer"] = opt;
-  }
-  c["zero_optimization"] = zero;
-  c["strata"] = {{"device", o.device}};
-  if (!o.device_memory.empty()) c["strata"]["device_memory"] = o.device_memory;
-  return c;
-}
 
 // The reference's device budget: what the plan needs for stage 0 with nothing offloaded, plus
 // headroom, rounded up to MiB; --device-memory instead when it is larger.
@@ -139,146 +77,6 @@ std::uint64_t resident_device_bytes(const StepBenchOptions& o, const models::Gpt
   return bytes;
 }
 
-// Training text for the children: words of lowercase letters (bytes under 128, so any model
-// with a vocabulary of 128 or more takes them as tokens), deterministic.
-void write_text(const std::string& path, std::uint64_t bytes) {
-  std::mt19937 rng(20261121);
-  std::string text;
-  text.reserve(bytes + 16);
-  while (text.size() < bytes) {
-    const int letters = 2 + static_cast<int>(rng() % 8);
-    for (int i = 0; i < letters; ++i) text += static_cast<char>('a' + rng() % 26);
-    text += rng() % 12 == 0 ? '\n' : ' ';
-  }
-  std::ofstream out(path, std::ios::binary);
-  out.write(text.data(), static_cast<std::streamsize>(text.size()));
-  out.close();
-  if (!out) throw Error("cannot write the training text", path, "give --dir a writable folder");
-}
-
-// The scratch folder: configs, metrics, the generated text and the NVMe swap folder. Owned;
-// removed with everything in it when destroyed.
-class ScratchFolder {
- public:
-  explicit ScratchFolder(const std::string& parent) {
-    std::string name = (fs::path(parent) / "strata-bench-step-XXXXXX").string();
-    if (::mkdtemp(name.data()) == nullptr) {
-      throw system_error(errno, "mkdtemp", name, "give --dir a writable folder on a disk");
-    }
-    path_ = name;
-  }
-  ~ScratchFolder() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  ScratchFolder(const ScratchFolder&) = delete;
-  ScratchFolder& operator=(const ScratchFolder&) = delete;
-
-  std::string file(const std::string& name) const { return (fs::path(path_) / name).string(); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
-struct ChildResult {
-  int wait_status = 0;  // as waitpid gives it
-  std::string output;   // everything it wrote to stderr (and, with --verbose, to stdout)
-};
-
-// Runs `args` (args[0]: the executable) with stdin from /dev/null, stderr into a pipe that this
-// process reads (and copies to its own stderr when `verbose`), stdout to /dev/null (to our
-// stderr when `verbose`: our stdout carries --json).
-ChildResult run_child(const std::vector<std::string>& args, bool verbose) {
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) throw system_error(errno, "pipe2", "strata bench step");
-  posix_spawn_file_actions_t actions;
-  int rc = posix_spawn_file_actions_init(&actions);
-  if (rc == 0) rc = posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  if (rc == 0) {
-    rc = verbose ? posix_spawn_file_actions_adddup2(&actions, 2, 1)
-                 : posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
-  }
-  if (rc == 0) rc = posix_spawn_file_actions_adddup2(&actions, fds[1], 2);
-  std::vector<char*> argv;
-  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  pid_t pid = -1;
-  if (rc == 0) rc = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  ::close(fds[1]);
-  if (rc != 0) {
-    ::close(fds[0]);
-    throw system_error(rc, "posix_spawn", args[0]);
-  }
-  ChildResult result;
-  char buf[4096];
-  for (;;) {
-    const ssize_t n = ::read(fds[0], buf, sizeof buf);
-    if (n == 0) break;
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const int err = errno;
-      ::close(fds[0]);
-      ::waitpid(pid, nullptr, 0);
-      throw system_error(err, "read", "the pipe from " + args[0]);
-    }
-    result.output.append(buf, static_cast<std::size_t>(n));
-    if (verbose) std::fwrite(buf, 1, static_cast<std::size_t>(n), stderr);
-  }
-  ::close(fds[0]);
-  while (::waitpid(pid, &result.wait_status, 0) < 0) {
-    if (errno != EINTR) throw system_error(errno, "waitpid", args[0]);
-  }
-  return result;
-}
-
-// "device needs 37.96 MiB of 16.00 MiB" from a plan table row "  device  37.96 MiB  16.00 MiB
-// <- does not fit"; the row as it is when it has another shape.
-std::string does_not_fit(const std::string& row) {
-  std::istringstream in(row);
-  std::vector<std::string> w;
-  for (std::string word; in >> word;) w.push_back(word);
-  if (w.size() < 9) return row;
-  const std::size_t n = w.size() - 4;  // without "<- does not fit"
-  std::string tier;
-  for (std::size_t i = 0; i + 4 < n; ++i) tier += (tier.empty() ? "" : " ") + w[i];
-  return fmt::format("{} needs {} {} of {} {}", tier, w[n - 4], w[n - 3], w[n - 2], w[n - 1]);
-}
-
-// One line saying why the child failed: strata's error line (with the tiers that do not fit,
-// for a plan), else the last line it wrote, with how it ended.
-std::string error_line(const ChildResult& r) {
-  std::istringstream in(r.output);
-  std::string line, error, last;
-  std::vector<std::string> misfits;
-  for (; std::getline(in, line);) {
-    for (const char* prefix : {"strata: error: ", "strata: internal error: "}) {
-      if (error.empty() && line.rfind(prefix, 0) == 0) error = line.substr(std::string(prefix).size());
-    }
-    if (line.find("<- does not fit") != std::string::npos) misfits.push_back(does_not_fit(line));
-    if (line.find_first_not_of(" \t") != std::string::npos) last = line;
-  }
-  if (!error.empty()) {
-    if (!misfits.empty() && error.back() == ':') {
-      error.back() = ' ';
-      for (std::size_t i = 0; i < misfits.size(); ++i) error += (i == 0 ? "(" : ", ") + misfits[i];
-      error += ")";
-    }
-    return error;
-  }
-  const std::string how = WIFSIGNALED(r.wait_status)
-                              ? fmt::format("killed by signal {}", WTERMSIG(r.wait_status))
-                              : fmt::format("exit status {}", WEXITSTATUS(r.wait_status));
-  return last.empty() ? how : last + " (" + how + ")";
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 struct Cell {
   std::string placement;  // kReference, or one of kPlacements
   int stage = 0;
@@ -291,30 +89,6 @@ struct Cell {
   double overlap = 0;     // step_ms / busiest_ms
   Json bytes;             // bytes moved in the last timed step, per link
 };
-
-// The timed steps (after kWarmupSteps) of one child's JSONL metrics file; "" or why not in
-// `error`.
-std::vector<Json> timed_rows(const std::string& path, int steps, std::string& error) {
-  std::ifstream in(path);
-  std::vector<Json> rows;
-  for (std::string line; std::getline(in, line);) {
-    if (line.empty()) continue;
-    Json j = Json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) {
-      error = "a line of " + path + " is not JSON";
-      return {};
-    }
-    if (j.value("step", 0) > kWarmupSteps) rows.push_back(std::move(j));
-  }
-  if (static_cast<int>(rows.size()) != steps - kWarmupSteps) {
-    error = fmt::format("{} has {} timed steps, expected {}", path, rows.size(), steps - kWarmupSteps);
-  }
-  return rows;
-}
-
-double number(const Json& j, const char* key) {
-  return j.contains(key) && j[key].is_number() ? j[key].get<double>() : NAN;
-}
 
 // The median step of `rows` (one child's, or every round's).
 double median_step_ms(const std::vector<Json>& rows) {
@@ -357,21 +131,6 @@ void summarize(Cell& cell) {
       return;
     }
   }
-}
-
-// Note [Stopping on a signal]
-// The scratch folder may hold the NVMe swap files of a large model, so the bench removes it
-// also when it is stopped: SIGINT, SIGTERM, SIGHUP and SIGPIPE (stdout piped into `head`) only
-// set a flag here. A child (which gets the terminal's SIGINT too) ends; the bench starts no
-// other, removes the folder, puts the previous handlers back and raises the signal again, so
-// that it ends as it would have (tools/stop_signals.h).
-double load_average() {
-  double load = -1;
-  if (std::FILE* f = std::fopen("/proc/loadavg", "r")) {
-    if (std::fscanf(f, "%lf", &load) != 1) load = -1;
-    std::fclose(f);
-  }
-  return load;
 }
 
 std::string placement_title(const std::string& placement) {

@@ -31,7 +31,7 @@ void add_train_command(CLI::App& app) {
   train->add_option("--checkpoint-dir", o->checkpoint_dir,
                     "save checkpoints here (every --checkpoint-every steps, at the end, and on SIGINT/SIGTERM)");
   train->add_option("--checkpoint-every", o->checkpoint_every, "steps between checkpoints (0: at the end only)");
-  train->add_option("--checkpoint-keep", o->checkpoint_keep, "checkpoints to keep (0 keeps all; default 2)")
+  train->add_option("--checkpoint-keep", o->checkpoint_keep, "checkpoints to keep (0 keeps all; default: strata.checkpoint_keep, 2)")
       ->check(CLI::NonNegativeNumber);
   train->add_option("--resume", o->resume_path,
                     "continue from a checkpoint: its folder, or the --checkpoint-dir holding `latest`");

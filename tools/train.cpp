@@ -326,8 +326,9 @@ int run_training(const TrainOptions& o) {
   std::unique_ptr<runtime::CheckpointSaver> saver;
   std::optional<StopSignals> signals;
   if (checkpoint_dir) {
-    saver = std::make_unique<runtime::CheckpointSaver>(o.checkpoint_dir, o.checkpoint_keep, engine, *device, *comm,
-                                                       tiers.io(), crash);
+    const int keep = o.checkpoint_keep >= 0 ? o.checkpoint_keep : static_cast<int>(config.strata.checkpoint_keep);
+    saver = std::make_unique<runtime::CheckpointSaver>(o.checkpoint_dir, keep, engine, *device, *comm, tiers.io(),
+                                                       crash);
     signals.emplace(std::initializer_list<int>{SIGINT, SIGTERM}, /*second_stops_now=*/true);
   }
   int stopped_by = 0;

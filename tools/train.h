@@ -28,7 +28,7 @@ struct TrainOptions {
   // SIGINT / SIGTERM; --resume continues a run from one (--steps stays the run's total).
   std::string checkpoint_dir;         // --checkpoint-dir D
   std::uint64_t checkpoint_every = 0; // --checkpoint-every N (0: only at the end and on a signal)
-  int checkpoint_keep = 2;            // --checkpoint-keep K (0 keeps all)
+  int checkpoint_keep = -1;           // --checkpoint-keep K (0 keeps all; -1: strata.checkpoint_keep)
   std::string resume_path;            // --resume D or D/step-NNNNNNNN
 };
 

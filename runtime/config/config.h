@@ -181,6 +181,7 @@ struct StrataConfig {
   IoBackend io_backend = IoBackend::kAuto;  // NVMe I/O: io_uring, or the pread/pwrite threads
   DirectIoMode direct_io = DirectIoMode::kAuto;  // O_DIRECT swap files: where possible / or fail
   bool io_uring_sqpoll = false;           // ask for a kernel submission-polling thread
+  std::uint32_t checkpoint_keep = 2;      // strata train: complete checkpoints kept (0 = all)
   bool operator==(const StrataConfig&) const = default;
 };
 

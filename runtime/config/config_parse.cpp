@@ -215,6 +215,7 @@ void parse_strata(ObjectReader r, StrataConfig& out) {
   r.read_enum("io_backend", out.io_backend, kIoBackends);
   r.read_enum("direct_io", out.direct_io, kDirectIoModes);
   r.read("io_uring_sqpoll", out.io_uring_sqpoll);
+  r.read("checkpoint_keep", out.checkpoint_keep);
   r.finish();
 }
 

@@ -206,6 +206,7 @@ Json strata_json(const StrataConfig& s) {
   j["io_backend"] = value_json(s.io_backend);
   j["direct_io"] = value_json(s.direct_io);
   j["io_uring_sqpoll"] = s.io_uring_sqpoll;
+  j["checkpoint_keep"] = s.checkpoint_keep;
   return j;
 }
 

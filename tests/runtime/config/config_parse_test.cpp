@@ -48,6 +48,7 @@ TEST(ConfigParse, EmptyObjectGivesDeepSpeedDefaults) {
   EXPECT_EQ(c.strata.io_backend, IoBackend::kAuto);
   EXPECT_EQ(c.strata.direct_io, DirectIoMode::kAuto);
   EXPECT_FALSE(c.strata.io_uring_sqpoll);
+  EXPECT_EQ(c.strata.checkpoint_keep, 2u);
 }
 
 TEST(ConfigParse, OverlapCommDefaultsOnAtStage3Only) {
@@ -133,7 +134,7 @@ TEST(ConfigParse, RoundTripsThroughPrint) {
           "aio": {"single_submit": true},
           "strata": {"device": "cuda", "device_memory": 123456789, "trace": "/tmp/t.json",
           "checksum": true, "io_backend": "threads", "direct_io": "require",
-          "io_uring_sqpoll": true}})",
+          "io_uring_sqpoll": true, "checkpoint_keep": 5}})",
   };
   for (const char* file : {"ds_zero3_nvme.json", "ds_zero_offload_cpu.json", "hf_zero3_auto.json"})
     texts.push_back(config_to_json(load_config_file(data_file(file)).config));

@@ -297,7 +297,8 @@ TEST(ConfigPrint, PrintsEveryKey) {
       "zero_optimization.contiguous_gradients", "aio.block_size", "aio.queue_depth",
       "aio.intra_op_parallelism", "aio.single_submit", "aio.overlap_events", "strata.device",
       "strata.device_memory", "strata.pinned_memory", "strata.cpu_threads", "strata.trace",
-      "strata.checksum", "strata.io_backend", "strata.direct_io", "strata.io_uring_sqpoll"};
+      "strata.checksum", "strata.io_backend", "strata.direct_io", "strata.io_uring_sqpoll",
+      "strata.checkpoint_keep"};
   EXPECT_EQ(paths, std::vector<std::string>(std::begin(expected), std::end(expected)));
   EXPECT_EQ(printed["gradient_accumulation_steps"], 1);
   EXPECT_EQ(printed["strata"]["pinned_memory"], 4 * kGiB);
