@@ -64,11 +64,14 @@ void CheckpointSaver::begin(std::uint64_t step, const std::string& meta_json) {
     done_.set_value();
     return;
   }
+  // Until the task runs: the worker skips it after an earlier failure, and then no shard exists.
+  shard_error_ = "the shard write did not run (an earlier optimizer update failed)";
   engine_.run_after_updates([this, step] { write_shard(step); }, [this] { done_.set_value(); });
 }
 
 void CheckpointSaver::write_shard(std::uint64_t step) {
   const auto t0 = std::chrono::steady_clock::now();
+  shard_error_.clear();
   try {
     const int shard = engine_.shard_index();
     const std::string path = dir_.partial_path(step) + "/" + shard_file_name(shard, engine_.shards());
