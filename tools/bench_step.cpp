@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
@@ -41,6 +42,8 @@
 
 namespace strata::tools {
 namespace {
+
+using Clock = std::chrono::steady_clock;
 
 constexpr int kStages[] = {1, 2, 3};
 constexpr const char* kPlacements[] = {"device", "cpu", "nvme"};
@@ -182,37 +185,21 @@ Json cell_json(const Cell& c, const Cell& reference) {
   return j;
 }
 
-// The bench; returns early, without the tables, when `stop` caught a signal.
+// The bench; returns early, without the tables, when `stop` caught a signal (Note [Stopping on a
+// signal], bench_children.h).
 void run_bench(const StepBenchOptions& o, const StopSignals& stop) {
   const models::GptConfig model =
-      o.model.empty() ? models::GptConfig::preset(o.preset) : models::GptConfig::from_file(o.model);
-  if (o.seq_len > model.n_positions) {
-    throw Error(fmt::format("--seq-len {} is longer than the model's n_positions ({})", o.seq_len,
-                            model.n_positions),
-                "--seq-len", "give at most n_positions");
-  }
-  if (o.steps <= kWarmupSteps) {
-    throw Error(fmt::format("--steps {} leaves no timed step after the {} warm-up steps", o.steps,
-                            kWarmupSteps),
-                "--steps", fmt::format("give at least {}", kWarmupSteps + 1));
-  }
-  std::error_code ec;
-  const std::string self = fs::read_symlink("/proc/self/exe", ec).string();
-  if (ec) throw system_error(ec.value(), "readlink", "/proc/self/exe");
+      child_model(o, kWarmupSteps, fmt::format("the first {} are warm-up", kWarmupSteps));
+  const std::string self = self_executable();
 
   const Clock::time_point start = Clock::now();
   const double load_start = load_average();
-  ScratchFolder scratch(resolve_bench_dir(o.dir));
+  ScratchFolder scratch(resolve_bench_dir(o.dir), "step");
   const std::string nvme_path = scratch.file("nvme");
-  fs::create_directory(nvme_path, ec);
+  std::error_code ec;
+  std::filesystem::create_directory(nvme_path, ec);
   if (ec) throw system_error(ec.value(), "mkdir", nvme_path);
-  std::string text = o.text;
-  if (text.empty()) {
-    text = scratch.file("text.txt");
-    // Enough for every step without wrapping, at least 64 KiB.
-    const std::uint64_t tokens = std::uint64_t(o.steps) * std::uint64_t(o.batch) * std::uint64_t(o.seq_len);
-    write_text(text, std::max<std::uint64_t>(64 * kKiB, tokens + 1));
-  }
+  const std::string text = training_text(o, scratch);
 
   // The cells: the reference first, then placement by placement, stage by stage.
   std::vector<Cell> cells(1 + std::size(kPlacements) * std::size(kStages));
@@ -258,48 +245,23 @@ void run_bench(const StepBenchOptions& o, const StopSignals& stop) {
       const std::string config_path = scratch.file(name + ".json");
       const std::string metrics = scratch.file(fmt::format("{}-round{}.jsonl", name, round));
       if (round == 1) {
-        const Json config = cell.placement == kReference
-                                ? reference_config
-                                : cell_config(o, cell.placement, cell.stage, nvme_path);
-        std::ofstream out(config_path);
-        out << config.dump(1) << "\n";
-        out.close();
-        if (!out) throw Error("cannot write a cell's config", config_path, "give --dir a writable folder");
+        write_config(config_path, cell.placement == kReference
+                                      ? reference_config
+                                      : cell_config(o, cell.placement, cell.stage, nvme_path));
       }
-      std::vector<std::string> args = {self, "train", "--config", config_path};
-      if (o.model.empty()) {
-        args.insert(args.end(), {"--preset", o.preset});
-      } else {
-        args.insert(args.end(), {"--model", o.model});
-      }
-      args.insert(args.end(), {"--text", text, "--steps", std::to_string(o.steps), "--seq-len",
-                               std::to_string(o.seq_len), "--report", "none", "--metrics", metrics});
-      if (o.verbose) {
-        std::string line;
-        for (const std::string& a : args) line += (line.empty() ? "" : " ") + a;
-        std::fprintf(stderr, "%s\n", line.c_str());
-        std::fflush(stderr);
-      }
-      const Clock::time_point t0 = Clock::now();
-      const ChildResult result = run_child(args, o.verbose);
-      const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-      std::vector<Json> rows;
-      if (WIFEXITED(result.wait_status) && WEXITSTATUS(result.wait_status) == 0) {
-        rows = timed_rows(metrics, o.steps, cell.error);
-      } else {
-        cell.error = error_line(result);
-      }
+      ChildRun run = run_train_child(self, o, config_path, text, metrics, {}, kWarmupSteps + 1, o.steps);
+      cell.error = run.error;
       const std::string where = fmt::format("[round {}/{}, {}/{}] {} stage {}", round, o.rounds,
                                             i + 1, cells.size(), cell.placement, cell.stage);
       if (cell.error.empty()) {
-        const double ms = median_step_ms(rows);
+        const double ms = median_step_ms(run.rows);
         if (i == 0) reference_ms = ms;
         const std::string ratio =
             reference_ms > 0 ? fmt::format(", {:.2f} of this round's resident", reference_ms / ms) : "";
-        std::fprintf(stderr, "%s: %.1f ms/step%s (%.1f s)\n", where.c_str(), ms, ratio.c_str(), seconds);
-        cell.rows.insert(cell.rows.end(), rows.begin(), rows.end());
+        std::fprintf(stderr, "%s: %.1f ms/step%s (%.1f s)\n", where.c_str(), ms, ratio.c_str(), run.seconds);
+        cell.rows.insert(cell.rows.end(), run.rows.begin(), run.rows.end());
       } else {
-        std::fprintf(stderr, "%s: error: %s (%.1f s)\n", where.c_str(), cell.error.c_str(), seconds);
+        std::fprintf(stderr, "%s: error: %s (%.1f s)\n", where.c_str(), cell.error.c_str(), run.seconds);
       }
       std::fflush(stderr);
     }
@@ -329,12 +291,7 @@ void run_bench(const StepBenchOptions& o, const StopSignals& stop) {
 }  // namespace
 
 void bench_step(const StepBenchOptions& o) {
-  StopSignals stop({SIGINT, SIGTERM, SIGHUP, SIGPIPE}, /*second_stops_now=*/false);
-  run_bench(o, stop);  // the scratch folder is gone when it returns or throws
-  if (const int sig = stop.received(); sig != 0) {
-    stop.restore();
-    std::raise(sig);
-  }
+  run_until_signal([&o](const StopSignals& stop) { run_bench(o, stop); });
 }
 
 }  // namespace strata::tools

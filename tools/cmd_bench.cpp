@@ -9,12 +9,45 @@
 // strata bench step [--preset tiny | --model config.json] [--text FILE] [--batch 4] [--seq-len 128]
 //                   [--dtype fp32|bf16] [--gradient-clipping 1.0] [--steps 6] [--rounds 3]
 //                   [--device host|cuda|auto] [--device-memory SIZE] [--dir DIR] [--json] [--verbose]
+// strata bench checkpoint [--preset bytes-30m | --model config.json] [--placements cpu,nvme]
+//                   [--steps 8] [--rounds 1] [--dir|--scratch DIR] and the other flags of bench step
 #include <memory>
 
 #include "tools/bench.h"
 #include "tools/commands.h"
 
 namespace strata::tools {
+namespace {
+
+// The flags of the benches whose cells are `strata train` children (bench step, bench
+// checkpoint); their defaults are the ones `o` holds.
+void add_train_child_flags(CLI::App& bench, TrainChildOptions& o) {
+  bench.add_option("--preset", o.preset, "model preset (tiny, bytes-30m, gpt2, ...)")->capture_default_str();
+  bench.add_option("--model", o.model, "a Hugging Face GPT-2 config.json instead");
+  bench.add_option("--text", o.text, "training text, its bytes as tokens (default: generated in the scratch folder)");
+  bench.add_option("--batch", o.batch, "micro-batch size (train_micro_batch_size_per_gpu)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  bench.add_option("--seq-len", o.seq_len, "tokens per sequence")->check(CLI::PositiveNumber)->capture_default_str();
+  bench.add_option("--dtype", o.dtype, "fp32, or bf16 (bf16.enabled)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
+  bench.add_option("--gradient-clipping", o.gradient_clipping,
+                   "gradient_clipping of every run (0: no global norm, so each update starts while "
+                   "backward goes on)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  bench.add_option("--steps", o.steps, "training steps per run; the first 2 are warm-up")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  bench.add_option("--rounds", o.rounds, "runs of every cell, round by round (medians over all their timed steps)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  bench.add_option("--device", o.device, "strata.device of every run")
+      ->check(CLI::IsMember({"host", "cuda", "auto"}))->capture_default_str();
+  bench.add_option("--dir,--scratch", o.dir,
+                   "parent of the scratch folder that holds nvme_path (default: $TMPDIR, else /var/tmp; "
+                   "removed afterwards)");
+  bench.add_flag("--json", o.json, "one JSON object per cell on stdout (the tables go to stderr)");
+  bench.add_flag("--verbose", o.verbose, "each child's command line and output on stderr");
+}
+
+}  // namespace
 
 void add_bench_command(CLI::App& app) {
   CLI::App* bench = app.add_subcommand("bench", "benchmarks of the hot paths, as ratios to a limit measured in the same run");
@@ -110,40 +143,23 @@ void add_bench_command(CLI::App& app) {
   CLI::App* step = bench->add_subcommand(
       "step", "the ZeRO training step per placement (device, cpu, nvme) and stage (1-3) vs the "
               "same model fully resident");
-  step->add_option("--preset", step_options->preset, "model preset (tiny, bytes-30m, gpt2, ...)")
-      ->capture_default_str();
-  step->add_option("--model", step_options->model, "a Hugging Face GPT-2 config.json instead");
-  step->add_option("--text", step_options->text,
-                   "training text, its bytes as tokens (default: generated in the scratch folder)");
-  step->add_option("--batch", step_options->batch, "micro-batch size (train_micro_batch_size_per_gpu)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
-  step->add_option("--seq-len", step_options->seq_len, "tokens per sequence")
-      ->check(CLI::PositiveNumber)->capture_default_str();
-  step->add_option("--dtype", step_options->dtype, "fp32, or bf16 (bf16.enabled)")
-      ->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
-  step->add_option("--gradient-clipping", step_options->gradient_clipping,
-                   "gradient_clipping of every cell (0: no global norm, so each update starts "
-                   "while backward goes on)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
-  step->add_option("--steps", step_options->steps,
-                   "training steps per run of a cell; the first 2 are warm-up")
-      ->check(CLI::PositiveNumber)->capture_default_str();
-  step->add_option("--rounds", step_options->rounds,
-                   "runs of every cell, round by round (medians over all their timed steps)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
-  step->add_option("--device", step_options->device, "strata.device of every cell")
-      ->check(CLI::IsMember({"host", "cuda", "auto"}))->capture_default_str();
+  add_train_child_flags(*step, *step_options);
   step->add_option("--device-memory", step_options->device_memory,
                    "strata.device_memory of the placements, e.g. 64MiB (default: the backend's; "
                    "the reference gets what it needs)");
-  step->add_option("--dir", step_options->dir,
-                   "parent of the scratch folder that holds nvme_path (default: $TMPDIR, else "
-                   "/var/tmp; removed afterwards)");
-  step->add_flag("--json", step_options->json,
-                 "one JSON object per cell on stdout (the tables go to stderr)");
-  step->add_flag("--verbose", step_options->verbose,
-                 "each child's command line and output on stderr");
   step->callback([step_options] { bench_step(*step_options); });
+
+  auto checkpoint_options = std::make_shared<CheckpointBenchOptions>();
+  CLI::App* checkpoint = bench->add_subcommand(
+      "checkpoint", "the step time with a checkpoint every step vs without, per placement at stage 3, "
+                    "and the checkpoint's write rate vs the disk's");
+  add_train_child_flags(*checkpoint, *checkpoint_options);
+  checkpoint->add_option("--device-memory", checkpoint_options->device_memory,
+                         "strata.device_memory of every run, e.g. 64MiB (default: the backend's)");
+  checkpoint->add_option("--placements", checkpoint_options->placements,
+                         "comma-separated: device (nothing offloaded), cpu, nvme")
+      ->capture_default_str();
+  checkpoint->callback([checkpoint_options] { bench_checkpoint(*checkpoint_options); });
 }
 
 }  // namespace strata::tools

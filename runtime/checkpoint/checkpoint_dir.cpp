@@ -117,7 +117,8 @@ CheckpointDir::CheckpointDir(std::string path) : path_(std::move(path)) {
     if (fs::exists(path_, ec)) {
       throw Error("the checkpoint folder " + path_ + " is a file", "--checkpoint-dir", "give a folder");
     }
-    if (!fs::create_directory(path_, ec)) {
+    // Every rank makes it: another may have made it in between.
+    if (!fs::create_directory(path_, ec) && !fs::is_directory(path_)) {
       throw Error("cannot create the checkpoint folder " + path_ + ": " + ec.message(), "--checkpoint-dir",
                   "create its parent folder first, or give another path");
     }

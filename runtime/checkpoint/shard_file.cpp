@@ -152,13 +152,21 @@ ShardFileWriter::ShardFileWriter(const std::string& path, ShardLayout layout, of
                                  std::size_t chunk_bytes, CrashPoints* crash)
     : path_(path), layout_(std::move(layout)), io_(io), chunk_bytes_(chunk_bytes), crash_(crash) {
   STRATA_ASSERT(chunk_bytes_ % kAlign == 0 && chunk_bytes_ > 0, "chunk must be a multiple of 4096");
+  for (auto& b : buffers_) {
+    b = offload::HostBuffer::allocate(std::max<std::size_t>(chunk_bytes_, layout_.header_bytes),
+                                      "checkpoint write buffer");
+  }
   file_ = offload::AioFile::open(path_, O_WRONLY | O_CREAT | O_TRUNC, offload::DirectIo::kAuto, 0644);
   file_id_ = io_.add_file(file_);
-  for (auto& b : buffers_) b = offload::HostBuffer::allocate(std::max<std::size_t>(chunk_bytes_, layout_.header_bytes), "checkpoint write buffer");
   const std::string header = layout_.header();
   std::memcpy(buffers_[0].data(), header.data(), header.size());
   hash_.update(header.data(), header.size());
-  writes_[0] = io_.write(file_id_, 0, buffers_[0].data(), header.size());
+  try {
+    writes_[0] = io_.write(file_id_, 0, buffers_[0].data(), header.size());
+  } catch (...) {
+    io_.remove_file(file_id_);
+    throw;
+  }
   offset_ = header.size();
   slot_ = 1;
 }
@@ -237,9 +245,15 @@ ShardFileReader::ShardFileReader(const std::string& path, const ManifestFile& ex
     ::close(fd);
   }
   if (layout_.file_bytes != size) throw damaged(path_, "its header describes " + std::to_string(layout_.file_bytes) + " bytes");
+  buffer_ = offload::HostBuffer::allocate(std::max<std::size_t>(chunk_bytes, layout_.header_bytes),
+                                          "checkpoint read buffer");
   file_id_ = io_.add_file(file_);
-  buffer_ = offload::HostBuffer::allocate(std::max<std::size_t>(chunk_bytes, layout_.header_bytes), "checkpoint read buffer");
-  io_.wait(io_.read(file_id_, 0, buffer_.data(), layout_.header_bytes));
+  try {
+    io_.wait(io_.read(file_id_, 0, buffer_.data(), layout_.header_bytes));
+  } catch (...) {
+    io_.remove_file(file_id_);
+    throw;
+  }
   hash_.update(buffer_.data(), layout_.header_bytes);
   offset_ = layout_.header_bytes;
 }
