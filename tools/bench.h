@@ -107,7 +107,7 @@ struct CheckpointBenchOptions : TrainChildOptions {
     preset = "bytes-30m";
     batch = 2;
     steps = 8;
-    rounds = 1;
+    rounds = 2;
   }
   std::string placements = "cpu,nvme";  // comma-separated: device, cpu, nvme
 };

@@ -20,7 +20,6 @@
 
 #include "core/error.h"
 #include "core/units.h"
-#include "tools/bench_nvme_disk.h"
 
 extern char** environ;
 

@@ -4,13 +4,14 @@
 //
 // Every cell is a `strata train` child of this binary (tools/bench_children.h). --rounds R runs
 // every cell R times, round by round in the same order (the reference first), so that the load
-// of a shared machine moves the reference and the cells alike. The first kWarmupSteps steps of each run are left out (step 1
-// records the prefetch trace and first touches every buffer); the timed steps of all rounds give
-// medians of the step time, its phases and the busy time of the busiest resource (the trace
-// track that was busy longest in the step). tokens/s = tokens per step / median step; TFLOPS =
-// strata train's 6 N FLOPs per token x tokens/s. overlap = step ms / busiest ms: 1.00 when the
-// step takes no longer than its busiest resource, above 1 when resources take turns. vs resident
-// = the cell's tokens/s / the reference's: what the placement and the stage cost.
+// of a shared machine moves the reference and the cells alike. The first kWarmupSteps steps of
+// each run are left out (step 1 records the prefetch trace and first touches every buffer); the
+// timed steps of all rounds give medians of the step time, its phases and the busy time of the
+// busiest resource (the trace track that was busy longest in the step). tokens/s = tokens per
+// step / median step; TFLOPS = strata train's 6 N FLOPs per token x tokens/s. overlap = step ms /
+// busiest ms: 1.00 when the step takes no longer than its busiest resource, above 1 when
+// resources take turns. vs resident = the cell's tokens/s / the reference's: what the placement
+// and the stage cost.
 //
 // A child that fails (a plan that does not fit, a bad config, a crash) gives its error line in
 // its row and the bench goes on. The cell configs: Note [The cell configs] (bench_children.cpp);

@@ -10,8 +10,9 @@
 //                   [--dtype fp32|bf16] [--gradient-clipping 1.0] [--steps 6] [--rounds 3]
 //                   [--device host|cuda|auto] [--device-memory SIZE] [--dir DIR] [--json] [--verbose]
 // strata bench checkpoint [--preset bytes-30m | --model config.json] [--placements cpu,nvme]
-//                   [--steps 8] [--rounds 1] [--dir|--scratch DIR] and the other flags of bench step
+//                   [--steps 8] [--rounds 2] [--dir|--scratch DIR] and the other flags of bench step
 #include <memory>
+#include <string>
 
 #include "tools/bench.h"
 #include "tools/commands.h"
@@ -21,7 +22,7 @@ namespace {
 
 // The flags of the benches whose cells are `strata train` children (bench step, bench
 // checkpoint); their defaults are the ones `o` holds.
-void add_train_child_flags(CLI::App& bench, TrainChildOptions& o) {
+void add_train_child_flags(CLI::App& bench, TrainChildOptions& o, const std::string& device_memory_help) {
   bench.add_option("--preset", o.preset, "model preset (tiny, bytes-30m, gpt2, ...)")->capture_default_str();
   bench.add_option("--model", o.model, "a Hugging Face GPT-2 config.json instead");
   bench.add_option("--text", o.text, "training text, its bytes as tokens (default: generated in the scratch folder)");
@@ -34,12 +35,14 @@ void add_train_child_flags(CLI::App& bench, TrainChildOptions& o) {
                    "gradient_clipping of every run (0: no global norm, so each update starts while "
                    "backward goes on)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
-  bench.add_option("--steps", o.steps, "training steps per run; the first 2 are warm-up")
+  bench.add_option("--steps", o.steps,
+                   "training steps per run; the first 2 are warm-up (and bench checkpoint leaves out the last)")
       ->check(CLI::PositiveNumber)->capture_default_str();
   bench.add_option("--rounds", o.rounds, "runs of every cell, round by round (medians over all their timed steps)")
       ->check(CLI::PositiveNumber)->capture_default_str();
   bench.add_option("--device", o.device, "strata.device of every run")
       ->check(CLI::IsMember({"host", "cuda", "auto"}))->capture_default_str();
+  bench.add_option("--device-memory", o.device_memory, device_memory_help);
   bench.add_option("--dir,--scratch", o.dir,
                    "parent of the scratch folder that holds nvme_path (default: $TMPDIR, else /var/tmp; "
                    "removed afterwards)");
@@ -143,19 +146,17 @@ void add_bench_command(CLI::App& app) {
   CLI::App* step = bench->add_subcommand(
       "step", "the ZeRO training step per placement (device, cpu, nvme) and stage (1-3) vs the "
               "same model fully resident");
-  add_train_child_flags(*step, *step_options);
-  step->add_option("--device-memory", step_options->device_memory,
-                   "strata.device_memory of the placements, e.g. 64MiB (default: the backend's; "
-                   "the reference gets what it needs)");
+  add_train_child_flags(*step, *step_options,
+                        "strata.device_memory of the placements, e.g. 64MiB (default: the backend's; "
+                        "the reference gets what it needs)");
   step->callback([step_options] { bench_step(*step_options); });
 
   auto checkpoint_options = std::make_shared<CheckpointBenchOptions>();
   CLI::App* checkpoint = bench->add_subcommand(
       "checkpoint", "the step time with a checkpoint every step vs without, per placement at stage 3, "
                     "and the checkpoint's write rate vs the disk's");
-  add_train_child_flags(*checkpoint, *checkpoint_options);
-  checkpoint->add_option("--device-memory", checkpoint_options->device_memory,
-                         "strata.device_memory of every run, e.g. 64MiB (default: the backend's)");
+  add_train_child_flags(*checkpoint, *checkpoint_options,
+                        "strata.device_memory of every run, e.g. 64MiB (default: the backend's)");
   checkpoint->add_option("--placements", checkpoint_options->placements,
                          "comma-separated: device (nothing offloaded), cpu, nvme")
       ->capture_default_str();

@@ -178,16 +178,15 @@ bool any_rank_stops(runtime::Communicator& comm, runtime::Device& device, runtim
   return flag != 0.0f;
 }
 
-void report_save(const std::optional<runtime::SaveResult>& r, bool rank0) {
-  if (!r) return;
-  if (!r->ok) {
-    log::error("checkpoint of step {} failed: {}; training goes on, the previous checkpoint stays `latest`", r->step,
-               r->error.empty() ? std::string("another rank failed") : r->error);
+void report_save(const runtime::SaveResult& r, bool rank0) {
+  if (!r.ok) {
+    log::error("checkpoint of step {} failed: {}; training goes on, the previous checkpoint stays `latest`", r.step,
+               r.error.empty() ? std::string("another rank failed") : r.error);
     return;
   }
   if (rank0) {
-    log::info("checkpoint {}: {:.1f} MiB per rank written in {:.0f} ms", r->path,
-              static_cast<double>(r->bytes) / (1 << 20), r->write_ms);
+    log::info("checkpoint {}: {:.1f} MiB per rank written in {:.0f} ms", r.path,
+              static_cast<double>(r.bytes) / (1 << 20), r.write_ms);
   }
 }
 
@@ -386,31 +385,29 @@ int run_training(const TrainOptions& o) {
     // Checkpoints: the save begun after the last step is published now; a new one starts when
     // due and writes while the next step computes. Its time at the boundary counts in step_ms.
     bool stop = false;
-    std::optional<runtime::SaveResult> saved;
+    std::vector<runtime::SaveResult> saves;  // finished in this step's boundary
     if (saver) {
       const Clock::time_point tc = Clock::now();
-      saved = saver->finish();
+      if (std::optional<runtime::SaveResult> r = saver->finish()) saves.push_back(*r);
       stop = any_rank_stops(*comm, *device, *compute, signals->received() != 0);
       const std::uint64_t done = step + 1;
       const bool last = done == o.steps || stop;
-      bool began = false;
       if (last || (o.checkpoint_every > 0 && done % o.checkpoint_every == 0)) {
         now.step = done;
         now.applied_steps = applied_steps;
         now.engine = engine.train_state();
         now.loader = loader.state();
         saver->begin(done, now.to_json());
-        began = true;
-      }
-      if (began && last) {
-        report_save(saved, rank0);
-        saved = saver->finish();
-        if (stop && !saved->ok) {
-          throw Error("stopped by a signal, and the checkpoint of step " + std::to_string(done) + " failed",
-                      o.checkpoint_dir, "see the error above; the previous checkpoint is still `latest`");
+        if (last) {
+          saves.push_back(*saver->finish());
+          if (stop && !saves.back().ok) {
+            report_save(saves.back(), rank0);
+            throw Error("stopped by a signal, and the checkpoint of step " + std::to_string(done) + " failed",
+                        o.checkpoint_dir, "see the error above; the previous checkpoint is still `latest`");
+          }
         }
       }
-      report_save(saved, rank0);
+      for (const runtime::SaveResult& r : saves) report_save(r, rank0);
       checkpoint_ms = ms_since(tc);
     }
     const double step_ms = ms_since(t0);
@@ -427,12 +424,7 @@ int run_training(const TrainOptions& o) {
     m.skipped = outcome.skipped;
     m.phase_ms = {{"forward", forward_ms}, {"backward", backward_ms}, {"optimizer", optimizer_ms}};
     if (saver) m.phase_ms.push_back({"checkpoint", checkpoint_ms});
-    if (saved) {
-      m.checkpoint.step = saved->step;
-      m.checkpoint.ok = saved->ok;
-      m.checkpoint.bytes = saved->bytes;
-      m.checkpoint.write_ms = saved->write_ms;
-    }
+    for (const runtime::SaveResult& r : saves) m.checkpoints.push_back({r.step, r.ok, r.bytes, r.write_ms});
     m.bytes = minus(link_bytes(engine.counters()), bytes_before);
     total_bytes += m.bytes;
     m.collective_theory_bytes = theory;

@@ -176,7 +176,6 @@ void CheckpointDir::publish(std::uint64_t step, int keep_last, CrashPoints* cras
       fsync_path(path_);
     }
   }
-  remove_leftovers();
 }
 
 std::vector<std::uint64_t> CheckpointDir::complete_steps() const {

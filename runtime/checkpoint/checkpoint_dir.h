@@ -50,8 +50,9 @@ class CheckpointDir {
   // Makes an empty partial folder for `step`, removing one left by an earlier crash.
   std::string begin_partial(std::uint64_t step) const;
   // fsyncs the partial folder, renames it to its final name, fsyncs D; then `latest`; then
-  // removes all but the newest `keep_last` complete checkpoints (0 keeps all). A crash point
-  // is hit after each durable change.
+  // renames all but the newest `keep_last` complete checkpoints (0 keeps all) to .deleting.
+  // A crash point is hit after each durable change. Removing the .deleting folders (tens of
+  // ms for a large shard file) is remove_leftovers(), which the saver runs off the step.
   void publish(std::uint64_t step, int keep_last, CrashPoints* crash) const;
 
   // Complete checkpoints here, by step (oldest first).

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "runtime/checkpoint/shard_file.h"
 
 namespace strata::runtime {
@@ -33,14 +34,22 @@ CheckpointSaver::CheckpointSaver(const std::string& dir, int keep_last, ZeroEngi
                 "give the number of checkpoints to keep (0 keeps all)");
   }
   stream_ = device_.create_stream("checkpoint");
+  if (comm_.rank() == 0) {
+    for (const std::string& p : dir_.leftovers()) {
+      log::warn("{} is a save that did not finish (the run stopped during it); it is ignored and removed after "
+                "the next checkpoint", p);
+    }
+  }
 }
 
 CheckpointSaver::~CheckpointSaver() {
   if (in_flight_) done_future_.wait();
+  if (cleanup_.valid()) cleanup_.wait();
 }
 
 void CheckpointSaver::begin(std::uint64_t step, const std::string& meta_json) {
   if (in_flight_) finish();
+  if (cleanup_.valid()) cleanup_.wait();  // it removes .partial folders too: done before a new one
   step_ = step;
   meta_error_.clear();
   shard_error_.clear();
@@ -149,6 +158,7 @@ std::optional<SaveResult> CheckpointSaver::finish() {
         write_file_atomic(partial + "/" + kManifest, manifest.to_json(), &crash_);
         dir_.publish(step_, keep_last_, &crash_);
         r.path = dir_.final_path(step_);
+        cleanup_ = std::async(std::launch::async, [this] { dir_.remove_leftovers(); });
       } catch (const std::exception& e) {
         r.error = e.what();
         ok = false;

@@ -68,6 +68,7 @@ class CheckpointSaver {
   offload::AioEngine& io_;
   CrashPoints& crash_;
   std::unique_ptr<Stream> stream_;  // the gather of sizes and checksums
+  std::future<void> cleanup_;       // rank 0: removing old checkpoints, off the trainer thread
 
   bool in_flight_ = false;
   std::uint64_t step_ = 0;

@@ -57,9 +57,12 @@ std::string to_json_line(const StepMetrics& m) {
   j["busiest"] = m.busiest;
   j["busiest_ms"] = m.busiest_ms;
   j["overlap"] = m.overlap;
-  if (m.checkpoint.step != 0) {
-    j["checkpoint"] = {{"step", m.checkpoint.step}, {"ok", m.checkpoint.ok}, {"bytes", m.checkpoint.bytes},
-                       {"write_ms", m.checkpoint.write_ms}};
+  if (!m.checkpoints.empty()) {
+    Json list = Json::array();
+    for (const CheckpointMetrics& c : m.checkpoints) {
+      list.push_back({{"step", c.step}, {"ok", c.ok}, {"bytes", c.bytes}, {"write_ms", c.write_ms}});
+    }
+    j["checkpoints"] = std::move(list);
   }
   // Invalid UTF-8 in a name (a phase or track label) is replaced rather than thrown.
   return j.dump(-1, ' ', false, Json::error_handler_t::replace);

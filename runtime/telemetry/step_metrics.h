@@ -37,10 +37,10 @@ struct LinkBytes {
   }
 };
 
-// A checkpoint published (or failed) at the end of a step: the save begun one step earlier, or
-// in this step's boundary for the last step and a stop.
+// A checkpoint published (or failed) at the end of a step: the save begun one step earlier, and
+// for the last step and a stop also the one begun in this step's boundary.
 struct CheckpointMetrics {
-  std::uint64_t step = 0;     // the step it holds; 0 = no checkpoint finished in this step
+  std::uint64_t step = 0;     // the step it holds
   bool ok = false;
   std::uint64_t bytes = 0;    // this rank's shard file
   double write_ms = 0;        // its write on the optimizer worker, overlapped with the next step
@@ -64,15 +64,15 @@ struct StepMetrics {
   std::string busiest;                // the busiest resource (trace track) ...
   double busiest_ms = 0;              // ... and its busy time in this step
   double overlap = 0;                 // step_ms / busiest_ms (1 = perfect overlap); 0 = unknown
-  CheckpointMetrics checkpoint;
+  std::vector<CheckpointMetrics> checkpoints;  // finished at the end of this step (0, 1 or 2)
 };
 
 // One JSON object, no newline. Keys, in this order: step, loss, lr, step_ms, tokens_per_s,
 // tflops, grad_norm, loss_scale, skipped, phase_ms {name: ms, ...}, bytes {nvme_read,
 // nvme_write, h2d, d2h, collective}, collective_theory_bytes, memory {device, pinned, nvme:
 // {current_bytes, peak_bytes, budget_bytes}}, memory_at_phase {name: {current_bytes, ...}}
-// (an empty object when none), busiest, busiest_ms, overlap, and checkpoint {step, ok, bytes,
-// write_ms} when a checkpoint finished at the end of the step. A non-finite number (a NaN loss)
+// (an empty object when none), busiest, busiest_ms, overlap, and checkpoints [{step, ok, bytes,
+// write_ms}, ...] when checkpoints finished at the end of the step. A non-finite number (a NaN loss)
 // is written as null.
 std::string to_json_line(const StepMetrics& m);
 

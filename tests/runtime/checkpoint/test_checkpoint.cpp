@@ -164,6 +164,8 @@ TEST(CheckpointDir, PublishesAtomicallyKeepsTheLastAndResolvesLatest) {
     EXPECT_EQ(resolve_checkpoint(root), root + "/" + checkpoint_name(step));
   }
   EXPECT_EQ(dir.complete_steps(), (std::vector<std::uint64_t>{6, 8}));
+  EXPECT_EQ(dir.leftovers().size(), 2u);  // steps 2 and 4, renamed to .deleting
+  dir.remove_leftovers();
   EXPECT_TRUE(dir.leftovers().empty());
   EXPECT_EQ(read_bytes(root + "/latest"), "step-00000008\n");
 
@@ -173,6 +175,7 @@ TEST(CheckpointDir, PublishesAtomicallyKeepsTheLastAndResolvesLatest) {
   EXPECT_EQ(resolve_checkpoint(root), root + "/step-00000008");
   write_bytes(dir.begin_partial(12) + "/manifest.json", "{}");
   dir.publish(12, 0, nullptr);
+  dir.remove_leftovers();
   EXPECT_TRUE(dir.leftovers().empty());
   EXPECT_EQ(dir.complete_steps(), (std::vector<std::uint64_t>{6, 8, 12}));
 
