@@ -39,7 +39,8 @@ Cases:
       names a complete checkpoint and no step-* folder lacks its manifest; restarted with the same
       flags plus --resume, the run gives the straight run's bits and leaves exactly the
       checkpoints of steps 4 and 6 (at every point; on a slow machine, past 20 s, at a sample of
-      the shard file's pieces). aio.block_size 1 MiB: one piece per module state, 35 points.
+      the shard file's pieces). aio.block_size 256 KiB: 1 MiB pieces, one per module state, 35
+      points.
   corruption
       A flipped byte in manifest.json, meta.json or the shard file (its header line, JSON and
       padding; values at its start, middle and end), the shard file deleted, cut short or grown,
