@@ -89,6 +89,13 @@ void check_resume(const TrainState& saved, const TrainState& now, const std::str
                     "; this run has " + std::to_string(now.seq_len),
                 "--seq-len", "give --seq-len " + std::to_string(saved.seq_len));
   }
+  if (saved.seed != now.seed || saved.shuffle != now.shuffle) {
+    throw Error("the checkpoint " + where + " was trained with --seed " + std::to_string(saved.seed) +
+                    (saved.shuffle ? " --shuffle" : "") + "; this run has --seed " + std::to_string(now.seed) +
+                    (now.shuffle ? " --shuffle" : ""),
+                saved.seed != now.seed ? "--seed" : "--shuffle",
+                "give the same --seed and --shuffle: they fix the data order the run continues in");
+  }
   const json diff = json::diff(json::parse(saved.config_json), json::parse(now.config_json));
   for (const json& op : diff) {
     log::info("resume: config {} changed since the checkpoint ({})", op.at("path").get<std::string>(),

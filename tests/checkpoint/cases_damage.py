@@ -134,7 +134,7 @@ def case_bad_resume(strata, root):
             model=["--preset", "tiny", "--seq-len", "16", "--text", GPL, "--seed", "7"])
     # The data must continue where it stopped: same seed, order, batch and data.
     tiny = ["--preset", "tiny", "--seq-len", "32"]
-    refused("other-seed", ["--resume", ckpt], ["seed = 7", "seed = 8"],
+    refused("other-seed", ["--resume", ckpt], ["--seed 7", "--seed 8"],
             model=tiny + ["--text", GPL, "--seed", "8"])
     refused("other-shuffle", ["--resume", ckpt, "--shuffle"], ["shuffle"])
     short = os.path.join(root, "short.txt")
