@@ -424,7 +424,7 @@ int run_training(const TrainOptions& o) {
     m.skipped = outcome.skipped;
     m.phase_ms = {{"forward", forward_ms}, {"backward", backward_ms}, {"optimizer", optimizer_ms}};
     if (saver) m.phase_ms.push_back({"checkpoint", checkpoint_ms});
-    for (const runtime::SaveResult& r : saves) m.checkpoints.push_back({r.step, r.ok, r.bytes, r.write_ms});
+    for (const runtime::SaveResult& r : saves) m.checkpoints.push_back({r.step, r.ok, r.bytes, r.write_ms, r.wait_ms, r.publish_ms});
     m.bytes = minus(link_bytes(engine.counters()), bytes_before);
     total_bytes += m.bytes;
     m.collective_theory_bytes = theory;

@@ -68,32 +68,32 @@ void fsync_path(const std::string& path) {
   if (rc != 0 && e != EINVAL) throw system_error(e, "fsync", path, "the disk may be failing or full");
 }
 
-void write_file_atomic(const std::string& path, const std::string& text, CrashPoints* crash) {
-  const std::string tmp = parent_of(path) + "/." + fs::path(path).filename().string() + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+void write_file(const std::string& path, const std::string& text, bool sync) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
     const int e = errno;
-    throw system_error(e, "open", tmp, "check that the folder exists and is writable");
+    throw system_error(e, "open", path, "check that the folder exists and is writable");
   }
+  auto fail = [&](const char* call) {
+    const int e = errno;
+    ::close(fd);
+    ::unlink(path.c_str());
+    return system_error(e, call, path, e == ENOSPC ? "free space on that disk" : "");
+  };
   std::size_t done = 0;
   while (done < text.size()) {
     const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int e = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw system_error(e, "write", tmp, e == ENOSPC ? "free space on that disk" : "");
-    }
+    if (n < 0) throw fail("write");
     done += static_cast<std::size_t>(n);
   }
-  if (::fsync(fd) != 0) {
-    const int e = errno;
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw system_error(e, "fsync", tmp, e == ENOSPC ? "free space on that disk" : "");
-  }
+  if (sync && ::fsync(fd) != 0) throw fail("fsync");
   ::close(fd);
+}
+
+void write_file_atomic(const std::string& path, const std::string& text, CrashPoints* crash) {
+  const std::string tmp = parent_of(path) + "/." + fs::path(path).filename().string() + ".tmp";
+  write_file(tmp, text, /*sync=*/true);
   if (crash) crash->hit("write " + tmp);
   rename_or_throw(tmp, path);
   fsync_path(parent_of(path));
@@ -207,8 +207,12 @@ std::vector<std::string> checkpoint_leftovers(const std::string& dir) {
   return found;
 }
 
-void CheckpointDir::remove_leftovers() const {
+void CheckpointDir::remove_leftovers(bool partial_too) const {
   for (const std::string& p : leftovers()) {
+    if (!partial_too && p.size() > std::strlen(kPartialSuffix) &&
+        p.compare(p.size() - std::strlen(kPartialSuffix), std::string::npos, kPartialSuffix) == 0) {
+      continue;
+    }
     std::error_code ec;
     fs::remove_all(p, ec);
     if (ec) log::warn("cannot remove {}: {}", p, ec.message());

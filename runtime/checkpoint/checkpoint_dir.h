@@ -31,6 +31,9 @@ std::optional<std::uint64_t> checkpoint_step(const std::string& name);
 // cannot fsync a folder (EINVAL) are accepted.
 void fsync_path(const std::string& path);
 
+// Writes `text` to `path` (created or truncated), fsynced when `sync`. Throws strata::Error
+// (ENOSPC included) naming the path, and removes the file then.
+void write_file(const std::string& path, const std::string& text, bool sync);
 // Writes `text` to `path` through a temporary file next to it: write, fsync, rename, fsync the
 // folder. Throws strata::Error (ENOSPC included) naming the path; `path` keeps its old content.
 void write_file_atomic(const std::string& path, const std::string& text, CrashPoints* crash = nullptr);
@@ -57,9 +60,10 @@ class CheckpointDir {
 
   // Complete checkpoints here, by step (oldest first).
   std::vector<std::uint64_t> complete_steps() const;
-  // Left-over .partial / .deleting folders (from crashes); remove_leftovers() removes them.
+  // Left-over .partial / .deleting folders (from crashes); remove_leftovers() removes them
+  // (with partial_too false, only the .deleting ones: safe beside a save in progress).
   std::vector<std::string> leftovers() const;
-  void remove_leftovers() const;
+  void remove_leftovers(bool partial_too = true) const;
 
  private:
   std::string path_;

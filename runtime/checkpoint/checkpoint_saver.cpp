@@ -35,10 +35,11 @@ CheckpointSaver::CheckpointSaver(const std::string& dir, int keep_last, ZeroEngi
   }
   stream_ = device_.create_stream("checkpoint");
   if (comm_.rank() == 0) {
-    for (const std::string& p : dir_.leftovers()) {
-      log::warn("{} is a save that did not finish (the run stopped during it); it is ignored and removed after "
-                "the next checkpoint", p);
+    const std::vector<std::string> leftovers = dir_.leftovers();
+    for (const std::string& p : leftovers) {
+      log::warn("{} is left from a run that stopped during a save or a removal: never loaded, removed now", p);
     }
+    dir_.remove_leftovers();
   }
 }
 
@@ -49,7 +50,6 @@ CheckpointSaver::~CheckpointSaver() {
 
 void CheckpointSaver::begin(std::uint64_t step, const std::string& meta_json) {
   if (in_flight_) finish();
-  if (cleanup_.valid()) cleanup_.wait();  // it removes .partial folders too: done before a new one
   step_ = step;
   meta_error_.clear();
   shard_error_.clear();
@@ -58,7 +58,10 @@ void CheckpointSaver::begin(std::uint64_t step, const std::string& meta_json) {
   if (comm_.rank() == 0) {
     try {
       dir_.begin_partial(step);
-      write_file_atomic(partial + "/" + kMeta, meta_json, &crash_);
+      // Not fsynced here: finish() does, a step later. An fsync now would wait for the file
+      // system's journal, which may be busy freeing the checkpoint removed a moment ago.
+      write_file(partial + "/" + kMeta, meta_json, /*sync=*/false);
+      crash_.hit("write " + partial + "/" + kMeta);
       meta_file_ = {kMeta, meta_json.size(), xxh3_of(meta_json)};
     } catch (const std::exception& e) {
       meta_error_ = e.what();
@@ -142,9 +145,13 @@ bool CheckpointSaver::agree(bool ok_here, std::uint64_t bytes, std::uint64_t xxh
 
 std::optional<SaveResult> CheckpointSaver::finish() {
   if (!in_flight_) return std::nullopt;
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point t0 = Clock::now();
   done_future_.wait();
   in_flight_ = false;
+  const Clock::time_point t1 = Clock::now();
   SaveResult r;
+  r.wait_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
   r.step = step_;
   r.bytes = shard_file_.bytes;
   r.write_ms = write_ms_;
@@ -155,10 +162,15 @@ std::optional<SaveResult> CheckpointSaver::finish() {
     const std::string partial = dir_.partial_path(step_);
     if (ok) {
       try {
+        fsync_path(partial + "/" + kMeta);
+        crash_.hit("fsync " + partial + "/" + kMeta);
         write_file_atomic(partial + "/" + kManifest, manifest.to_json(), &crash_);
         dir_.publish(step_, keep_last_, &crash_);
         r.path = dir_.final_path(step_);
-        cleanup_ = std::async(std::launch::async, [this] { dir_.remove_leftovers(); });
+        // Old checkpoints (renamed to .deleting by publish) go off the trainer thread; the save
+        // that begins next is left alone (partial_too false).
+        if (cleanup_.valid()) cleanup_.wait();
+        cleanup_ = std::async(std::launch::async, [this] { dir_.remove_leftovers(/*partial_too=*/false); });
       } catch (const std::exception& e) {
         r.error = e.what();
         ok = false;
@@ -172,6 +184,7 @@ std::optional<SaveResult> CheckpointSaver::finish() {
     }
   }
   r.ok = ok;
+  r.publish_ms = std::chrono::duration<double, std::milli>(Clock::now() - t1).count();
   return r;
 }
 

@@ -36,6 +36,8 @@ struct SaveResult {
   std::string path;          // the published checkpoint folder (rank 0), when ok
   std::uint64_t bytes = 0;   // this rank's shard file
   double write_ms = 0;       // this rank's shard write, on the optimizer worker
+  double wait_ms = 0;        // finish() waiting for that write (the part not hidden by the step)
+  double publish_ms = 0;     // the agreement and, on rank 0, manifest, renames, fsyncs, latest
   std::string error;         // this rank's failure, when there was one
 };
 

@@ -60,7 +60,8 @@ std::string to_json_line(const StepMetrics& m) {
   if (!m.checkpoints.empty()) {
     Json list = Json::array();
     for (const CheckpointMetrics& c : m.checkpoints) {
-      list.push_back({{"step", c.step}, {"ok", c.ok}, {"bytes", c.bytes}, {"write_ms", c.write_ms}});
+      list.push_back({{"step", c.step}, {"ok", c.ok}, {"bytes", c.bytes}, {"write_ms", c.write_ms},
+                      {"wait_ms", c.wait_ms}, {"publish_ms", c.publish_ms}});
     }
     j["checkpoints"] = std::move(list);
   }

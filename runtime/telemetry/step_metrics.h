@@ -44,6 +44,8 @@ struct CheckpointMetrics {
   bool ok = false;
   std::uint64_t bytes = 0;    // this rank's shard file
   double write_ms = 0;        // its write on the optimizer worker, overlapped with the next step
+  double wait_ms = 0;         // the trainer waiting for that write at the step boundary
+  double publish_ms = 0;      // agreeing and publishing it (manifest, renames, fsyncs, latest)
 };
 
 struct StepMetrics {
@@ -72,7 +74,7 @@ struct StepMetrics {
 // nvme_write, h2d, d2h, collective}, collective_theory_bytes, memory {device, pinned, nvme:
 // {current_bytes, peak_bytes, budget_bytes}}, memory_at_phase {name: {current_bytes, ...}}
 // (an empty object when none), busiest, busiest_ms, overlap, and checkpoints [{step, ok, bytes,
-// write_ms}, ...] when checkpoints finished at the end of the step. A non-finite number (a NaN loss)
+// write_ms, wait_ms, publish_ms}, ...] when checkpoints finished at the end of the step. A non-finite number (a NaN loss)
 // is written as null.
 std::string to_json_line(const StepMetrics& m);
 
