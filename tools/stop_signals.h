@@ -8,7 +8,7 @@
 // `second_stops_now`, a second one restores the default action and re-raises it, so a user
 // pressing Ctrl-C twice stops at once. A signal ignored when it is made stays ignored. The
 // destructor (or restore()) puts the previous handlers back.
-// A signal handler can only reach process state: the flag is a file-static sig_atomic_t,
+// A signal handler can only reach process state: the flag is a file-static lock-free atomic,
 // owned by this class; one StopSignals at a time.
 #include <csignal>
 #include <initializer_list>

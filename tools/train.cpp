@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include <unistd.h>
@@ -166,18 +167,6 @@ void check_output_path(const std::string& path, const char* flag) {
   }
 }
 
-// Whether any rank has been asked to stop (every rank gets the same answer).
-bool any_rank_stops(runtime::Communicator& comm, runtime::Device& device, runtime::Stream& stream, bool here) {
-  if (comm.world() == 1) return here;
-  runtime::DeviceBuffer buf = device.allocate(sizeof(float), "stop flag");
-  float flag = here ? 1.0f : 0.0f;
-  stream.copy_async(buf.data(), &flag, sizeof flag);
-  comm.all_reduce(buf.data(), buf.data(), 1, DType::f32, stream, runtime::ReduceOp::max);
-  stream.copy_async(&flag, buf.data(), sizeof flag);
-  stream.synchronize();
-  return flag != 0.0f;
-}
-
 void report_save(const runtime::SaveResult& r, bool rank0) {
   if (!r.ok) {
     log::error("checkpoint of step {} failed: {}; training goes on, the previous checkpoint stays `latest`", r.step,
@@ -207,9 +196,20 @@ int run_training(const TrainOptions& o) {
   if (o.checkpoint_every > 0 && o.checkpoint_dir.empty()) {
     throw Error("--checkpoint-every needs --checkpoint-dir", "--checkpoint-every", "give --checkpoint-dir D");
   }
-  // The checkpoint folder is made (and checked for writing) before any training.
+  // The checkpoint folder is made (and checked for writing) before any training. A new run does
+  // not write into another run's checkpoints: `latest` and keep_last would mix the two.
   std::optional<runtime::CheckpointDir> checkpoint_dir;
-  if (!o.checkpoint_dir.empty()) checkpoint_dir.emplace(o.checkpoint_dir);
+  if (!o.checkpoint_dir.empty()) {
+    checkpoint_dir.emplace(o.checkpoint_dir);
+    const std::vector<std::uint64_t> held = checkpoint_dir->complete_steps();
+    if (!held.empty() && o.resume_path.empty()) {
+      throw Error("--checkpoint-dir " + o.checkpoint_dir + " already holds checkpoints (" +
+                      runtime::checkpoint_name(held.front()) + " to " + runtime::checkpoint_name(held.back()) +
+                      ") of another run",
+                  "--checkpoint-dir",
+                  "continue that run with --resume " + o.checkpoint_dir + ", or give another --checkpoint-dir");
+    }
+  }
   runtime::CrashPoints crash = runtime::CrashPoints::from_environment();
   const runtime::LaunchInfo launch = runtime::detect_launch();
   const models::GptConfig model_config = load_model_config(o);
@@ -292,21 +292,41 @@ int run_training(const TrainOptions& o) {
   std::uint64_t applied_steps = 0;  // the scheduler advances only on steps not skipped (fp16)
 
   if (!o.resume_path.empty()) {
-    const runtime::CheckpointFiles files = runtime::open_checkpoint(o.resume_path);
-    const std::string where = files.path + "/meta.json";
-    const TrainState saved = TrainState::from_json(files.meta_json, where);
-    check_resume(saved, now, files.path);
-    if (saved.step >= o.steps) {
-      throw Error("the checkpoint " + files.path + " is at step " + std::to_string(saved.step) + " and --steps is " +
-                      std::to_string(o.steps) + ": nothing is left to train",
-                  "--steps", "--steps is the run's total: raise it to train further");
+    // Every rank checks and loads its part; a failure on any rank stops every rank (each
+    // would otherwise wait for the others in the first step's collectives).
+    std::optional<Error> failed;
+    std::string resumed_from;
+    try {
+      const runtime::CheckpointFiles files = runtime::open_checkpoint(o.resume_path);
+      const std::string where = files.path + "/meta.json";
+      const TrainState saved = TrainState::from_json(files.meta_json, where);
+      if (saved.step != files.manifest.step) {
+        throw Error(where + " is at step " + std::to_string(saved.step) + " but its manifest at step " +
+                        std::to_string(files.manifest.step),
+                    where, "the checkpoint is damaged: resume from an earlier one");
+      }
+      check_resume(saved, now, files.path);
+      if (saved.step >= o.steps) {
+        throw Error("the checkpoint " + files.path + " is at step " + std::to_string(saved.step) +
+                        " and --steps is " + std::to_string(o.steps) + ": nothing is left to train",
+                    "--steps", "--steps is the run's total: raise it to train further");
+      }
+      // The cheap checks (data position, loss scaling mode) before the states' I/O.
+      loader.restore(saved.loader);
+      engine.restore_train_state(saved.engine);
+      runtime::load_states(files, engine, tiers.io());
+      first_step = saved.step;
+      applied_steps = saved.applied_steps;
+      resumed_from = files.path;
+    } catch (const Error& e) {
+      failed = e;
     }
-    runtime::load_states(files, engine, tiers.io());
-    engine.restore_train_state(saved.engine);
-    loader.restore(saved.loader);
-    first_step = saved.step;
-    applied_steps = saved.applied_steps;
-    if (rank0) log::info("resumed from {} at step {}", files.path, first_step);
+    if (runtime::any_rank(*comm, *device, *compute, failed.has_value())) {
+      if (failed) throw *failed;
+      throw Error("another rank could not resume from " + o.resume_path + " (its error says why)", "--resume",
+                  "see the other ranks' errors");
+    }
+    if (rank0) log::info("resumed from {} at step {}", resumed_from, first_step);
   } else {
     std::unique_ptr<models::HfWeightsReader> reader;
     if (!o.init_path.empty()) reader = std::make_unique<models::HfWeightsReader>(o.init_path, model_config);
@@ -326,8 +346,17 @@ int run_training(const TrainOptions& o) {
   std::optional<StopSignals> signals;
   if (checkpoint_dir) {
     const int keep = o.checkpoint_keep >= 0 ? o.checkpoint_keep : static_cast<int>(config.strata.checkpoint_keep);
-    saver = std::make_unique<runtime::CheckpointSaver>(o.checkpoint_dir, keep, engine, *device, *comm, tiers.io(),
-                                                       crash);
+    if (rank0) {
+      for (std::uint64_t s : checkpoint_dir->complete_steps()) {
+        if (s > first_step) {
+          log::warn("{}/{} is later than the step this run resumed at ({}): left alone, never pruned; the run's "
+                    "own checkpoints of the same steps replace it",
+                    o.checkpoint_dir, runtime::checkpoint_name(s), first_step);
+        }
+      }
+    }
+    saver = std::make_unique<runtime::CheckpointSaver>(std::move(*checkpoint_dir), keep, engine, *device, *comm,
+                                                       tiers.io(), crash);
     signals.emplace(std::initializer_list<int>{SIGINT, SIGTERM}, /*second_stops_now=*/true);
   }
   int stopped_by = 0;
@@ -389,7 +418,7 @@ int run_training(const TrainOptions& o) {
     if (saver) {
       const Clock::time_point tc = Clock::now();
       if (std::optional<runtime::SaveResult> r = saver->finish()) saves.push_back(*r);
-      stop = any_rank_stops(*comm, *device, *compute, signals->received() != 0);
+      stop = runtime::any_rank(*comm, *device, *compute, signals->received() != 0);
       const std::uint64_t done = step + 1;
       const bool last = done == o.steps || stop;
       if (last || (o.checkpoint_every > 0 && done % o.checkpoint_every == 0)) {

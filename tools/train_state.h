@@ -13,6 +13,10 @@
 //    "rng": "none",           the model has no dropout: its only randomness is the seed's
 //                             initial weights and --shuffle order, both recorded above
 //    "config": {...}}         the resolved config (tiers may differ on resume)
+// A resume must match the model, world size, shards, sequence length, seed and shuffle flag
+// (check_resume) and the micro-batch size and data (the loader's state). The stage may change
+// between 1, 2 and 3 (the same shards) and the compute dtype may change (the master is fp32),
+// except into or out of fp16, whose loss scaler state the engine refuses to mix.
 #include <cstdint>
 #include <string>
 

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include <fcntl.h>
+#include <stdio.h>  // renameat2
 #include <unistd.h>
 
 #include "core/error.h"
@@ -23,7 +24,6 @@ namespace {
 constexpr const char* kPrefix = "step-";
 constexpr const char* kPartialSuffix = ".partial";
 constexpr const char* kDeletingSuffix = ".deleting";
-constexpr const char* kManifest = "manifest.json";
 
 std::string parent_of(const std::string& path) {
   fs::path p = fs::path(path).parent_path();
@@ -47,7 +47,10 @@ std::string checkpoint_name(std::uint64_t step) {
 
 std::optional<std::uint64_t> checkpoint_step(const std::string& name) {
   const std::string prefix = kPrefix;
-  if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) return std::nullopt;
+  if (name.size() <= prefix.size() || name.size() > prefix.size() + 19 ||
+      name.compare(0, prefix.size(), prefix) != 0) {
+    return std::nullopt;
+  }
   std::uint64_t step = 0;
   for (std::size_t i = prefix.size(); i < name.size(); ++i) {
     if (name[i] < '0' || name[i] > '9') return std::nullopt;
@@ -152,30 +155,54 @@ void CheckpointDir::publish(std::uint64_t step, int keep_last, CrashPoints* cras
   fsync_path(partial);
   std::error_code ec;
   if (fs::exists(final_dir, ec)) {
-    // A checkpoint of this step exists (a resumed run saving the step it resumed at, or a run
-    // started again): replace it, out of the way first so that the name is never half-made.
+    // A checkpoint of this step exists (a run resumed from an earlier step reaches it again):
+    // swap the two folders in one atomic rename, so that step-N is always one complete
+    // checkpoint or the other; the old one then goes the way of a pruned one.
+    if (::renameat2(AT_FDCWD, partial.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) != 0) {
+      const int e = errno;
+      throw system_error(e, "renameat2 (RENAME_EXCHANGE)", partial + " <-> " + final_dir,
+                         "this file system cannot swap folders atomically: move " + final_dir +
+                             " out of the checkpoint folder and resume again");
+    }
+    fsync_path(path_);
+    if (crash) crash->hit("exchange " + partial + " <-> " + final_dir);
     const std::string old = path_ + "/." + checkpoint_name(step) + kDeletingSuffix;
     fs::remove_all(old, ec);
-    rename_or_throw(final_dir, old);
+    rename_or_throw(partial, old);
+  } else {
+    rename_or_throw(partial, final_dir);
   }
-  rename_or_throw(partial, final_dir);
   fsync_path(path_);
   if (crash) crash->hit("rename " + partial + " -> " + final_dir);
   write_file_atomic(path_ + "/latest", checkpoint_name(step) + "\n", crash);
 
+  // The checkpoint is published; keeping the last ones is best effort from here on.
   if (keep_last > 0) {
-    std::vector<std::uint64_t> steps = complete_steps();
-    if (steps.size() > static_cast<std::size_t>(keep_last)) {
-      steps.resize(steps.size() - static_cast<std::size_t>(keep_last));
-      for (std::uint64_t s : steps) {
-        if (s == step) continue;
-        const std::string doomed = path_ + "/." + checkpoint_name(s) + kDeletingSuffix;
-        rename_or_throw(final_path(s), doomed);
-        if (crash) crash->hit("rename " + final_path(s) + " -> " + doomed);
-      }
-      fsync_path(path_);
+    try {
+      prune(step, keep_last, crash);
+    } catch (const std::exception& e) {
+      log::warn("checkpoint {} is published, but removing older checkpoints failed: {}", final_dir, e.what());
     }
   }
+}
+
+void CheckpointDir::prune(std::uint64_t step, int keep_last, CrashPoints* crash) const {
+  // Only checkpoints up to `step` count: later ones come from before a resume from an earlier
+  // step, and are left alone (the run reports them at start).
+  std::vector<std::uint64_t> steps;
+  for (std::uint64_t s : complete_steps()) {
+    if (s <= step) steps.push_back(s);
+  }
+  if (steps.size() <= static_cast<std::size_t>(keep_last)) return;
+  steps.resize(steps.size() - static_cast<std::size_t>(keep_last));
+  for (std::uint64_t s : steps) {
+    const std::string doomed = path_ + "/." + checkpoint_name(s) + kDeletingSuffix;
+    std::error_code ec;
+    fs::remove_all(doomed, ec);
+    rename_or_throw(final_path(s), doomed);
+    if (crash) crash->hit("rename " + final_path(s) + " -> " + doomed);
+  }
+  fsync_path(path_);
 }
 
 std::vector<std::uint64_t> CheckpointDir::complete_steps() const {
@@ -183,7 +210,7 @@ std::vector<std::uint64_t> CheckpointDir::complete_steps() const {
   std::error_code ec;
   for (const fs::directory_entry& e : fs::directory_iterator(path_, ec)) {
     const std::optional<std::uint64_t> step = checkpoint_step(e.path().filename().string());
-    if (step && fs::is_regular_file(e.path() / kManifest, ec)) steps.push_back(*step);
+    if (step && fs::is_regular_file(e.path() / kManifestFile, ec)) steps.push_back(*step);
   }
   std::sort(steps.begin(), steps.end());
   return steps;
@@ -225,7 +252,7 @@ std::string resolve_checkpoint(const std::string& path) {
     throw Error("--resume " + path + ": no such folder", "--resume",
                 "give a checkpoint folder (step-NNNNNNNN) or the --checkpoint-dir that holds `latest`");
   }
-  if (fs::is_regular_file(fs::path(path) / kManifest, ec)) return path;
+  if (fs::is_regular_file(fs::path(path) / kManifestFile, ec)) return path;
   const std::string latest = path + "/latest";
   if (!fs::is_regular_file(latest, ec)) {
     std::string hint = "give a checkpoint folder (step-NNNNNNNN) or the --checkpoint-dir that holds `latest`";
@@ -241,7 +268,7 @@ std::string resolve_checkpoint(const std::string& path) {
                 "give a checkpoint folder (step-NNNNNNNN) to --resume instead");
   }
   const std::string target = path + "/" + name;
-  if (!fs::is_regular_file(fs::path(target) / kManifest, ec)) {
+  if (!fs::is_regular_file(fs::path(target) / kManifestFile, ec)) {
     throw Error(latest + " names " + name + ", which is not a complete checkpoint", latest,
                 "give an older checkpoint folder (step-NNNNNNNN) to --resume");
   }

@@ -22,6 +22,9 @@
 
 namespace strata::runtime {
 
+inline constexpr const char* kManifestFile = "manifest.json";
+inline constexpr const char* kMetaFile = "meta.json";
+
 // "step-00000120" for step 120.
 std::string checkpoint_name(std::uint64_t step);
 // The step of a folder named like checkpoint_name(), or nullopt.
@@ -52,12 +55,15 @@ class CheckpointDir {
 
   // Makes an empty partial folder for `step`, removing one left by an earlier crash.
   std::string begin_partial(std::uint64_t step) const;
-  // fsyncs the partial folder, renames it to its final name, fsyncs D; then `latest`; then
-  // renames all but the newest `keep_last` complete checkpoints (0 keeps all) to .deleting.
+  // fsyncs the partial folder, renames it to its final name (or swaps it with an existing
+  // step-N in one atomic rename), fsyncs D; then `latest`; then, best effort (a warning on
+  // failure: the checkpoint is published), prune(step, keep_last) (0 keeps all).
   // A crash point is hit after each durable change. Removing the .deleting folders (tens of
   // ms for a large shard file) is remove_leftovers(), which the saver runs off the step.
   void publish(std::uint64_t step, int keep_last, CrashPoints* crash) const;
 
+  // Renames all but the newest `keep_last` complete checkpoints up to `step` to .deleting.
+  void prune(std::uint64_t step, int keep_last, CrashPoints* crash) const;
   // Complete checkpoints here, by step (oldest first).
   std::vector<std::uint64_t> complete_steps() const;
   // Left-over .partial / .deleting folders (from crashes); remove_leftovers() removes them

@@ -15,8 +15,6 @@
 namespace strata::runtime {
 namespace {
 
-constexpr const char* kMeta = "meta.json";
-constexpr const char* kManifest = "manifest.json";
 
 Error foreign(const std::string& path, const std::string& why) {
   return Error("checkpoint file " + path + " does not fit this run: " + why, path,
@@ -52,7 +50,7 @@ void check_layout(const ShardLayout& l, const std::string& path, int shard, int 
 CheckpointFiles open_checkpoint(const std::string& path) {
   CheckpointFiles c;
   c.path = resolve_checkpoint(path);
-  const std::string manifest_path = c.path + "/" + kManifest;
+  const std::string manifest_path = c.path + "/" + kManifestFile;
   c.manifest = Manifest::parse(read_text_file(manifest_path), manifest_path);
   for (const ManifestFile& f : c.manifest.files) {
     const std::string p = c.path + "/" + f.name;
@@ -68,8 +66,8 @@ CheckpointFiles open_checkpoint(const std::string& path) {
                   p, "the file was cut short or changed: resume from an earlier checkpoint");
     }
   }
-  const std::string meta_path = c.path + "/" + kMeta;
-  verify_file(meta_path, c.manifest.file(kMeta, manifest_path));
+  const std::string meta_path = c.path + "/" + kMetaFile;
+  verify_file(meta_path, c.manifest.file(kMetaFile, manifest_path));
   c.meta_json = read_text_file(meta_path);
   return c;
 }
@@ -83,7 +81,7 @@ void load_states(const CheckpointFiles& c, ZeroEngine& engine, offload::AioEngin
   const std::string name = shard_file_name(engine.shard_index(), engine.shards());
   const std::string path = c.path + "/" + name;
   const std::size_t chunk = engine.state_chunk_numel();
-  ShardFileReader reader(path, c.manifest.file(name, c.path + "/" + kManifest), io, chunk * 4);
+  ShardFileReader reader(path, c.manifest.file(name, c.path + "/" + kManifestFile), io, chunk * 4);
   std::vector<std::string> names;
   std::vector<std::uint64_t> shard_numels;
   for (int m = 0; m < engine.module_count(); ++m) {
@@ -97,7 +95,7 @@ void load_states(const CheckpointFiles& c, ZeroEngine& engine, offload::AioEngin
       for (std::size_t off = 0; off < numel; off += chunk) {
         const std::size_t n = std::min(chunk, numel - off);
         const float* values = reader.read(n * 4, off + n == numel);
-        engine.write_state(m, k, off, n, values);
+        engine.write_state(m, static_cast<OptimState>(k), off, n, values);
       }
     }
   }
@@ -117,7 +115,7 @@ struct CheckpointMasters::Shard {
 };
 
 CheckpointMasters::CheckpointMasters(const CheckpointFiles& c) {
-  const std::string manifest_path = c.path + "/" + kManifest;
+  const std::string manifest_path = c.path + "/" + kManifestFile;
   const int shards = c.manifest.shards;
   for (int s = 0; s < shards; ++s) {
     Shard f;
@@ -152,8 +150,12 @@ const float* CheckpointMasters::read(int module) {
     const ShardEntry& e = f.layout.entry(module, OptimState::master);
     const std::size_t bytes = e.real_numel * 4;
     if (bytes == 0) continue;
-    if (::pread(f.fd, values_.data() + at, bytes, static_cast<off_t>(e.offset)) != static_cast<ssize_t>(bytes)) {
-      throw Error("cannot read " + e.name + " from " + f.path, f.path, "the file is damaged");
+    auto* dst = reinterpret_cast<char*>(values_.data() + at);
+    for (std::size_t done = 0; done < bytes;) {  // one pread moves at most ~2 GiB
+      const ssize_t n = ::pread(f.fd, dst + done, bytes - done, static_cast<off_t>(e.offset + done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) throw Error("cannot read " + e.name + " from " + f.path, f.path, "the file is damaged");
+      done += static_cast<std::size_t>(n);
     }
     at += e.real_numel;
   }

@@ -4,6 +4,10 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <utility>
+
+#include <fcntl.h>
+#include <unistd.h>
 #include <vector>
 
 #include "core/error.h"
@@ -13,8 +17,6 @@
 namespace strata::runtime {
 namespace {
 
-constexpr const char* kMeta = "meta.json";
-constexpr const char* kManifest = "manifest.json";
 
 std::vector<ShardModule> shard_modules(const ZeroEngine& engine) {
   std::vector<ShardModule> modules;
@@ -26,9 +28,9 @@ std::vector<ShardModule> shard_modules(const ZeroEngine& engine) {
 
 }  // namespace
 
-CheckpointSaver::CheckpointSaver(const std::string& dir, int keep_last, ZeroEngine& engine, Device& device,
+CheckpointSaver::CheckpointSaver(CheckpointDir dir, int keep_last, ZeroEngine& engine, Device& device,
                                  Communicator& comm, offload::AioEngine& io, CrashPoints& crash)
-    : dir_(dir), keep_last_(keep_last), engine_(engine), device_(device), comm_(comm), io_(io), crash_(crash) {
+    : dir_(std::move(dir)), keep_last_(keep_last), engine_(engine), device_(device), comm_(comm), io_(io), crash_(crash) {
   if (keep_last < 0) {
     throw Error("checkpoint keep_last is " + std::to_string(keep_last), "--checkpoint-keep",
                 "give the number of checkpoints to keep (0 keeps all)");
@@ -46,23 +48,35 @@ CheckpointSaver::CheckpointSaver(const std::string& dir, int keep_last, ZeroEngi
 CheckpointSaver::~CheckpointSaver() {
   if (in_flight_) done_future_.wait();
   if (cleanup_.valid()) cleanup_.wait();
+  close_meta();
+}
+
+void CheckpointSaver::close_meta() {
+  if (meta_fd_ >= 0) ::close(meta_fd_);
+  meta_fd_ = -1;
 }
 
 void CheckpointSaver::begin(std::uint64_t step, const std::string& meta_json) {
-  if (in_flight_) finish();
+  STRATA_ASSERT(!in_flight_, "CheckpointSaver::begin with a save in flight: finish() it first");
   step_ = step;
   meta_error_.clear();
   shard_error_.clear();
   shard_file_ = {};
+  write_ms_ = 0;
+  close_meta();
   const std::string partial = dir_.partial_path(step);
   if (comm_.rank() == 0) {
     try {
       dir_.begin_partial(step);
       // Not fsynced here: finish() does, a step later. An fsync now would wait for the file
       // system's journal, which may be busy freeing the checkpoint removed a moment ago.
-      write_file(partial + "/" + kMeta, meta_json, /*sync=*/false);
-      crash_.hit("write " + partial + "/" + kMeta);
-      meta_file_ = {kMeta, meta_json.size(), xxh3_of(meta_json)};
+      // The descriptor stays open until that fsync, so that a write-back error in between is
+      // reported to it (Linux reports one only to descriptors open when it happens).
+      write_file(partial + "/" + kMetaFile, meta_json, /*sync=*/false);
+      meta_fd_ = ::open((partial + "/" + kMetaFile).c_str(), O_RDONLY | O_CLOEXEC);
+      if (meta_fd_ < 0) throw system_error(errno, "open", partial + "/" + kMetaFile);
+      crash_.hit("write " + partial + "/" + kMetaFile);
+      meta_file_ = {kMetaFile, meta_json.size(), xxh3_of(meta_json)};
     } catch (const std::exception& e) {
       meta_error_ = e.what();
     }
@@ -96,7 +110,7 @@ void CheckpointSaver::write_shard(std::uint64_t step) {
         for (std::size_t off = 0; off < numel; off += chunk) {
           const std::size_t n = std::min(chunk, numel - off);
           float* buf = writer.buffer();
-          engine_.read_state(m, k, off, n, buf);
+          engine_.read_state(m, static_cast<OptimState>(k), off, n, buf);
           writer.submit(n * 4, off + n == numel);
         }
       }
@@ -106,6 +120,19 @@ void CheckpointSaver::write_shard(std::uint64_t step) {
     shard_error_ = e.what();
   }
   write_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void CheckpointSaver::start_cleanup() {
+  // Old checkpoints (renamed to .deleting by publish) are removed off the trainer thread; the
+  // save that begins next is left alone (partial_too false). The removal before, if it still
+  // runs a checkpoint interval later, is waited for here.
+  try {
+    if (cleanup_.valid()) cleanup_.wait();
+    cleanup_ = std::async(std::launch::async, [this] { dir_.remove_leftovers(/*partial_too=*/false); });
+  } catch (const std::exception& e) {
+    log::warn("cannot start removing old checkpoints in the background ({}); they stay as .deleting folders",
+              e.what());
+  }
 }
 
 bool CheckpointSaver::agree(bool ok_here, std::uint64_t bytes, std::uint64_t xxh3, Manifest* manifest) {
@@ -162,19 +189,17 @@ std::optional<SaveResult> CheckpointSaver::finish() {
     const std::string partial = dir_.partial_path(step_);
     if (ok) {
       try {
-        fsync_path(partial + "/" + kMeta);
-        crash_.hit("fsync " + partial + "/" + kMeta);
-        write_file_atomic(partial + "/" + kManifest, manifest.to_json(), &crash_);
+        if (::fsync(meta_fd_) != 0) throw system_error(errno, "fsync", partial + "/" + kMetaFile);
+        close_meta();
+        crash_.hit("fsync " + partial + "/" + kMetaFile);
+        write_file_atomic(partial + "/" + kManifestFile, manifest.to_json(), &crash_);
         dir_.publish(step_, keep_last_, &crash_);
         r.path = dir_.final_path(step_);
-        // Old checkpoints (renamed to .deleting by publish) go off the trainer thread; the save
-        // that begins next is left alone (partial_too false).
-        if (cleanup_.valid()) cleanup_.wait();
-        cleanup_ = std::async(std::launch::async, [this] { dir_.remove_leftovers(/*partial_too=*/false); });
       } catch (const std::exception& e) {
         r.error = e.what();
         ok = false;
       }
+      if (ok) start_cleanup();
     } else if (r.error.empty()) {
       r.error = "another rank could not write its shard file (see its log)";
     }
@@ -182,8 +207,11 @@ std::optional<SaveResult> CheckpointSaver::finish() {
       std::error_code ec;
       std::filesystem::remove_all(partial, ec);
     }
+    close_meta();
   }
-  r.ok = ok;
+  // Rank 0's publish may have failed after every shard was written: every rank learns it.
+  r.ok = !any_rank(comm_, device_, *stream_, !ok);
+  if (!r.ok && r.error.empty()) r.error = "rank 0 could not publish the checkpoint (see its log)";
   r.publish_ms = std::chrono::duration<double, std::milli>(Clock::now() - t1).count();
   return r;
 }

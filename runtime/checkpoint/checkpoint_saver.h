@@ -44,7 +44,8 @@ struct SaveResult {
 class CheckpointSaver {
  public:
   // All borrowed; they must outlive the saver. keep_last: complete checkpoints kept (0 = all).
-  CheckpointSaver(const std::string& dir, int keep_last, ZeroEngine& engine, Device& device, Communicator& comm,
+  // Reports and removes what earlier runs left unfinished in the folder (rank 0).
+  CheckpointSaver(CheckpointDir dir, int keep_last, ZeroEngine& engine, Device& device, Communicator& comm,
                   offload::AioEngine& io, CrashPoints& crash);
   ~CheckpointSaver();  // waits for a shard write in flight; publishes nothing
   CheckpointSaver(const CheckpointSaver&) = delete;
@@ -52,14 +53,17 @@ class CheckpointSaver {
 
   const CheckpointDir& dir() const { return dir_; }
   // Collective. Starts the save of the states after `step` optimizer steps; meta_json is
-  // written by rank 0 as meta.json. A save still in flight is finished first.
+  // written by rank 0 as meta.json. No save may be in flight (finish() it first).
   void begin(std::uint64_t step, const std::string& meta_json);
-  // Collective. Completes the save in flight (see above); nullopt when none is.
+  // Collective. Completes the save in flight (see above); nullopt when none is. `ok` is the
+  // same on every rank: the checkpoint was published.
   std::optional<SaveResult> finish();
   bool in_flight() const { return in_flight_; }
 
  private:
   void write_shard(std::uint64_t step);  // on the optimizer worker
+  void start_cleanup();
+  void close_meta();
   bool agree(bool ok_here, std::uint64_t bytes, std::uint64_t xxh3, Manifest* manifest);
 
   CheckpointDir dir_;
@@ -76,6 +80,7 @@ class CheckpointSaver {
   std::uint64_t step_ = 0;
   ManifestFile meta_file_;
   std::string meta_error_;  // rank 0: the partial folder or meta.json could not be written
+  int meta_fd_ = -1;        // rank 0: meta.json, open from its write to its fsync in finish()
   std::promise<void> done_;
   std::future<void> done_future_;
   // Written by the worker task, read after done_future_.

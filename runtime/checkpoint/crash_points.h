@@ -1,6 +1,7 @@
 #pragma once
 // Fault injection for the crash-consistency tests: the checkpoint code calls hit() after each
-// step that changes the disk (a file written, a chunk of a shard file, an fsync, a rename).
+// step that changes the disk (a file written, an fsync, a rename, and every other piece of a
+// shard file, once submitted).
 // With STRATA_CRASH_AT=N in the environment, the N-th hit (counted from 1 over the process)
 // prints its name to stderr and kills the process with SIGKILL: no destructor, no flush, as a
 // power cut or an OOM kill would leave it. Unset or 0: hit() only counts.

@@ -95,8 +95,11 @@ Manifest Manifest::parse(const std::string& text, const std::string& path) {
     m.shards = body.at("shards").get<int>();
     if (m.shards < 1) throw damaged(path, "it lists " + std::to_string(m.shards) + " shards");
     for (const json& f : body.at("files")) {
-      m.files.push_back({f.at("name").get<std::string>(), f.at("bytes").get<std::uint64_t>(),
-                         parse_hex(f.at("xxh3").get<std::string>(), path)});
+      const std::string name = f.at("name").get<std::string>();
+      if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") {
+        throw damaged(path, "it names a file \"" + name + "\" outside the checkpoint folder");
+      }
+      m.files.push_back({name, f.at("bytes").get<std::uint64_t>(), parse_hex(f.at("xxh3").get<std::string>(), path)});
     }
   } catch (const json::exception& e) {
     throw damaged(path, std::string("a field is missing or mistyped (") + e.what() + ")");

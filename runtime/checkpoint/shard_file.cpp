@@ -210,11 +210,7 @@ void ShardFileWriter::submit(std::size_t bytes, bool ends_entry) {
 ManifestFile ShardFileWriter::finish() {
   wait(0);
   wait(1);
-  if (offset_ != layout_.file_bytes) {
-    throw Error("internal: shard file " + path_ + " got " + std::to_string(offset_) + " bytes of " +
-                    std::to_string(layout_.file_bytes),
-                path_);
-  }
+  STRATA_ASSERT(offset_ == layout_.file_bytes, "a shard file written short of its layout");
   file_.sync();
   if (crash_) crash_->hit("fdatasync " + path_);
   return {path_.substr(path_.find_last_of('/') + 1), offset_, hash_.digest()};

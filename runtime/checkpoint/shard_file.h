@@ -26,11 +26,10 @@
 #include "offload/host_buffer.h"
 #include "runtime/checkpoint/crash_points.h"
 #include "runtime/checkpoint/manifest.h"
+#include "runtime/zero/engine.h"  // OptimState
 
 namespace strata::runtime {
 
-enum class OptimState { master = 0, exp_avg = 1, exp_avg_sq = 2 };
-inline constexpr int kOptimStates = 3;
 const char* optim_state_name(OptimState s);  // "master" | "exp_avg" | "exp_avg_sq"
 
 struct ShardModule {

@@ -242,4 +242,15 @@ std::unique_ptr<Communicator> create_communicator(Device& device, const CommOpti
   return comm;
 }
 
+bool any_rank(Communicator& comm, Device& device, Stream& stream, bool flag) {
+  if (comm.world() == 1) return flag;
+  DeviceBuffer buf = device.allocate(sizeof(float), "any_rank flag");
+  float value = flag ? 1.0f : 0.0f;
+  stream.copy_async(buf.data(), &value, sizeof value);
+  comm.all_reduce(buf.data(), buf.data(), 1, DType::f32, stream, ReduceOp::max);
+  stream.copy_async(&value, buf.data(), sizeof value);
+  stream.synchronize();
+  return value != 0.0f;
+}
+
 }  // namespace strata::runtime

@@ -126,4 +126,9 @@ class Communicator {
 // lacks, or mpirun with several ranks and a build without MPI.
 std::unique_ptr<Communicator> create_communicator(Device& device, const CommOptions& options = {});
 
+// Collective: true on every rank when `flag` is true on any (a one-element max all-reduce on
+// `stream`, synchronized). With one rank, `flag`. For decisions every rank must take alike (stop
+// after this step; a checkpoint failed on some rank).
+bool any_rank(Communicator& comm, Device& device, Stream& stream, bool flag);
+
 }  // namespace strata::runtime

@@ -210,6 +210,7 @@ void ZeroEngine::Impl::h2d(void* dst, const void* src, std::size_t bytes) {
 
 void ZeroEngine::Impl::d2h(void* dst, const void* src, std::size_t bytes) {
   copy_out->copy_async(dst, src, bytes);
+  std::lock_guard lock(counters_mutex);  // a checkpoint's read_state counts on the worker
   counters.d2h_bytes += bytes;
 }
 

@@ -75,6 +75,10 @@ struct EngineCounters {
   std::uint64_t skipped_steps = 0;     // fp16 overflow
 };
 
+// The optimizer states of a shard, as checkpoints name them.
+enum class OptimState { master = 0, exp_avg = 1, exp_avg_sq = 2 };
+inline constexpr int kOptimStates = 3;
+
 struct StepOutcome {
   bool skipped = false;     // fp16 overflow: no update
   double grad_norm = -1;    // of the unscaled mean gradient; -1 when not needed (no clipping, no fp16)
@@ -122,9 +126,9 @@ class ZeroEngine final : public ParamProvider {
   std::size_t shard_numel(int module) const;
   const std::string& module_name(int module) const;
   std::size_t state_chunk_numel() const;
-  void read_state(int module, int state, std::size_t offset, std::size_t n, float* buf);
-  // Writing the master (state 0) also writes the parameters made from it, as an update does.
-  void write_state(int module, int state, std::size_t offset, std::size_t n, const float* buf);
+  void read_state(int module, OptimState state, std::size_t offset, std::size_t n, float* buf);
+  // Writing the master also writes the parameters made from it, as an update does.
+  void write_state(int module, OptimState state, std::size_t offset, std::size_t n, const float* buf);
   // Runs `task` on the optimizer worker after the updates posted so far and before any posted
   // later, so that a checkpoint reads each module's states after its last update and before
   // the next step's. `done` runs after it (also when it is skipped after an earlier failure).

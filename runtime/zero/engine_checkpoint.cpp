@@ -8,33 +8,35 @@
 namespace strata::runtime {
 namespace {
 
-DeviceBuffer& device_state(ModuleState& s, int state) {
+DeviceBuffer& device_state(ModuleState& s, OptimState state) {
   switch (state) {
-    case 0: return s.master_dev;
-    case 1: return s.exp_avg_dev;
-    default: return s.exp_avg_sq_dev;
+    case OptimState::master: return s.master_dev;
+    case OptimState::exp_avg: return s.exp_avg_dev;
+    case OptimState::exp_avg_sq: return s.exp_avg_sq_dev;
   }
+  detail::assert_fail("a known OptimState", __FILE__, __LINE__);
 }
 
-offload::HostBuffer& pinned_state(ModuleState& s, int state) {
+offload::HostBuffer& pinned_state(ModuleState& s, OptimState state) {
   switch (state) {
-    case 0: return s.master_pin;
-    case 1: return s.exp_avg_pin;
-    default: return s.exp_avg_sq_pin;
+    case OptimState::master: return s.master_pin;
+    case OptimState::exp_avg: return s.exp_avg_pin;
+    case OptimState::exp_avg_sq: return s.exp_avg_sq_pin;
   }
+  detail::assert_fail("a known OptimState", __FILE__, __LINE__);
 }
 
-offload::ExtentId nvme_state(const ModuleState& s, int state) {
+offload::ExtentId nvme_state(const ModuleState& s, OptimState state) {
   switch (state) {
-    case 0: return s.master_ext;
-    case 1: return s.exp_avg_ext;
-    default: return s.exp_avg_sq_ext;
+    case OptimState::master: return s.master_ext;
+    case OptimState::exp_avg: return s.exp_avg_ext;
+    case OptimState::exp_avg_sq: return s.exp_avg_sq_ext;
   }
+  detail::assert_fail("a known OptimState", __FILE__, __LINE__);
 }
 
-ModuleState& checked(ZeroEngine::Impl& d, int module, int state, std::size_t offset, std::size_t n) {
+ModuleState& checked(ZeroEngine::Impl& d, int module, std::size_t offset, std::size_t n) {
   STRATA_ASSERT(module >= 0 && static_cast<std::size_t>(module) < d.modules.size(), "module index out of range");
-  STRATA_ASSERT(state >= 0 && state < 3, "optimizer state index out of range");
   ModuleState& s = d.modules[static_cast<std::size_t>(module)];
   STRATA_ASSERT(offset % d.tiers_chunk_numel() == 0 && n <= d.tiers_chunk_numel() &&
                     offset + n <= s.plan.part.shard_numel,
@@ -60,9 +62,9 @@ const std::string& ZeroEngine::module_name(int module) const {
 }
 std::size_t ZeroEngine::state_chunk_numel() const { return impl_->tiers_chunk_numel(); }
 
-void ZeroEngine::read_state(int module, int state, std::size_t offset, std::size_t n, float* buf) {
+void ZeroEngine::read_state(int module, OptimState state, std::size_t offset, std::size_t n, float* buf) {
   Impl& d = *impl_;
-  ModuleState& s = checked(d, module, state, offset, n);
+  ModuleState& s = checked(d, module, offset, n);
   switch (s.plan.optimizer_tier) {
     case Tier::device: {
       d.optim->copy_async(buf, device_state(s, state).as<float>() + offset, n * 4);
@@ -80,9 +82,9 @@ void ZeroEngine::read_state(int module, int state, std::size_t offset, std::size
   }
 }
 
-void ZeroEngine::write_state(int module, int state, std::size_t offset, std::size_t n, const float* buf) {
+void ZeroEngine::write_state(int module, OptimState state, std::size_t offset, std::size_t n, const float* buf) {
   Impl& d = *impl_;
-  ModuleState& s = checked(d, module, state, offset, n);
+  ModuleState& s = checked(d, module, offset, n);
   switch (s.plan.optimizer_tier) {
     case Tier::device:
       d.h2d(device_state(s, state).as<float>() + offset, buf, n * 4);
@@ -95,7 +97,7 @@ void ZeroEngine::write_state(int module, int state, std::size_t offset, std::siz
       d.swap().engine().wait(d.swap().write(nvme_state(s, state), buf, n * 4, offset * 4));
       break;
   }
-  if (state != 0) return;
+  if (state != OptimState::master) return;
 
   // The parameters of this piece: the master cast to the compute dtype, as an update writes them.
   const std::size_t ds = dtype_size(d.dtype);

@@ -9,7 +9,7 @@ import time
 
 from ckpt_util import (SIGNAL_EXIT, check_folder, compare_resumed, latest, listing,
                        run_until_signalled, stage3, train)
-from train_util import TINY, Failure, Run, check, compare_bitwise, tail
+from train_util import TINY, Failure, Run, check, tail
 
 # crash: the run resumes from a checkpoint at step 2 and saves at 4 and 6 (--checkpoint-every 2,
 # --checkpoint-keep 2, so the save at 6 also removes step 2). Its crash points, in order:
@@ -198,13 +198,23 @@ def case_keep_last(strata, root):
     expect("default", ["--checkpoint-every", "1"], [4, 5])
     keep3 = lambda nvme: dict(cfg(nvme), strata={"device": "host", "checkpoint_keep": 3})  # noqa: E731
     expect("strata.checkpoint_keep=3", ["--checkpoint-every", "1"], [3, 4, 5], config=keep3)
-    # A second run into the same folder (a job started again without --resume) replaces the
-    # checkpoints of the same steps and keeps the newest.
+    # A second run into the same folder without --resume (a job started again from scratch) is
+    # refused before it trains: `latest` and keep_last would mix the two runs. Nothing changes.
     ckpt = os.path.join(root, "ckpt-keep2")
-    again = train(strata, root, "keep2-again", cfg, 5, ["--checkpoint-dir", ckpt, "--checkpoint-every", "1",
-                                                         "--checkpoint-keep", "2"])
+    before = listing(ckpt)
+    again = train(strata, root, "keep2-again", cfg, 5, ["--checkpoint-dir", ckpt, "--checkpoint-every", "1"],
+                  ok=False)
+    err = again.result.stderr
+    check(again.result.returncode == 1 and "already holds checkpoints" in err and "--resume" in err,
+          f"{again.name}: exit {again.result.returncode}, expected 1 with 'already holds checkpoints' and "
+          f"'--resume'\n{tail(err)}")
+    check(listing(ckpt) == before, f"{again.name}: the folder changed: {before} -> {listing(ckpt)}")
+    # Resumed from an earlier checkpoint (step 4, `latest` at 5): the run's own step 5 replaces
+    # the old one (swapped in one rename) and equals the first run's bits.
+    resumed = train(strata, root, "keep2-from-4", cfg, 5,
+                    ["--checkpoint-dir", ckpt, "--resume", os.path.join(ckpt, "step-00000004")])
     check(listing(ckpt) == ["latest", "step-00000004", "step-00000005"],
-          f"{again.name}: the folder holds {listing(ckpt)}")
+          f"{resumed.name}: the folder holds {listing(ckpt)}")
     first = Run(root, "keep2")
-    print(f"  the same run again into the same folder: {listing(ckpt)}; "
-          f"{compare_bitwise(first, again)}")
+    print(f"  the same run again into the same folder: refused; resumed from step 4 into it: "
+          f"{listing(ckpt)}, {compare_resumed(first, resumed, 4)}")

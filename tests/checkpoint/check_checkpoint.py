@@ -58,7 +58,9 @@ Cases:
   keep_last
       --checkpoint-every 1 over 5 steps keeps the newest --checkpoint-keep (2: steps 4 and 5;
       0: all; 1 with --checkpoint-every 2: step 5), the default (2) and strata.checkpoint_keep;
-      `latest` names the last; no dot-files are left. The same run again into the same folder.
+      `latest` names the last; no dot-files are left. The same run again into the same folder
+      without --resume is refused, changing nothing; resumed there from step 4, its step 5
+      replaces the old one and has the first run's bits.
 """
 import argparse
 import os

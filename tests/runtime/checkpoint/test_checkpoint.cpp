@@ -179,9 +179,22 @@ TEST(CheckpointDir, PublishesAtomicallyKeepsTheLastAndResolvesLatest) {
   EXPECT_TRUE(dir.leftovers().empty());
   EXPECT_EQ(dir.complete_steps(), (std::vector<std::uint64_t>{6, 8, 12}));
 
+  // A step published again (a run resumed from step 6 reaches step 8 again): the two folders
+  // swap in one rename; step 8 holds the new one, the old one is on its way out; step 12, later
+  // than 8 (from before the resume), is not pruned.
+  write_bytes(dir.begin_partial(8) + "/manifest.json", "{\"again\": 1}");
+  dir.publish(8, 1, nullptr);
+  EXPECT_EQ(read_bytes(root + "/step-00000008/manifest.json"), "{\"again\": 1}");
+  EXPECT_EQ(read_bytes(root + "/latest"), "step-00000008\n");
+  EXPECT_EQ(dir.complete_steps(), (std::vector<std::uint64_t>{8, 12}));
+  dir.remove_leftovers();
+  EXPECT_TRUE(dir.leftovers().empty());
+
   // latest naming a folder that is gone: an error that says what to do.
-  fs::remove_all(root + "/step-00000012");
+  fs::remove_all(root + "/step-00000008");
   EXPECT_NE(error_of([&] { resolve_checkpoint(root); }).find("not a complete checkpoint"), std::string::npos);
+  write_bytes(dir.begin_partial(8) + "/manifest.json", "{}");
+  dir.publish(8, 0, nullptr);
   EXPECT_EQ(resolve_checkpoint(root + "/step-00000008"), root + "/step-00000008");
   EXPECT_NE(error_of([&] { resolve_checkpoint(root + "/nope"); }).find("no such folder"), std::string::npos);
   EXPECT_EQ(checkpoint_step("step-00000120"), std::optional<std::uint64_t>(120));
@@ -205,7 +218,7 @@ TEST(CheckpointEngine, ResumeInAnotherTierGivesTheSameBits) {
     {
       EngineRun run(make_config(3, saves[c].params, saves[c].optimizer, tmp.path(), c == 0 ? 1.0 : 0.0));
       CrashPoints crash;
-      CheckpointSaver saver(ck, 2, *run.engine, *run.device, *run.comm, run.tiers->io(), crash);
+      CheckpointSaver saver(CheckpointDir(ck), 2, *run.engine, *run.device, *run.comm, run.tiers->io(), crash);
       run.step(0);
       run.step(0);
       saver.begin(2, "{}");
