@@ -39,6 +39,7 @@
 #include "core/units.h"
 #include "cpu_adam/adam.h"
 #include "tools/bench.h"
+#include "tools/bench_children.h"  // load_average
 #include "tools/bench_scripts.h"
 
 namespace strata::tools {
@@ -320,16 +321,6 @@ std::size_t bytes_per_param(DType grad) {
 int default_reps(std::size_t params) {
   const std::size_t scaled = 7 * kTargetParams / params;
   return static_cast<int>(std::clamp<std::size_t>(scaled | 1, 7, 25));
-}
-
-// The 1-minute load average, to tell in the report whether others were running.
-double load_average() {
-  double load = -1;
-  if (std::FILE* f = std::fopen("/proc/loadavg", "r")) {
-    if (std::fscanf(f, "%lf", &load) != 1) load = -1;
-    std::fclose(f);
-  }
-  return load;
 }
 
 double seconds_of(const std::function<void()>& fn) {

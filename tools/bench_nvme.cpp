@@ -43,6 +43,7 @@
 #include "offload/host_buffer.h"
 #include "offload/probe.h"
 #include "tools/bench.h"
+#include "tools/bench_children.h"  // load_average
 #include "tools/bench_nvme_disk.h"
 #include "tools/fio_runner.h"
 
@@ -377,15 +378,6 @@ void print_tune(const Report& report, bool json) {
                                        {"overlap_events", true}}}};
   std::printf("%s\n", aio.dump(json ? -1 : 2).c_str());
   std::fflush(stdout);
-}
-
-double load_average() {
-  double load = -1;
-  if (std::FILE* f = std::fopen("/proc/loadavg", "r")) {
-    if (std::fscanf(f, "%lf", &load) != 1) load = -1;
-    std::fclose(f);
-  }
-  return load;
 }
 
 }  // namespace

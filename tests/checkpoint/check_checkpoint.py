@@ -62,16 +62,11 @@ Cases:
       without --resume is refused, changing nothing; resumed there from step 4, its step 5
       replaces the old one and has the first run's bits.
 """
-import argparse
 import os
-import shutil
 import sys
-import tempfile
-import time
-import traceback
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "train"))
-from train_util import SKIP, Failure  # noqa: E402  (tests/train/train_util.py)
+from train_util import run_cases  # noqa: E402  (tests/train/train_util.py)
 
 from cases_crash import case_crash, case_keep_last, case_signal  # noqa: E402
 from cases_damage import case_bad_resume, case_corruption  # noqa: E402
@@ -94,40 +89,7 @@ CASES = {
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("strata")
-    ap.add_argument("case", choices=sorted(CASES) + ["all"])
-    ap.add_argument("--keep", help="run in this folder and keep the files")
-    a = ap.parse_args()
-    strata = os.path.abspath(a.strata)
-    names = sorted(CASES) if a.case == "all" else [a.case]
-    status = 0
-    for name in names:
-        root = a.keep and os.path.abspath(os.path.join(a.keep, name))
-        if root:  # emptied first: the cases expect fresh folders
-            shutil.rmtree(root, ignore_errors=True)
-            os.makedirs(root)
-        tmp = None if root else tempfile.mkdtemp(prefix=f"strata-checkpoint-{name}-")
-        t0 = time.monotonic()
-        print(f"{name}:", flush=True)
-        try:
-            CASES[name](strata, root or tmp)
-            print(f"{name}: ok ({time.monotonic() - t0:.1f} s)")
-        except Failure as e:
-            print(f"FAIL {name}: {e}", file=sys.stderr)
-            status = 1
-        except SystemExit as e:  # a case that cannot run here exits 77
-            if e.code != SKIP or len(names) == 1:
-                raise
-            print(f"{name}: skipped")
-        except Exception:  # a bug of this script, or output it could not parse
-            traceback.print_exc()
-            print(f"FAIL {name}: unexpected exception", file=sys.stderr)
-            status = 1
-        finally:
-            if tmp:
-                shutil.rmtree(tmp, ignore_errors=True)
-    return status
+    return run_cases(__doc__, CASES, "strata-checkpoint")
 
 
 if __name__ == "__main__":

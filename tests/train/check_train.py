@@ -53,20 +53,15 @@ every run in its own folder of the case's temp dir):
   determinism
       Two identical runs (stage 3, NVMe, --shuffle) give identical bits.
 """
-import argparse
-import os
-import shutil
+
 import sys
-import tempfile
-import time
-import traceback
 
 from cases_limits import (case_bad_inputs, case_enospc_io, case_enospc_plan, case_memory,
                           case_memory_minimum, case_save_path_early)
 from cases_placement import (case_determinism, case_placement_bf16, case_placement_fp16,
                              case_placement_stage, case_stages)
 from cases_ranks import case_ranks
-from train_util import SKIP, Failure
+from train_util import run_cases
 
 CASES = {
     "placement_stage1": case_placement_stage(1),
@@ -88,39 +83,7 @@ CASES = {
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("strata")
-    ap.add_argument("case", choices=sorted(CASES) + ["all"])
-    ap.add_argument("--keep", help="run in this folder and keep the files")
-    a = ap.parse_args()
-    strata = os.path.abspath(a.strata)
-    names = sorted(CASES) if a.case == "all" else [a.case]
-    status = 0
-    for name in names:
-        root = a.keep and os.path.join(a.keep, name)
-        if root:
-            os.makedirs(root, exist_ok=True)
-        tmp = None if root else tempfile.mkdtemp(prefix=f"strata-train-{name}-")
-        t0 = time.monotonic()
-        print(f"{name}:")
-        try:
-            CASES[name](strata, root or tmp)
-            print(f"{name}: ok ({time.monotonic() - t0:.1f} s)")
-        except Failure as e:
-            print(f"FAIL {name}: {e}", file=sys.stderr)
-            status = 1
-        except SystemExit as e:  # a case that cannot run here exits 77
-            if e.code != SKIP or len(names) == 1:
-                raise
-            print(f"{name}: skipped")
-        except Exception:  # a bug of this script, or output it could not parse
-            traceback.print_exc()
-            print(f"FAIL {name}: unexpected exception", file=sys.stderr)
-            status = 1
-        finally:
-            if tmp:
-                shutil.rmtree(tmp, ignore_errors=True)
-    return status
+    return run_cases(__doc__, CASES, "strata-train")
 
 
 if __name__ == "__main__":

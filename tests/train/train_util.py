@@ -4,13 +4,16 @@ wrote (--save safetensors, --metrics JSONL), comparing weights, and small file s
 Every run gets its own folder under the case's temp dir: config.json, save.safetensors,
 metrics.jsonl, and nvme/ (the swap folder, when the config offloads to NVMe).
 """
+import argparse
 import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
+import traceback
 
 SKIP = 77
 
@@ -239,3 +242,43 @@ def tmpfs(folder, size, read_only=False):
 def gpt_params(V, P, C, L):
     """Parameters of a GPT-2 (tied LM head): embeddings, L blocks of 12C^2 + 13C, final LN."""
     return V * C + P * C + L * (12 * C * C + 13 * C) + 2 * C
+
+
+def run_cases(doc, cases, prefix):
+    """The main of a case script: `SCRIPT STRATA CASE|all [--keep DIR]`. Each case runs in its
+    own fresh folder (DIR/CASE, emptied first, or a temp dir removed afterwards); prints
+    ok / FAIL / skipped per case. Returns the exit status (0, 1, or 77 for one skipped case)."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
+    ap.add_argument("strata")
+    ap.add_argument("case", choices=sorted(cases) + ["all"])
+    ap.add_argument("--keep", help="run in this folder and keep the files")
+    a = ap.parse_args()
+    strata = os.path.abspath(a.strata)
+    names = sorted(cases) if a.case == "all" else [a.case]
+    status = 0
+    for name in names:
+        root = a.keep and os.path.abspath(os.path.join(a.keep, name))
+        if root:  # emptied first: the cases expect fresh folders
+            shutil.rmtree(root, ignore_errors=True)
+            os.makedirs(root)
+        tmp = None if root else tempfile.mkdtemp(prefix=f"{prefix}-{name}-")
+        t0 = time.monotonic()
+        print(f"{name}:", flush=True)
+        try:
+            cases[name](strata, root or tmp)
+            print(f"{name}: ok ({time.monotonic() - t0:.1f} s)")
+        except Failure as e:
+            print(f"FAIL {name}: {e}", file=sys.stderr)
+            status = 1
+        except SystemExit as e:  # a case that cannot run here exits 77
+            if e.code != SKIP or len(names) == 1:
+                raise
+            print(f"{name}: skipped")
+        except Exception:  # a bug of this script, or output it could not parse
+            traceback.print_exc()
+            print(f"FAIL {name}: unexpected exception", file=sys.stderr)
+            status = 1
+        finally:
+            if tmp:
+                shutil.rmtree(tmp, ignore_errors=True)
+    return status
