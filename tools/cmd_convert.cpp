@@ -21,13 +21,20 @@ struct ConvertOptions {
   std::string checkpoint;
   std::string out;
   std::string dtype = "fp32";
+  std::string state = "master";
 };
+
+runtime::OptimState parse_state(const std::string& s) {
+  if (s == "exp_avg") return runtime::OptimState::exp_avg;
+  if (s == "exp_avg_sq") return runtime::OptimState::exp_avg_sq;
+  return runtime::OptimState::master;
+}
 
 void run_convert(const ConvertOptions& o) {
   const DType dtype = parse_dtype(o.dtype);
   const runtime::CheckpointFiles files = runtime::open_checkpoint(o.checkpoint);
   const TrainState meta = TrainState::from_json(files.meta_json, files.path + "/meta.json");
-  runtime::CheckpointMasters masters(files);
+  runtime::CheckpointStates masters(files, parse_state(o.state));
   const models::GptLayout layout = models::GptLayout::build(meta.model);
   if (static_cast<std::size_t>(masters.module_count()) != layout.modules.size()) {
     throw Error("the checkpoint " + files.path + " holds " + std::to_string(masters.module_count()) +
@@ -44,9 +51,9 @@ void run_convert(const ConvertOptions& o) {
     }
   }
   models::write_hf_weights(o.out, meta.model, [&](int m) { return masters.read(m); }, dtype);
-  std::fprintf(stderr, "strata convert: %s (step %llu, %d shard(s)) -> %s (%s)\n", files.path.c_str(),
+  std::fprintf(stderr, "strata convert: %s (step %llu, %d shard(s)) -> %s (%s, %s)\n", files.path.c_str(),
                static_cast<unsigned long long>(files.manifest.step), files.manifest.shards, o.out.c_str(),
-               std::string(dtype_name(dtype)).c_str());
+               o.state.c_str(), std::string(dtype_name(dtype)).c_str());
 }
 
 }  // namespace
@@ -60,6 +67,10 @@ void add_convert_command(CLI::App& app) {
   cmd->add_option("out", o->out, "the safetensors file to write")->required();
   cmd->add_option("--dtype", o->dtype, "fp32 (default), bf16 or fp16 (rounded to nearest even)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  cmd->add_option("--state", o->state,
+                  "master (the weights, default), or an Adam moment: exp_avg or exp_avg_sq, in the same layout "
+                  "(to continue the run's optimizer elsewhere)")
+      ->check(CLI::IsMember({"master", "exp_avg", "exp_avg_sq"}));
   cmd->callback([o] { run_convert(*o); });
 }
 

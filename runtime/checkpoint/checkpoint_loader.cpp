@@ -102,7 +102,7 @@ void load_states(const CheckpointFiles& c, ZeroEngine& engine, offload::AioEngin
   reader.finish();
 }
 
-struct CheckpointMasters::Shard {
+struct CheckpointStates::Shard {
   std::string path;
   int fd = -1;  // owned
   ShardLayout layout;
@@ -114,7 +114,7 @@ struct CheckpointMasters::Shard {
   }
 };
 
-CheckpointMasters::CheckpointMasters(const CheckpointFiles& c) {
+CheckpointStates::CheckpointStates(const CheckpointFiles& c, OptimState state) : state_(state) {
   const std::string manifest_path = c.path + "/" + kManifestFile;
   const int shards = c.manifest.shards;
   for (int s = 0; s < shards; ++s) {
@@ -135,19 +135,19 @@ CheckpointMasters::CheckpointMasters(const CheckpointFiles& c) {
   }
 }
 
-CheckpointMasters::~CheckpointMasters() = default;
+CheckpointStates::~CheckpointStates() = default;
 
-std::size_t CheckpointMasters::module_numel(int module) const {
+std::size_t CheckpointStates::module_numel(int module) const {
   std::size_t numel = 0;
-  for (const Shard& f : shards_) numel += f.layout.entry(module, OptimState::master).real_numel;
+  for (const Shard& f : shards_) numel += f.layout.entry(module, state_).real_numel;
   return numel;
 }
 
-const float* CheckpointMasters::read(int module) {
+const float* CheckpointStates::read(int module) {
   values_.assign(module_numel(module), 0.0f);
   std::size_t at = 0;
   for (const Shard& f : shards_) {
-    const ShardEntry& e = f.layout.entry(module, OptimState::master);
+    const ShardEntry& e = f.layout.entry(module, state_);
     const std::size_t bytes = e.real_numel * 4;
     if (bytes == 0) continue;
     auto* dst = reinterpret_cast<char*>(values_.data() + at);

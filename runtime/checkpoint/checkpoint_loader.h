@@ -30,14 +30,15 @@ CheckpointFiles open_checkpoint(const std::string& path);
 // first, so a mismatch here means a damaged or foreign file (named in the error).
 void load_states(const CheckpointFiles& checkpoint, ZeroEngine& engine, offload::AioEngine& io);
 
-// The fp32 masters of a checkpoint, all shards joined and cut at each module's size: what
-// `strata convert` exports. Verifies every shard file's checksum when opened.
-class CheckpointMasters {
+// One optimizer state of a checkpoint (the fp32 master by default), all shards joined and cut
+// at each module's size: what `strata convert` exports. Verifies every shard file's checksum
+// when opened.
+class CheckpointStates {
  public:
-  explicit CheckpointMasters(const CheckpointFiles& checkpoint);
-  ~CheckpointMasters();
-  CheckpointMasters(const CheckpointMasters&) = delete;
-  CheckpointMasters& operator=(const CheckpointMasters&) = delete;
+  explicit CheckpointStates(const CheckpointFiles& checkpoint, OptimState state = OptimState::master);
+  ~CheckpointStates();
+  CheckpointStates(const CheckpointStates&) = delete;
+  CheckpointStates& operator=(const CheckpointStates&) = delete;
 
   int module_count() const { return static_cast<int>(names_.size()); }
   const std::string& module_name(int module) const { return names_.at(static_cast<std::size_t>(module)); }
@@ -50,6 +51,7 @@ class CheckpointMasters {
   std::vector<Shard> shards_;
   std::vector<std::string> names_;
   std::vector<float> values_;
+  OptimState state_;
 };
 
 }  // namespace strata::runtime

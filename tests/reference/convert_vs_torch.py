@@ -8,7 +8,7 @@ Debian's interpreter (/usr/bin/python3 with python3-torch and python3-numpy, fro
 scripts/setup.sh); exits 77 (skipped) when torch or numpy cannot be imported.
 
 Runs (a small GPT-2 whose sizes are no multiples of 64, so every ZeRO shard has padding; random
-fp32 weights through --init; an llm.c token file; 4 AdamW steps with a checkpoint at 2 and 4):
+fp32 weights through --init; an llm.c token file; 4 AdamW steps with a checkpoint every step):
   - "one_rank": stage 3, parameters in pinned host memory, optimizer states on NVMe;
   - "two_ranks": the same under mpirun -np 2 (2 shard files); skipped without mpirun.
 Checks, per run:
@@ -18,6 +18,9 @@ Checks, per run:
     bit, and has half the data bytes;
   - convert of the step-2 checkpoint differs from step 4's (the conversion reads the
     checkpoint, not some later state);
+  - convert --state exp_avg / exp_avg_sq: torch's AdamW continued from the step-2 checkpoint's
+    exported masters and moments gives the step-3 checkpoint's weights (rel 1e-4 per tensor,
+    the key third of c_attn.bias aside: it has no gradient, see train_vs_torch.py);
   - the converted file loads into gpt2_torch.Gpt2 (every tensor present with its exact shape),
     and torch's loss on the run's next micro-batch equals the loss `strata train --resume`
     reports for step 5 from that checkpoint (rel 1e-5: fp32 forward in two implementations).
@@ -39,6 +42,7 @@ import st_io  # noqa: E402
 CFG = gpt2_torch.GptConfig(vocab_size=203, n_positions=40, n_embd=72, n_layer=2, n_head=6)
 B, T, STEPS = 2, 24, 4
 LOSS_BOUND = 1e-5
+MOMENT_BOUND = 1e-4  # one AdamW step in torch vs strata, fp32 in different orders (train_vs_torch.py)
 TIMEOUT_S = 300
 MPI_ENV = {  # as tests/train/train_util.py: Open MPI as root in a container, no remote shell
     "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMP_NUM_THREADS": "1",
@@ -75,6 +79,49 @@ def bf16_round(a):
     return st_io.bf16_bits_to_f32(st_io.f32_to_bf16_bits(a))
 
 
+def micro_batch(tokens, k):
+    """Window k of the sequential loader: inputs and targets (B, T)."""
+    seg = tokens[k * B * T: (k + 1) * B * T + 1].astype(np.int64)
+    return torch.from_numpy(seg[:-1].reshape(B, T)), torch.from_numpy(seg[1:].reshape(B, T))
+
+
+def check_moments(strata, d, ck, world, tokens, name, failures):
+    """convert --state exp_avg / exp_avg_sq: torch's AdamW continued from the step-2 checkpoint
+    (its masters and moments, Adam step 2) for step 3 on the same micro-batches, with the same
+    clipping, gives the step-3 checkpoint's weights (rel MOMENT_BOUND per tensor)."""
+    states = {}
+    for state in ("master", "exp_avg", "exp_avg_sq"):
+        out = os.path.join(d, f"step2-{state}.safetensors")
+        run([strata, "convert", os.path.join(ck, "step-00000002"), out, "--state", state])
+        states[state] = st_io.load(out)
+    step3 = os.path.join(d, "step3.safetensors")
+    run([strata, "convert", os.path.join(ck, "step-00000003"), step3])
+    want = st_io.load(step3)
+    model = gpt2_torch.Gpt2(CFG)
+    model.load_numpy(states["master"])
+    params = dict(model.named_parameters())
+    c = ds_config("")
+    opt = torch.optim.AdamW(model.parameters(), lr=c["optimizer"]["params"]["lr"], betas=(0.9, 0.999), eps=1e-8,
+                            weight_decay=c["optimizer"]["params"]["weight_decay"])
+    for r in range(world):  # step 3 reads micro-batch 2 * world + r on rank r; the mean over ranks
+        x, y = micro_batch(tokens, 2 * world + r)
+        (model(x, y)[1] / world).backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), c["gradient_clipping"])
+    for n, prm in params.items():
+        opt.state[prm] = {"step": torch.tensor(2.0), "exp_avg": torch.from_numpy(states["exp_avg"][n].copy()),
+                          "exp_avg_sq": torch.from_numpy(states["exp_avg_sq"][n].copy())}
+    opt.step()
+    worst = 0.0
+    for n, prm in params.items():
+        if n.endswith("c_attn.bias"):  # its key third has no gradient: rounding noise (train_vs_torch.py)
+            continue
+        worst = max(worst, ref_util.rel(prm.detach().numpy(), want[n]))
+    print(f"{name}: torch AdamW from the exported step-2 masters and moments == the step-3 checkpoint "
+          f"(worst rel {worst:.2e}, bound {MOMENT_BOUND:g})")
+    if not worst <= MOMENT_BOUND:
+        failures.append(f"{name}: torch continued from the exported moments is {worst:.2e} from step 3")
+
+
 def check_run(strata, d, ranks, weights, tokens, failures):
     name = f"{ranks or 1} rank(s)"
     os.makedirs(os.path.join(d, "nvme"), exist_ok=True)
@@ -89,7 +136,7 @@ def check_run(strata, d, ranks, weights, tokens, failures):
     common = [strata, "train", "--config", p["ds.json"], "--model", p["config.json"],
               "--data", p["tokens.bin"], "--seq-len", str(T), "--report", "none"]
     run(common + ["--init", p["w.safetensors"], "--steps", str(STEPS), "--save", p["save.safetensors"],
-                  "--checkpoint-dir", p["ck"], "--checkpoint-every", "2", "--checkpoint-keep", "0"],
+                  "--checkpoint-dir", p["ck"], "--checkpoint-every", "1", "--checkpoint-keep", "0"],
         ranks)
 
     conv = {k: os.path.join(d, k + ".safetensors") for k in ("fp32", "bf16", "step2")}
@@ -115,6 +162,7 @@ def check_run(strata, d, ranks, weights, tokens, failures):
     step2 = st_io.load(conv["step2"])
     if all(np.array_equal(step2[t], saved[t]) for t in saved):
         failures.append(f"{name}: the step-2 checkpoint converts to the step-4 weights")
+    check_moments(strata, d, p["ck"], ranks or 1, tokens, name, failures)
 
     # The converted weights in the reference model: its loss on micro-batch STEPS (the next one
     # the run reads) against strata's step-5 loss after --resume.

@@ -243,7 +243,7 @@ TEST(CheckpointEngine, ResumeInAnotherTierGivesTheSameBits) {
     EXPECT_TRUE(same_bits(straight, resumed.weights())) << "case " << c;
 
     // The export reads the same masters the engine had at step 2: a module's values are whole.
-    CheckpointMasters masters(files);
+    CheckpointStates masters(files);
     ASSERT_EQ(masters.module_count(), kModules);
     for (int m = 0; m < kModules; ++m) EXPECT_EQ(masters.module_numel(m), module_numel(m));
   }
