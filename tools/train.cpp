@@ -360,7 +360,6 @@ int run_training(const TrainOptions& o) {
     signals.emplace(std::initializer_list<int>{SIGINT, SIGTERM}, /*second_stops_now=*/true);
   }
   int stopped_by = 0;
-  double checkpoint_ms = 0;
   runtime::MetricsWriter metrics(rank0 ? o.metrics_path : std::string());
   runtime::Progress progress(o.steps, std::cerr, rank0 && runtime::stderr_is_terminal());
   runtime::BusyTracker busy(tracer);
@@ -414,6 +413,7 @@ int run_training(const TrainOptions& o) {
     // Checkpoints: the save begun after the last step is published now; a new one starts when
     // due and writes while the next step computes. Its time at the boundary counts in step_ms.
     bool stop = false;
+    double checkpoint_ms = 0;
     std::vector<runtime::SaveResult> saves;  // finished in this step's boundary
     if (saver) {
       const Clock::time_point tc = Clock::now();
@@ -453,7 +453,9 @@ int run_training(const TrainOptions& o) {
     m.skipped = outcome.skipped;
     m.phase_ms = {{"forward", forward_ms}, {"backward", backward_ms}, {"optimizer", optimizer_ms}};
     if (saver) m.phase_ms.push_back({"checkpoint", checkpoint_ms});
-    for (const runtime::SaveResult& r : saves) m.checkpoints.push_back({r.step, r.ok, r.bytes, r.write_ms, r.wait_ms, r.publish_ms});
+    for (const runtime::SaveResult& r : saves) {
+      m.checkpoints.push_back({r.step, r.ok, r.bytes, r.write_ms, r.wait_ms, r.publish_ms});
+    }
     m.bytes = minus(link_bytes(engine.counters()), bytes_before);
     total_bytes += m.bytes;
     m.collective_theory_bytes = theory;

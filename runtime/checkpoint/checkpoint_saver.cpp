@@ -30,7 +30,8 @@ std::vector<ShardModule> shard_modules(const ZeroEngine& engine) {
 
 CheckpointSaver::CheckpointSaver(CheckpointDir dir, int keep_last, ZeroEngine& engine, Device& device,
                                  Communicator& comm, offload::AioEngine& io, CrashPoints& crash)
-    : dir_(std::move(dir)), keep_last_(keep_last), engine_(engine), device_(device), comm_(comm), io_(io), crash_(crash) {
+    : dir_(std::move(dir)), keep_last_(keep_last), engine_(engine), device_(device), comm_(comm), io_(io),
+      crash_(crash) {
   if (keep_last < 0) {
     throw Error("checkpoint keep_last is " + std::to_string(keep_last), "--checkpoint-keep",
                 "give the number of checkpoints to keep (0 keeps all)");

@@ -85,7 +85,9 @@ Manifest Manifest::parse(const std::string& text, const std::string& path) {
     json body = j;
     body.erase("checksum");
     if (xxh3_of(body.dump()) != stated) throw damaged(path, "its checksum does not match its content");
-    if (body.at("format").get<std::string>() != kFormat) throw damaged(path, "its format is not " + std::string(kFormat));
+    if (body.at("format").get<std::string>() != kFormat) {
+      throw damaged(path, "its format is not " + std::string(kFormat));
+    }
     if (body.at("version").get<int>() != kVersion) {
       throw Error("the checkpoint " + path + " has version " + std::to_string(body.at("version").get<int>()) +
                       "; this strata reads version " + std::to_string(kVersion),

@@ -240,7 +240,9 @@ ShardFileReader::ShardFileReader(const std::string& path, const ManifestFile& ex
     }
     ::close(fd);
   }
-  if (layout_.file_bytes != size) throw damaged(path_, "its header describes " + std::to_string(layout_.file_bytes) + " bytes");
+  if (layout_.file_bytes != size) {
+    throw damaged(path_, "its header describes " + std::to_string(layout_.file_bytes) + " bytes");
+  }
   buffer_ = offload::HostBuffer::allocate(std::max<std::size_t>(chunk_bytes, layout_.header_bytes),
                                           "checkpoint read buffer");
   file_id_ = io_.add_file(file_);
