@@ -43,7 +43,6 @@
 #include "offload/aio_file.h"
 #include "offload/host_buffer.h"
 #include "runtime/config/config.h"
-#include "runtime/tiers/host_tiers.h"
 #include "tools/bench.h"
 #include "tools/bench_children.h"
 #include "tools/bench_nvme_disk.h"

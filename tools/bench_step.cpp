@@ -36,7 +36,7 @@
 #include "models/gpt/gpt_layout.h"
 #include "models/gpt/gpt_model.h"
 #include "runtime/config/config.h"
-#include "runtime/zero/plan.h"
+#include "runtime/tiers/plan.h"
 #include "tools/bench.h"
 #include "tools/bench_children.h"
 #include "tools/bench_nvme_disk.h"

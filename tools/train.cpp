@@ -34,7 +34,7 @@
 #include "runtime/telemetry/progress.h"
 #include "runtime/telemetry/step_metrics.h"
 #include "runtime/telemetry/tables.h"
-#include "runtime/tiers/host_tiers.h"
+#include "runtime/tiers/tier_store.h"
 #include "runtime/trace/trace.h"
 #include "runtime/zero/engine.h"
 #include "runtime/zero/lr_schedule.h"
@@ -88,7 +88,7 @@ struct TierSnapshot {
   runtime::TierMemory device, pinned, nvme;
 };
 
-TierSnapshot snapshot(const runtime::ZeroEngine& engine, runtime::HostTiers& tiers) {
+TierSnapshot snapshot(const runtime::ZeroEngine& engine, const runtime::TierStore& tiers) {
   TierSnapshot s;
   const runtime::ArenaStats a = engine.device_memory();
   s.device = tier_memory(a.current_bytes, a.peak_bytes, a.budget_bytes);
@@ -236,7 +236,6 @@ int run_training(const TrainOptions& o) {
   if (rank0) runtime::log_config(config);
   std::unique_ptr<runtime::Communicator> comm = runtime::create_communicator(*device);
   std::unique_ptr<runtime::Stream> compute = device->create_stream("compute");
-  runtime::HostTiers tiers(config, *device);
 
   // Data and shapes.
   const models::TokenData data = load_data(o);
@@ -262,7 +261,8 @@ int run_training(const TrainOptions& o) {
   setup.module_names = layout.module_names();
   setup.dtype = dtype;
   setup.activation_bytes = models::GptModel::activation_bytes(model_config, dtype, B, T, o.activation_checkpointing);
-  runtime::ZeroEngine engine(config, setup, *device, *compute, *comm, tiers, tracer);
+  runtime::ZeroEngine engine(config, setup, *device, *compute, *comm, tracer);
+  runtime::TierStore& tiers = engine.tiers();
   if (rank0) {
     std::fprintf(stderr, "strata train: %s, %lld parameters, %s, ZeRO stage %d, %d rank(s), device %s\n",
                  o.model_path.empty() ? o.preset.c_str() : o.model_path.c_str(),

@@ -26,7 +26,7 @@
 #include "offload/host_buffer.h"
 #include "runtime/checkpoint/crash_points.h"
 #include "runtime/checkpoint/manifest.h"
-#include "runtime/zero/engine.h"  // OptimState
+#include "runtime/tiers/tier.h"  // OptimState
 
 namespace strata::runtime {
 

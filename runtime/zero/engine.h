@@ -1,7 +1,14 @@
 #pragma once
 // The ZeRO engine: a ParamProvider (runtime/params/param_provider.h) that keeps every model
-// state in the tier the config names, fetches parameters ahead of the model, reduces and
+// state in the tier the plan names, fetches parameters ahead of the model, reduces and
 // offloads gradients while backward continues, and runs the optimizer on each rank's shard.
+// This class is the facade the model and the trainer see; the work is done by its parts:
+//
+//   runtime/tiers/tier_store.h   where each state lives (the plan) and the operations on it
+//   param_fetcher.h              acquire / release, prefetch along the trace, transient memory
+//   grad_path.h                  reduce, D2H, fp32 accumulation; the global norm / overflow
+//   updater.h (+ swap_ring.h)    Adam over the windows of each module on the optimizer worker
+//   update_gate.h                which module's update is pending, and its `updated` event
 //
 // Per step, driven by one thread (the trainer):
 //   begin_step(lr)                     this step's learning rate; start the fetch trace
@@ -9,25 +16,13 @@
 //                                      acquire / release / acquire_grads / grads_ready come here
 //   step()                             the end of the step's gradients
 //
-// Updates run on the optimizer worker (update_worker.h), overlapped with compute: without
-// gradient clipping and fp16, module m's Adam update is posted as soon as its last gradient of
-// the step lands; with them, step() waits for every gradient, computes the global norm and the
-// overflow check, and posts the updates in the order the next forward needs the modules. An
-// update writes the new parameters (compute dtype) to the module's tier. The next acquire of
+// Updates run on the optimizer worker, overlapped with compute: without gradient clipping and
+// fp16, module m's Adam update is posted as soon as its last gradient of the step lands; with
+// them, step() waits for every gradient, computes the global norm and the overflow check, and
+// posts the updates in the order the next forward needs the modules. The next acquire of
 // module m (and its accumulation of new gradients) waits only for module m's update. The math
 // is the same as a step-then-forward schedule.
 //
-// Parameters (docs/architecture.md, "The ZeRO engine"): resident modules (stages 0-2, small
-// modules at stage 3, and everything at stage 3 with one rank and no parameter offload) keep
-// their full parameters on the device. The others keep only this rank's shard in their tier
-// (device, pinned host, NVMe); acquire() gathers them into a transient device buffer: NVMe read
-// into a pinned staging buffer, H2D into this rank's slice, all-gather on the comm stream. The
-// prefetch scheduler (fetch_trace.h) runs these fetches ahead along the order recorded in step 1.
-//
-// Gradients: each module's gradient buffer (compute dtype, on the device) is reduced over the
-// ranks on the comm stream when the model reports it final (reduce-scatter at stage >= 2,
-// all-reduce below), then this rank's shard is accumulated in fp32: on the device when the
-// optimizer states are there, else copied D2H (compute dtype) and accumulated on the host.
 // The model's backward scales the loss by loss_scale / (gradient_accumulation_steps * world), so
 // the accumulated gradient is the mean over all micro-batches of all ranks, times loss_scale.
 //
@@ -42,12 +37,15 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "cpu_adam/adam.h"
 #include "runtime/comm/comm.h"
 #include "runtime/config/config.h"
 #include "runtime/device/device.h"
 #include "runtime/params/param_provider.h"
-#include "runtime/tiers/host_tiers.h"
-#include "runtime/zero/plan.h"
+#include "runtime/zero/loss_scaler.h"
+#include "runtime/tiers/plan.h"
+#include "runtime/tiers/tier.h"
+#include "runtime/tiers/tier_store.h"
 
 namespace strata::runtime {
 
@@ -75,10 +73,6 @@ struct EngineCounters {
   std::uint64_t skipped_steps = 0;     // fp16 overflow
 };
 
-// The optimizer states of a shard, as checkpoints name them.
-enum class OptimState { master = 0, exp_avg = 1, exp_avg_sq = 2 };
-inline constexpr int kOptimStates = 3;
-
 struct StepOutcome {
   bool skipped = false;     // fp16 overflow: no update
   double grad_norm = -1;    // of the unscaled mean gradient; -1 when not needed (no clipping, no fp16)
@@ -87,17 +81,19 @@ struct StepOutcome {
 
 class ZeroEngine final : public ParamProvider {
  public:
-  // config: resolved, with concrete optimizer values. Makes the plan (throws strata::Error with
-  // the per-tier table when it does not fit) and allocates every state it places. Borrowed
-  // references must outlive the engine. `tracer` may be disabled.
+  // config: resolved, with concrete optimizer values. Makes the tier store (the host tiers, the
+  // plan — throws strata::Error with the per-tier table when it does not fit — and every state
+  // it places). Borrowed references must outlive the engine. `tracer` may be disabled.
   ZeroEngine(const Config& config, const EngineSetup& setup, Device& device, Stream& compute,
-             Communicator& comm, HostTiers& tiers, Tracer& tracer);
+             Communicator& comm, Tracer& tracer);
   ~ZeroEngine() override;
   ZeroEngine(const ZeroEngine&) = delete;
   ZeroEngine& operator=(const ZeroEngine&) = delete;
 
   const ZeroPlan& plan() const;
   const PlanInputs& plan_inputs() const;
+  // Where every state lives, and the host tiers (pinned pool, I/O engine, swap space) behind them.
+  TierStore& tiers() const;
 
   // Initial values of module m: its full fp32 values (numel, host memory). Every rank passes the
   // same values and keeps its shard: fp32 master, zero moments, parameters in the compute dtype.
@@ -155,10 +151,25 @@ class ZeroEngine final : public ParamProvider {
   ModuleView acquire_grads(int module) override;
   void grads_ready(int module, const Event& done) override;
 
-  struct Impl;
+  struct Parts;  // engine.cpp: the streams, the tier store and the parts below
 
  private:
-  std::unique_ptr<Impl> impl_;
+  cpu_adam::AdamHyper make_hyper(double lr) const;
+  void post_update(int module, float grad_scale);
+
+  const Config& config_;
+  Device& device_;
+  int world_ = 1;
+  int gas_ = 1;
+  // Without clipping and fp16 a module's update is posted as soon as its gradient is final;
+  // with them, after the global norm / overflow check in step().
+  bool global_before_update_ = false;
+  LossScaler scaler_;
+  std::int64_t adam_steps_ = 0;
+  cpu_adam::AdamHyper step_hyper_;  // of the step begun last
+  std::uint64_t skipped_steps_ = 0;
+  std::uint64_t io_read_base_ = 0, io_write_base_ = 0;
+  std::unique_ptr<Parts> parts_;
 };
 
 }  // namespace strata::runtime

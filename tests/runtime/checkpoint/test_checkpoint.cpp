@@ -218,7 +218,7 @@ TEST(CheckpointEngine, ResumeInAnotherTierGivesTheSameBits) {
     {
       EngineRun run(make_config(3, saves[c].params, saves[c].optimizer, tmp.path(), c == 0 ? 1.0 : 0.0));
       CrashPoints crash;
-      CheckpointSaver saver(CheckpointDir(ck), 2, *run.engine, *run.device, *run.comm, run.tiers->io(), crash);
+      CheckpointSaver saver(CheckpointDir(ck), 2, *run.engine, *run.device, *run.comm, run.engine->tiers().io(), crash);
       run.step(0);
       run.step(0);
       saver.begin(2, "{}");
@@ -233,7 +233,7 @@ TEST(CheckpointEngine, ResumeInAnotherTierGivesTheSameBits) {
     const CheckpointFiles files = open_checkpoint(ck);
     EXPECT_EQ(files.manifest.step, 2u);
     EXPECT_EQ(files.meta_json, "{}");
-    load_states(files, *resumed.engine, resumed.tiers->io());
+    load_states(files, *resumed.engine, resumed.engine->tiers().io());
     ZeroEngine::TrainState state;
     state.adam_steps = 2;
     state.loss_scaler = resumed.engine->train_state().loss_scaler;

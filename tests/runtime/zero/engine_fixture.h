@@ -18,7 +18,6 @@
 #include "runtime/comm/comm.h"
 #include "runtime/config/config.h"
 #include "runtime/device/device.h"
-#include "runtime/tiers/host_tiers.h"
 #include "runtime/trace/trace.h"
 #include "runtime/zero/engine.h"
 
@@ -91,13 +90,12 @@ struct EngineRun {
     co.backend = CommBackend::single;
     comm = create_communicator(*device, co);
     compute = device->create_stream("compute");
-    tiers = std::make_unique<HostTiers>(config, *device);
     EngineSetup setup;
     for (int m = 0; m < kModules; ++m) {
       setup.module_numels.push_back(module_numel(m));
       setup.module_names.push_back("m" + std::to_string(m));
     }
-    engine = std::make_unique<ZeroEngine>(config, setup, *device, *compute, *comm, *tiers, tracer);
+    engine = std::make_unique<ZeroEngine>(config, setup, *device, *compute, *comm, tracer);
     done = device->create_event();
     for (int m = 0; m < kModules; ++m) {
       std::vector<float> v(module_numel(m));
@@ -162,7 +160,6 @@ struct EngineRun {
   std::unique_ptr<Device> device;
   std::unique_ptr<Communicator> comm;
   std::unique_ptr<Stream> compute;
-  std::unique_ptr<HostTiers> tiers;
   std::unique_ptr<ZeroEngine> engine;
   std::unique_ptr<Event> done;
   double sink = 0;

@@ -21,13 +21,13 @@
 #include "runtime/comm/comm.h"
 #include "runtime/config/config.h"
 #include "runtime/device/device.h"
-#include "runtime/tiers/host_tiers.h"
+#include "runtime/tiers/tier_store.h"
 #include "runtime/trace/trace.h"
-#include "runtime/zero/device_pool.h"
+#include "runtime/device/device_pool.h"
 #include "tests/runtime/zero/engine_fixture.h"
 #include "runtime/zero/engine.h"
 #include "runtime/zero/fetch_trace.h"
-#include "runtime/zero/plan.h"
+#include "runtime/tiers/plan.h"
 
 using namespace strata;
 using namespace strata::runtime;

@@ -1,4 +1,4 @@
-#include "runtime/zero/device_pool.h"
+#include "runtime/device/device_pool.h"
 
 #include <utility>
 

@@ -1,4 +1,4 @@
-#include "runtime/zero/plan.h"
+#include "runtime/tiers/plan.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -33,6 +33,31 @@ const char* tier_name(Tier tier) {
     case Tier::nvme: return "nvme";
   }
   return "?";
+}
+
+const char* state_name(StateKind kind) {
+  switch (kind) {
+    case StateKind::param: return "param";
+    case StateKind::master: return "master";
+    case StateKind::exp_avg: return "exp_avg";
+    case StateKind::exp_avg_sq: return "exp_avg_sq";
+    case StateKind::grad_accum: return "grad_accum";
+  }
+  return "?";
+}
+
+std::vector<std::string> nvme_paths(const Config& config) {
+  const ZeroConfig& z = config.zero_optimization;
+  std::vector<std::string> paths;
+  auto add = [&](OffloadDevice device, const std::vector<std::string>& section_paths) {
+    if (device != OffloadDevice::kNvme) return;
+    for (const std::string& p : section_paths) {
+      if (std::find(paths.begin(), paths.end(), p) == paths.end()) paths.push_back(p);
+    }
+  };
+  add(z.offload_param.device, z.offload_param.nvme_path);
+  add(z.offload_optimizer.device, z.offload_optimizer.nvme_path);
+  return paths;
 }
 
 std::uint64_t ZeroPlan::needed(Tier tier) const {
@@ -99,6 +124,13 @@ ZeroPlan make_plan(const Config& config, const PlanInputs& in) {
                          static_cast<double>(offloaded) < ratio * static_cast<double>(total_numel);
     mp.optimizer_tier = offload ? opt_tier : Tier::device;
     if (offload) offloaded += in.module_numels[m];
+    if (mp.optimizer_tier == Tier::device && !mp.resident && mp.param_tier != Tier::device) {
+      throw Error("module " + in.module_names[m] + " would keep its optimizer states on the device while its "
+                  "parameters are offloaded to " + tier_name(mp.param_tier),
+                  "zero_optimization.offload_optimizer",
+                  "offload the optimizer too (offload_optimizer.device \"cpu\" or \"nvme\", ratio 1) "
+                  "whenever offload_param.device is \"cpu\" or \"nvme\"");
+    }
     plan.max_shard_numel = std::max(plan.max_shard_numel, mp.part.shard_numel);
     plan.modules.push_back(mp);
   }

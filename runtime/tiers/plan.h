@@ -1,5 +1,8 @@
 #pragma once
 // The plan made at start: where every model state of this rank lives, and whether it fits.
+// This file is the one reader of the config's placement keys (zero_optimization.stage,
+// offload_param.*, offload_optimizer.*, stage3_param_persistence_threshold); the tier store
+// (tier_store.h) allocates what it decides.
 //
 // From the module sizes, the ZeRO stage, the tiers the config names, the model's activation
 // bytes for the micro-batch and the budgets (device arena, pinned host pool, free NVMe space),
@@ -22,16 +25,14 @@
 
 #include "core/dtype.h"
 #include "runtime/config/config.h"
-#include "runtime/zero/partition.h"
+#include "runtime/tiers/partition.h"
+#include "runtime/tiers/tier.h"
 
 namespace strata::runtime {
-
-enum class Tier { device, pinned, nvme };
 
 // Device memory left outside the engine's regions for small scratch buffers (loss and norm
 // all-reduces, gathering masters for --save).
 inline constexpr std::uint64_t kDeviceScratchBytes = std::uint64_t{1} << 20;
-const char* tier_name(Tier tier);
 
 struct PlanInputs {
   std::vector<std::size_t> module_numels;
@@ -82,5 +83,9 @@ struct ZeroPlan {
 };
 
 ZeroPlan make_plan(const Config& config, const PlanInputs& inputs);
+
+// The NVMe folders the plan's states may use: offload_param's then
+// offload_optimizer's, each once, in order; empty when neither section offloads to NVMe.
+std::vector<std::string> nvme_paths(const Config& config);
 
 }  // namespace strata::runtime

@@ -1,11 +1,18 @@
 #pragma once
-// Device memory for the engine's transient buffers (gathered parameters, gradient buckets),
-// with stream-ordered reuse (Note [Stream-ordered reuse]): a buffer handed back with
-// free_after(buffer, stream) returns to the arena only once the work enqueued on that stream so
-// far has completed. Until then it stays allocated, so no later writer can touch bytes that a
-// kernel may still read.
+// Device memory for transient buffers (gathered parameters, gradient buffers and buckets), carved
+// from one region of the device arena, with stream-ordered reuse.
 //
-// allocate() first returns the bytes of buffers whose work has completed; when the arena is
+// Note [Stream-ordered reuse]: device work is asynchronous, so a buffer the host has finished
+// with may still be read or written by work enqueued on a stream. A buffer handed back with
+// free_after(buffer, stream) therefore returns to the region only once an event recorded on
+// that stream at the time of the call has completed; until then it stays allocated, so no later
+// writer (on any stream) can touch bytes that enqueued work may still use. A buffer used by
+// several streams is handed back on the last of them after that stream waited on the others'
+// events (the engine records, then waits, then frees). This is PyTorch's caching-allocator rule
+// (a block is reused only after the events of every stream that used it), and invariant 2 of
+// docs/architecture.md.
+//
+// allocate() first returns the bytes of buffers whose work has completed; when the region is
 // still too small it waits (on the host) for the oldest pending buffers, one by one, and retries;
 // only when nothing is pending does it throw the arena's OutOfMemory. try_allocate() never
 // waits: prefetching uses it so that it never delays the module computing now.

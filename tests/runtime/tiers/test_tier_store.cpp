@@ -1,5 +1,6 @@
-// HostTiers: the config's keys reach the pinned pool, the I/O engine and the swap space, and
-// an out-of-memory report on the device lists the pinned and NVMe tiers.
+// TierStore: the config's keys reach the pinned pool, the I/O engine and the swap space, the
+// swap space exists only where the placement puts something on NVMe, and an out-of-memory
+// report on the device lists the pinned and NVMe tiers.
 #include <stdlib.h>
 
 #include <filesystem>
@@ -13,7 +14,9 @@
 #include "runtime/config/config.h"
 #include "runtime/device/arena.h"
 #include "runtime/device/device.h"
-#include "runtime/tiers/host_tiers.h"
+#include "runtime/tiers/io_options.h"
+#include "runtime/tiers/plan.h"
+#include "runtime/tiers/tier_store.h"
 
 namespace strata::runtime {
 namespace {
@@ -51,7 +54,21 @@ std::unique_ptr<Device> host_device(std::uint64_t bytes) {
   return Device::create(o);
 }
 
-TEST(HostTiers, ConfigKeysBecomeOptions) {
+// A store of one small module "m0" (4096 elements, fp32) on `device`, parameters only (the
+// tests count the pinned pool's use to the byte).
+struct Store {
+  Store(const Config& config, Device& device) : init(device.create_stream("init")) {
+    StoreSetup setup;
+    setup.module_numels = {4096};
+    setup.module_names = {"m0"};
+    setup.optimizer = false;
+    store = std::make_unique<TierStore>(config, setup, device, *init);
+  }
+  std::unique_ptr<Stream> init;
+  std::unique_ptr<TierStore> store;
+};
+
+TEST(TierStore, ConfigKeysBecomeOptions) {
   Config c;
   c.aio.block_size = 256 * kKiB;
   c.aio.queue_depth = 32;
@@ -77,7 +94,7 @@ TEST(HostTiers, ConfigKeysBecomeOptions) {
   EXPECT_EQ(s.direct, offload::DirectIo::kOff);
 }
 
-TEST(HostTiers, NvmePathsComeFromTheNvmeSectionsOnlyEachOnce) {
+TEST(TierStore, NvmePathsComeFromTheNvmeSectionsOnlyEachOnce) {
   Config c;
   c.zero_optimization.stage = 3;
   c.zero_optimization.offload_param.device = OffloadDevice::kCpu;
@@ -90,18 +107,19 @@ TEST(HostTiers, NvmePathsComeFromTheNvmeSectionsOnlyEachOnce) {
   EXPECT_EQ(nvme_paths(c), (std::vector<std::string>{"/n0", "/n1", "/n2"}));
 }
 
-TEST(HostTiers, NoNvmeOffloadMeansNoSwapSpace) {
+TEST(TierStore, NoNvmeOffloadMeansNoSwapSpace) {
   Config c;
   c.strata.pinned_memory_bytes = 0;  // resolved below to host memory / 2
   c.strata.io_backend = IoBackend::kThreads;
   auto device = host_device(64 * kMiB);
-  HostTiers tiers(resolved(c), *device);
+  Store made(resolved(c), *device);
+  TierStore& tiers = *made.store;
   EXPECT_EQ(tiers.swap(), nullptr);
   EXPECT_EQ(tiers.pinned().stats().budget_bytes, 4 * kGiB);
   EXPECT_EQ(tiers.io().backend_name(), "threads");
 }
 
-TEST(HostTiers, TiersAppearInTheDevicesOutOfMemoryReport) {
+TEST(TierStore, TiersAppearInTheDevicesOutOfMemoryReport) {
   TempDir dir;
   ASSERT_FALSE(dir.path().empty());
   Config c;
@@ -110,8 +128,10 @@ TEST(HostTiers, TiersAppearInTheDevicesOutOfMemoryReport) {
   c.zero_optimization.offload_optimizer.nvme_path = {dir.path()};
   c.strata.pinned_memory_bytes = 16 * kMiB;
   c.strata.direct_io = DirectIoMode::kAuto;
+  c.aio.block_size = 64 * kKiB;  // small swap sets: the plan fits the 16 MiB pool
   auto device = host_device(8 * kMiB);
-  HostTiers tiers(resolved(c), *device);
+  Store made(resolved(c), *device);
+  TierStore& tiers = *made.store;
   ASSERT_NE(tiers.swap(), nullptr);
   offload::HostBuffer b = tiers.pinned().allocate(3 * kMiB, "staging");
   offload::ExtentId e = tiers.swap()->allocate({"h.0", offload::StateKind::kExpAvg, 0}, 2 * kMiB);
@@ -129,7 +149,7 @@ TEST(HostTiers, TiersAppearInTheDevicesOutOfMemoryReport) {
   }
 }
 
-TEST(HostTiers, AMissingNvmeFolderIsAClearError) {
+TEST(TierStore, AMissingNvmeFolderIsAClearError) {
   Config c;
   c.zero_optimization.stage = 3;
   c.zero_optimization.offload_param.device = OffloadDevice::kNvme;
@@ -137,7 +157,7 @@ TEST(HostTiers, AMissingNvmeFolderIsAClearError) {
   c.strata.pinned_memory_bytes = 16 * kMiB;
   auto device = host_device(8 * kMiB);
   try {
-    HostTiers tiers(resolved(c), *device);
+    Store made(resolved(c), *device);
     FAIL() << "a missing nvme_path must throw";
   } catch (const Error& error) {
     EXPECT_NE(std::string(error.what()).find("/nonexistent/strata/nvme"), std::string::npos)

@@ -1,0 +1,33 @@
+#pragma once
+// The tiers a model state can live in, and the states the tier store keeps per module.
+#include <cstdint>
+
+namespace strata::runtime {
+
+enum class Tier { device, pinned, nvme };
+const char* tier_name(Tier tier);  // "device" | "pinned host" | "nvme"
+
+// The states of one module on one rank, each owned by the tier store (tier_store.h).
+enum class StateKind {
+  param,       // this rank's parameter shard in the compute dtype (resident: the full parameters)
+  master,      // fp32 master weights of the shard
+  exp_avg,     // Adam's first moment (fp32)
+  exp_avg_sq,  // Adam's second moment (fp32)
+  grad_accum,  // fp32 gradient accumulator of the shard
+};
+inline constexpr int kStateKinds = 5;
+const char* state_name(StateKind kind);  // "param", "master", ...
+
+// The optimizer states of a shard, as checkpoints name and order them.
+enum class OptimState { master = 0, exp_avg = 1, exp_avg_sq = 2 };
+inline constexpr int kOptimStates = 3;
+inline StateKind state_kind(OptimState state) {
+  switch (state) {
+    case OptimState::master: return StateKind::master;
+    case OptimState::exp_avg: return StateKind::exp_avg;
+    case OptimState::exp_avg_sq: return StateKind::exp_avg_sq;
+  }
+  return StateKind::master;
+}
+
+}  // namespace strata::runtime

@@ -1,0 +1,28 @@
+#pragma once
+// What a ZeroEngine is made of, in construction order (each part borrows the ones above it;
+// destruction runs the other way, so the update worker stops first and the tier store goes
+// last). Private to engine.cpp and engine_states.cpp.
+#include "runtime/zero/engine.h"
+#include "runtime/zero/engine_streams.h"
+#include "runtime/zero/grad_path.h"
+#include "runtime/zero/param_fetcher.h"
+#include "runtime/zero/update_gate.h"
+#include "runtime/zero/updater.h"
+
+namespace strata::runtime {
+
+struct ZeroEngine::Parts {
+  Parts(const Config& config, const EngineSetup& setup, Device& device, Stream& compute, Communicator& comm,
+        Tracer& tracer);
+  static StoreSetup store_setup(const EngineSetup& setup, const Communicator& comm);
+
+  Communicator& comm;
+  EngineStreams streams;
+  TierStore store;
+  UpdateGate gate;
+  ParamFetcher fetcher;
+  GradPath grads;
+  Updater updater;
+};
+
+}  // namespace strata::runtime

@@ -1,0 +1,25 @@
+#pragma once
+// The streams the engine's parts enqueue on besides the model's compute stream. Each part gets
+// the ones it uses by reference; they outlive the parts (the facade owns them).
+#include <memory>
+
+#include "runtime/device/device.h"
+
+namespace strata::runtime {
+
+struct EngineStreams {
+  explicit EngineStreams(Device& device)
+      : copy_in(device.create_stream("h2d")),
+        copy_out(device.create_stream("d2h")),
+        comm(device.create_stream("comm")),
+        accum(device.create_stream("grad accumulate")),
+        optim(device.create_stream("optimizer")) {}
+
+  std::unique_ptr<Stream> copy_in;   // H2D (and D2D into gathered buffers); new parameters
+  std::unique_ptr<Stream> copy_out;  // D2H of gradient shards
+  std::unique_ptr<Stream> comm;      // collectives; device-side gradient accumulation
+  std::unique_ptr<Stream> accum;     // fp32 accumulation of host gradient shards
+  std::unique_ptr<Stream> optim;     // device-resident optimizer work
+};
+
+}  // namespace strata::runtime

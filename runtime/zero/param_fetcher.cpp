@@ -1,0 +1,359 @@
+#include "runtime/zero/param_fetcher.h"
+
+#include <algorithm>
+#include <span>
+
+#include "core/error.h"
+#include "core/units.h"
+
+namespace strata::runtime {
+
+ParamFetcher::ParamFetcher(const Config& config, TierStore& store, Device& device, Stream& compute,
+                           EngineStreams& streams, Communicator& comm, UpdateGate* gate,
+                           std::uint64_t activation_bytes)
+    : store_(store), device_(device), compute_(compute), streams_(streams), comm_(comm), gate_(gate),
+      dtype_(store.dtype()), shards_(store.plan().shards) {
+  const ZeroConfig& z = config.zero_optimization;
+  prefetch_bucket_ = z.stage3_prefetch_bucket_size.value_or(50'000'000);
+  max_live_ = z.stage3_max_live_parameters;
+  max_reuse_distance_ = z.stage3_max_reuse_distance;
+  modules_.resize(static_cast<std::size_t>(store.module_count()));
+  std::size_t max_nvme_shard = 0;
+  for (int m = 0; m < store.module_count(); ++m) {
+    modules_[static_cast<std::size_t>(m)].ready = device.create_event();
+    const TierState& param = store.state(m, StateKind::param);
+    if (!plan_of(m).resident && param.needs_staging()) max_nvme_shard = std::max(max_nvme_shard, param.bytes());
+  }
+  for (int i = 0; i < store.plan().param_staging_buffers; ++i) {
+    staging_.push_back({store.pinned().allocate(max_nvme_shard, "NVMe parameter read buffer"),
+                        device.create_event(), false});
+  }
+  copy_in_done_ = device.create_event();
+  make_pools(activation_bytes);
+}
+
+ParamFetcher::~ParamFetcher() = default;
+
+std::size_t ParamFetcher::shard_bytes(int module) const {
+  return plan_of(module).part.shard_numel * dtype_size(dtype_);
+}
+
+void ParamFetcher::make_pools(std::uint64_t activation_bytes) {
+  const ZeroPlan& plan = store_.plan();
+  // What the device has left once the model has its activations and a little scratch.
+  const ArenaStats a = device_.memory_stats();
+  const std::uint64_t held = a.current_bytes + activation_bytes + kDeviceScratchBytes + 4 * Arena::kAlignment;
+  const std::uint64_t need = plan.class_minimum_bytes[0] + plan.class_minimum_bytes[1];
+  const std::uint64_t avail = a.budget_bytes > held ? a.budget_bytes - held : 0;
+  if (avail < need) {
+    throw OutOfMemory("the device has " + format_bytes(avail) + " left for gathered parameters and gradient "
+                      "buffers, and needs " + format_bytes(need),
+                      "strata.device_memory", "raise strata.device_memory or offload more", need);
+  }
+  // The memory beyond the minimums goes to the classes in proportion to their sizes: room to
+  // fetch ahead and to keep modules for reuse.
+  const std::uint64_t extra = avail - need;
+  const double total = static_cast<double>(plan.class_total_bytes[0] + plan.class_total_bytes[1]);
+  for (int c = 0; c < 2; ++c) {
+    std::uint64_t bytes = plan.class_minimum_bytes[c];
+    if (total > 0 && plan.class_minimum_bytes[c] > 0) {
+      bytes += static_cast<std::uint64_t>(static_cast<double>(extra) *
+                                          (static_cast<double>(plan.class_total_bytes[c]) / total));
+    }
+    bytes = bytes / Arena::kAlignment * Arena::kAlignment;
+    pools_[c] = std::make_unique<DevicePool>(device_, bytes, c == 0 ? "transient buffers (large modules)"
+                                                                    : "transient buffers (small modules)");
+  }
+}
+
+int ParamFetcher::free_staging() const {
+  for (std::size_t i = 0; i < staging_.size(); ++i) {
+    if (!staging_[i].busy) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+void ParamFetcher::start_read(int module) {
+  Module& s = modules_[static_cast<std::size_t>(module)];
+  const TierState& param = store_.state(module, StateKind::param);
+  STRATA_ASSERT(s.fetch == FetchState::idle && param.needs_staging(), "start_read of a busy module");
+  const int index = free_staging();
+  STRATA_ASSERT(index >= 0, "start_read without a free staging buffer");
+  Staging& st = staging_[static_cast<std::size_t>(index)];
+  st.done->synchronize();  // the H2D of its previous module has finished
+  st.busy = true;
+  s.staging = index;
+  s.read = param.read_async(0, param.numel(), st.buffer.data());
+  s.fetch = FetchState::reading;
+}
+
+bool ParamFetcher::gather(int module, bool on_demand) {
+  Module& s = modules_[static_cast<std::size_t>(module)];
+  const ModulePlan& mp = plan_of(module);
+  STRATA_ASSERT(!mp.resident && s.fetch != FetchState::gathered, "gather of a gathered module");
+  const TierState& param = store_.state(module, StateKind::param);
+  const std::size_t full_bytes = mp.part.padded_numel * dtype_size(dtype_);
+  if (param.needs_staging() && s.fetch == FetchState::idle) {
+    if (!on_demand) return false;
+    if (free_staging() < 0) {
+      // On demand with every staging buffer taken by reads ahead: cancel one (it is read again
+      // later) to make room for the module needed now.
+      for (std::size_t m = 0; m < modules_.size(); ++m) {
+        if (modules_[m].fetch == FetchState::reading) {
+          drop_gathered(static_cast<int>(m));
+          break;
+        }
+      }
+    }
+    start_read(module);
+  }
+  const std::string what = store_.plan_inputs().module_names[static_cast<std::size_t>(module)] +
+                           " gathered parameters";
+  DeviceBuffer buffer = on_demand ? allocate_now(mp.size_class, full_bytes, what)
+                                  : pools_[mp.size_class]->try_allocate(full_bytes, what);
+  if (buffer.empty()) return false;
+
+  Stream& copy_in = *streams_.copy_in;
+  char* slice = static_cast<char*>(buffer.data()) + mp.part.shard_offset(store_.shard_rank()) * dtype_size(dtype_);
+  if (!param.needs_staging()) {
+    // The last update wrote the shard: on the optimizer stream (device tier) or before this
+    // module's gate opened (host tiers).
+    if (gate_ != nullptr) copy_in.wait(gate_->updated(module));
+    param.copy_to_device(0, param.numel(), slice, copy_in);
+  } else {
+    offload::AioEngine& io = param.engine();
+    if (on_demand) {
+      io.wait(s.read);  // throws the read's error, naming the extent
+    } else if (!io.poll(s.read)) {
+      // Fetched ahead: the H2D stream waits for the read itself, so the copy follows the
+      // read's completion without the trainer thread coming back. A failed read fails the
+      // stream (and the step, at its synchronize) with the read's error.
+      copy_in.host_task([io = &io, read = s.read] { io->wait(read); }, "wait for NVMe read");
+    }
+    Staging& st = staging_[static_cast<std::size_t>(s.staging)];
+    copy_in.copy_async(slice, st.buffer.data(), shard_bytes(module));
+    store_.transfers().add_h2d(shard_bytes(module));
+    st.done->record(copy_in);
+    st.busy = false;
+    s.staging = -1;
+  }
+  if (shards_ > 1) {
+    copy_in_done_->record(copy_in);
+    streams_.comm->wait(*copy_in_done_);
+    comm_.all_gather(slice, buffer.data(), mp.part.shard_numel, dtype_, *streams_.comm);
+    count_all_gather(full_bytes);
+    s.ready->record(*streams_.comm);
+  } else {
+    s.ready->record(copy_in);
+  }
+  s.gathered = std::move(buffer);
+  s.fetch = FetchState::gathered;
+  live_numel_ += mp.part.padded_numel;
+  ++counters_.fetches;
+  if (!on_demand) {
+    s.prefetched = true;
+    prefetch_numel_ += mp.part.padded_numel;
+    ++counters_.prefetched;
+  }
+  return true;
+}
+
+void ParamFetcher::prefetch(bool may_wait) {
+  if (!trace_.following()) return;
+  if (may_wait) {
+    // After a release the module just released is already enqueued on the compute stream, so
+    // the trainer thread may wait for the update of the next module to fetch (the optimizer
+    // worker runs the updates in the order the modules come).
+    for (int m : trace_.upcoming()) {
+      if (plan_of(m).resident || modules_[static_cast<std::size_t>(m)].fetch == FetchState::gathered) continue;
+      if (update_pending(m)) wait_update(m);
+      break;
+    }
+  }
+  // NVMe reads run furthest ahead: as many as there are staging buffers.
+  for (int m : trace_.upcoming()) {
+    const Module& s = modules_[static_cast<std::size_t>(m)];
+    if (plan_of(m).resident || !store_.state(m, StateKind::param).needs_staging() || s.fetch != FetchState::idle) {
+      continue;
+    }
+    if (update_pending(m)) break;  // its new parameters are still being written
+    if (free_staging() < 0) break;
+    start_read(m);
+  }
+  // Gathers follow, in trace order, within the element budgets.
+  for (int m : trace_.upcoming()) {
+    const ModulePlan& mp = plan_of(m);
+    if (mp.resident || modules_[static_cast<std::size_t>(m)].fetch == FetchState::gathered) continue;
+    if (update_pending(m)) break;
+    if (prefetch_numel_ >= prefetch_bucket_) break;
+    if (live_numel_ + mp.part.padded_numel > max_live_) break;
+    if (!gather(m, false)) break;
+  }
+}
+
+bool ParamFetcher::keep_for_reuse(int module) const {
+  if (!trace_.following()) return false;
+  // Elements fetched between now and the module's next use along the trace.
+  std::uint64_t distance = 0;
+  for (int m : trace_.upcoming()) {
+    if (m == module) return distance <= max_reuse_distance_ && live_numel_ <= max_live_;
+    if (!plan_of(m).resident) distance += plan_of(m).part.padded_numel;
+    if (distance > max_reuse_distance_) return false;
+  }
+  return false;
+}
+
+void ParamFetcher::drop_gathered(int module) {
+  Module& s = modules_[static_cast<std::size_t>(module)];
+  if (s.fetch == FetchState::reading) {
+    store_.state(module, StateKind::param).engine().wait(s.read);
+    staging_[static_cast<std::size_t>(s.staging)].busy = false;
+    s.staging = -1;
+    s.fetch = FetchState::idle;
+    return;
+  }
+  if (s.fetch != FetchState::gathered) return;
+  STRATA_ASSERT(s.holders == 0, "dropping a module the model still holds");
+  const ModulePlan& mp = plan_of(module);
+  // The compute stream read it last (it waited on `ready`, so the copies are done by then).
+  compute_.wait(*s.ready);
+  pools_[mp.size_class]->free_after(std::move(s.gathered), compute_);
+  live_numel_ -= mp.part.padded_numel;
+  if (s.prefetched) prefetch_numel_ -= mp.part.padded_numel;
+  s.prefetched = false;
+  s.fetch = FetchState::idle;
+}
+
+bool ParamFetcher::evict_one(int size_class) {
+  // Candidates hold a gathered buffer nobody has acquired: kept for reuse, or fetched ahead.
+  // Give up the one whose next use along the trace is furthest (or absent) first.
+  const std::span<const int> upcoming = trace_.following() ? trace_.upcoming() : std::span<const int>();
+  int victim = -1;
+  std::size_t victim_next = 0;
+  for (std::size_t m = 0; m < modules_.size(); ++m) {
+    const Module& s = modules_[m];
+    if (s.fetch != FetchState::gathered || s.holders > 0 || plan_of(static_cast<int>(m)).size_class != size_class) {
+      continue;
+    }
+    std::size_t next = upcoming.size();  // not coming back this step: the best victim
+    for (std::size_t k = 0; k < upcoming.size(); ++k) {
+      if (upcoming[k] == static_cast<int>(m)) {
+        next = k;
+        break;
+      }
+    }
+    if (victim < 0 || next > victim_next) {
+      victim = static_cast<int>(m);
+      victim_next = next;
+    }
+  }
+  if (victim < 0) return false;
+  drop_gathered(victim);
+  return true;
+}
+
+DeviceBuffer ParamFetcher::allocate_now(int size_class, std::size_t bytes, const std::string& what) {
+  DevicePool& pool = *pools_[size_class];
+  for (;;) {
+    DeviceBuffer buffer = pool.try_allocate(bytes, what);
+    if (!buffer.empty()) return buffer;
+    if (pool.wait_one()) continue;
+    if (evict_one(size_class)) continue;
+    return pool.allocate(bytes, what);  // nothing left to give up: the arena's OutOfMemory report
+  }
+}
+
+void ParamFetcher::free_after(int size_class, DeviceBuffer buffer, Stream& stream) {
+  pools_[size_class]->free_after(std::move(buffer), stream);
+}
+
+void ParamFetcher::count_all_gather(std::size_t full_bytes) {
+  counters_.collective_bytes +=
+      full_bytes / static_cast<std::size_t>(comm_.world()) * static_cast<std::size_t>(comm_.world() - 1);
+}
+
+ModuleView ParamFetcher::acquire(int module) {
+  STRATA_ASSERT(module >= 0 && module < store_.module_count(), "acquire: module index out of range");
+  Module& s = modules_[static_cast<std::size_t>(module)];
+  const ModulePlan& mp = plan_of(module);
+  trace_.on_acquire(module);
+  wait_update(module);  // the last step's update of this module (only this one)
+  ModuleView view;
+  view.numel = mp.part.numel;
+  view.dtype = dtype_;
+  ++s.holders;
+  if (mp.resident) {
+    const TierState& param = store_.state(module, StateKind::param);
+    view.data = param.device_full();
+    if (shards_ == 1) {
+      view.ready = gate_ != nullptr ? &gate_->updated(module) : nullptr;
+      return view;
+    }
+    if (s.stale) {
+      // Every rank updated its shard: gather the others' (issued by this thread, so that the
+      // ranks issue their collectives in the same order).
+      if (gate_ != nullptr) streams_.comm->wait(gate_->updated(module));
+      comm_.all_gather(param.device_data(), param.device_full(), mp.part.shard_numel, dtype_, *streams_.comm);
+      count_all_gather(mp.part.padded_numel * dtype_size(dtype_));
+      s.ready->record(*streams_.comm);
+      s.stale = false;
+    }
+    view.ready = s.ready.get();
+    return view;
+  }
+  if (s.fetch == FetchState::gathered) {
+    if (s.prefetched) {
+      s.prefetched = false;
+      prefetch_numel_ -= mp.part.padded_numel;
+    } else if (s.holders == 1) {
+      ++counters_.reused;
+    }
+  } else {
+    gather(module, true);
+  }
+  prefetch(/*may_wait=*/false);  // the model has not enqueued this module's work yet
+  view.data = s.gathered.data();
+  view.ready = s.ready.get();
+  return view;
+}
+
+void ParamFetcher::release(int module) {
+  Module& s = modules_.at(static_cast<std::size_t>(module));
+  STRATA_ASSERT(s.holders > 0, "release of a module that was not acquired");
+  --s.holders;
+  if (plan_of(module).resident || s.holders > 0) return;
+  if (!keep_for_reuse(module)) drop_gathered(module);
+  prefetch(/*may_wait=*/true);
+}
+
+void ParamFetcher::end_step() {
+  trace_.end_step();
+  for (std::size_t m = 0; m < modules_.size(); ++m) drop_gathered(static_cast<int>(m));
+}
+
+void ParamFetcher::params_changed(int module) {
+  if (plan_of(module).resident && shards_ > 1) modules_[static_cast<std::size_t>(module)].stale = true;
+}
+
+ArenaStats ParamFetcher::device_memory() const {
+  ArenaStats a = device_.memory_stats();
+  std::uint64_t regions = 0, used = 0, peak = 0;
+  for (const auto& pool : pools_) {
+    const ArenaStats p = pool->stats();
+    regions += pool->region_bytes();
+    used += p.current_bytes;
+    peak += p.peak_bytes;
+  }
+  // The regions were carved right after the engine's resident states; the rest is outside.
+  a.current_bytes = a.current_bytes - regions + used;
+  a.peak_bytes = std::min(a.peak_bytes, a.peak_bytes - regions + peak);
+  return a;
+}
+
+FetchCounters ParamFetcher::counters() const {
+  FetchCounters c = counters_;
+  c.trace_divergences = trace_.divergences();
+  return c;
+}
+
+}  // namespace strata::runtime

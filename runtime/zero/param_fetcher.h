@@ -1,0 +1,143 @@
+#pragma once
+// The parameter fetcher: acquire / release of a module's full parameters, the prefetch
+// scheduler, and the device memory for transient buffers. It needs no optimizer: inference
+// streams parameters through it with no update gate.
+//
+// A module that is not resident moves idle -> (NVMe: reading) -> gathered -> idle. gather()
+// allocates its device buffer from the stream-ordered pool of its size class, copies this
+// rank's shard into its slice on the H2D stream (from pinned memory, from a pinned staging
+// buffer the NVMe read filled, or on the device) and all-gathers in place on the comm stream;
+// the module's `ready` event marks the end. The compute stream waits only on that event (the
+// model does, with the view's `ready`). release() hands the buffer back to the pool after the
+// compute stream's work so far, unless the trace says the module comes back soon
+// (stage3_max_reuse_distance).
+//
+// prefetch() runs after every acquire and release: along the trace of the previous step
+// (fetch_trace.h), it starts NVMe reads while staging buffers are free, and gathers ahead while
+// the elements in flight stay under stage3_prefetch_bucket_size, the gathered elements under
+// stage3_max_live_parameters, and the device memory suffices without waiting. A gather ahead of
+// a read still in flight makes the H2D stream wait for the read (a host task that waits on the
+// I/O engine: on CUDA it holds the host-function thread meanwhile).
+//
+// Transient memory: two regions carved from the arena at start, one per size class (plan.h),
+// with stream-ordered reuse (runtime/device/device_pool.h). allocate_now() serves gathered
+// parameters, gradient buffers and buckets: it waits for buffers whose work is finishing, then
+// gives up modules kept for reuse or fetched ahead (the one needed last first), and only then
+// throws OutOfMemory.
+//
+// Driven by one thread (the trainer); not thread-safe.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/comm/comm.h"
+#include "runtime/config/config.h"
+#include "runtime/device/device.h"
+#include "runtime/device/device_pool.h"
+#include "runtime/params/param_provider.h"
+#include "runtime/tiers/tier_store.h"
+#include "runtime/zero/engine_streams.h"
+#include "runtime/zero/fetch_trace.h"
+#include "runtime/zero/update_gate.h"
+
+namespace strata::runtime {
+
+struct FetchCounters {
+  std::uint64_t collective_bytes = 0;  // all-gathers' bus volume, this rank
+  std::uint64_t fetches = 0;           // gathers of a non-resident module
+  std::uint64_t prefetched = 0;        // of which issued ahead of their acquire
+  std::uint64_t reused = 0;            // acquires served by a module kept gathered
+  std::uint64_t trace_divergences = 0;
+};
+
+class ParamFetcher {
+ public:
+  // Borrowed references outlive the fetcher. `gate` is null without an optimizer.
+  // `activation_bytes`: what the model reserves on the device besides (left outside the regions).
+  ParamFetcher(const Config& config, TierStore& store, Device& device, Stream& compute, EngineStreams& streams,
+               Communicator& comm, UpdateGate* gate, std::uint64_t activation_bytes);
+  ~ParamFetcher();
+  ParamFetcher(const ParamFetcher&) = delete;
+  ParamFetcher& operator=(const ParamFetcher&) = delete;
+
+  ModuleView acquire(int module);
+  void release(int module);
+  void begin_step() { trace_.begin_step(); }
+  // The end of the step's acquires: the trace is complete; every gathered buffer goes back.
+  void end_step();
+  // Module m's parameters were rewritten on this rank (an update, a checkpoint): a resident
+  // module of several ranks gathers the others' slices again at its next acquire.
+  void params_changed(int module);
+  bool held(int module) const { return modules_[static_cast<std::size_t>(module)].holders > 0; }
+
+  // Device memory for a buffer needed now (see the header comment), from `size_class`'s region.
+  DeviceBuffer allocate_now(int size_class, std::size_t bytes, const std::string& what);
+  // Back to its region once `stream`'s work so far has completed (Note [Stream-ordered reuse]).
+  void free_after(int size_class, DeviceBuffer buffer, Stream& stream);
+  // The arena's use with the regions counted by what is carved from them.
+  ArenaStats device_memory() const;
+  FetchCounters counters() const;
+
+ private:
+  enum class FetchState {
+    idle,      // nothing on the device
+    reading,   // NVMe read in flight into staging_[staging]
+    gathered,  // gathered buffer allocated, H2D + all-gather enqueued (ready event recorded)
+  };
+  struct Module {
+    FetchState fetch = FetchState::idle;
+    int staging = -1;          // index into staging_ while reading
+    offload::AioHandle read;
+    DeviceBuffer gathered;     // the gathered parameters while fetched
+    std::unique_ptr<Event> ready;  // when `gathered` (or, resident, the full parameters) may be read
+    int holders = 0;           // acquires not yet released
+    bool prefetched = false;   // fetched ahead and not acquired yet
+    bool stale = false;        // resident, several ranks: updated since its last all-gather
+  };
+  struct Staging {
+    offload::HostBuffer buffer;
+    std::unique_ptr<Event> done;  // the H2D from it
+    bool busy = false;
+  };
+
+  const ModulePlan& plan_of(int module) const { return store_.module_plan(module); }
+  std::size_t shard_bytes(int module) const;
+  void make_pools(std::uint64_t activation_bytes);
+  void start_read(int module);             // NVMe: read the shard into a staging buffer
+  int free_staging() const;                // -1 when every staging buffer is busy
+  bool gather(int module, bool on_demand); // H2D + all-gather into a new device buffer
+  void prefetch(bool may_wait);            // runs fetches ahead along the trace
+  bool keep_for_reuse(int module) const;
+  void drop_gathered(int module);
+  bool evict_one(int size_class);
+  bool update_pending(int module) const { return gate_ != nullptr && gate_->pending(module); }
+  void wait_update(int module) {
+    if (gate_ != nullptr) gate_->wait(module);
+  }
+  void count_all_gather(std::size_t full_bytes);
+
+  TierStore& store_;
+  Device& device_;
+  Stream& compute_;
+  EngineStreams& streams_;
+  Communicator& comm_;
+  UpdateGate* gate_;
+  DType dtype_;
+  int shards_ = 1;
+  std::vector<Module> modules_;
+  std::vector<Staging> staging_;  // NVMe parameter reads
+  std::unique_ptr<Event> copy_in_done_;
+  std::unique_ptr<DevicePool> pools_[2];  // transient buffers, per size class (plan.h)
+
+  FetchTrace trace_;
+  std::uint64_t live_numel_ = 0;      // elements in gathered buffers
+  std::uint64_t prefetch_numel_ = 0;  // of which fetched ahead and not acquired yet
+  std::uint64_t prefetch_bucket_ = 0;
+  std::uint64_t max_live_ = 0;
+  std::uint64_t max_reuse_distance_ = 0;
+  FetchCounters counters_;
+};
+
+}  // namespace strata::runtime

@@ -1,0 +1,190 @@
+#include "runtime/zero/updater.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/cpu_features.h"
+#include "core/error.h"
+#include "runtime/ops/optim_ops.h"
+#include "runtime/trace/trace.h"
+
+namespace strata::runtime {
+
+Updater::Updater(const Config& config, TierStore& store, Device& device, EngineStreams& streams, UpdateGate& gate,
+                 GradPath& grads, Tracer& tracer)
+    : store_(store), streams_(streams), gate_(gate), grads_(grads), tracer_(tracer), dtype_(store.dtype()),
+      threads_(static_cast<int>(config.strata.cpu_threads)),
+      ring_(store, store.plan().optimizer_swap_buffers, store.plan().optimizer_chunk_numel,
+            config.zero_optimization.offload_optimizer.pipeline_read,
+            config.zero_optimization.offload_optimizer.pipeline_write),
+      worker_([&device] { device.bind_thread(); }) {
+  bool host_updates = false;
+  for (int m = 0; m < store.module_count(); ++m) {
+    host_updates = host_updates || store.state(m, StateKind::master).tier() != Tier::device;
+  }
+  if (host_updates) {
+    const std::size_t bytes = store.window_numel() * dtype_size(dtype_);
+    for (int i = 0; i < 2; ++i) {
+      out_staging_.push_back({store.pinned().allocate(bytes, "updated parameter buffer"), device.create_event(), {}});
+    }
+  }
+}
+
+Updater::~Updater() {
+  // The facade drained and flushed already and reported what failed; this only makes sure no
+  // swap set is freed with its I/O still in flight after a failure.
+  try {
+    worker_.drain();
+  } catch (const std::exception&) {
+  }
+  try {
+    ring_.flush();
+  } catch (const std::exception&) {
+  }
+}
+
+void Updater::post(int module, const UpdateArgs& args) {
+  gate_.posted(module);
+  {
+    std::lock_guard lock(queue_mutex_);
+    queued_.push_back(module);
+  }
+  auto pop = [this] {
+    std::lock_guard lock(queue_mutex_);
+    queued_.pop_front();
+  };
+  worker_.post([this, module, args] { update(module, args); },
+               [this, module, pop] {
+                 pop();
+                 gate_.finished(module);
+               });
+}
+
+void Updater::run_after(std::function<void()> task, std::function<void()> done) {
+  {
+    std::lock_guard lock(queue_mutex_);
+    queued_.push_back(-1);  // the swap ring reads ahead no further than this
+  }
+  worker_.post(std::move(task), [this, done = std::move(done)] {
+    {
+      std::lock_guard lock(queue_mutex_);
+      queued_.pop_front();
+    }
+    if (done) done();
+  });
+}
+
+int Updater::upcoming(std::size_t k) {
+  // queued_.front() is the update running now.
+  std::lock_guard lock(queue_mutex_);
+  for (std::size_t i = 1; i < queued_.size(); ++i) {
+    if (queued_[i] < 0) return -1;
+    if (i - 1 == k) return queued_[i];
+  }
+  return -1;
+}
+
+void Updater::update(int module, const UpdateArgs& args) {
+  grads_.grad_done(module).synchronize();  // the step's last accumulation into this module's gradient
+  TierState& master = store_.state(module, StateKind::master);
+  if (master.tier() == Tier::device) {
+    update_on_device(module, args);
+    return;
+  }
+  TierState& acc = store_.state(module, StateKind::grad_accum);
+  const bool swapped = master.tier() == Tier::nvme;
+  const std::size_t shard = master.numel();
+  const std::size_t window = store_.window_numel();
+  for (std::size_t off = 0; off < shard; off += window) {
+    const std::size_t n = std::min(window, shard - off);
+    SwapRing::Window w;
+    if (swapped) {
+      w = ring_.acquire(module, off, n, [this](std::size_t k) { return upcoming(k); });
+    } else {
+      w.master = reinterpret_cast<float*>(master.host_data()) + off;
+      w.exp_avg = reinterpret_cast<float*>(store_.state(module, StateKind::exp_avg).host_data()) + off;
+      w.exp_avg_sq = reinterpret_cast<float*>(store_.state(module, StateKind::exp_avg_sq).host_data()) + off;
+    }
+    Staging* staging = nullptr;
+    void* out = params_out(module, off, &staging);
+    cpu_adam::AdamShard s;
+    s.params = w.master;
+    s.grads = reinterpret_cast<const float*>(acc.host_data()) + off;
+    s.grad_dtype = DType::f32;
+    s.exp_avg = w.exp_avg;
+    s.exp_avg_sq = w.exp_avg_sq;
+    s.numel = n;
+    if (dtype_ != DType::f32) {
+      s.params_out = out;
+      s.out_dtype = dtype_;
+    }
+    {
+      ScopedSpan span(tracer_, "adam", "cpu optimizer");
+      cpu_adam::adam_step(active_simd(), threads_, args.hyper, args.step, s, args.grad_scale);
+    }
+    deliver(module, off, n, w.master, staging);  // copies fp32 parameters out first
+    if (swapped) ring_.release(w);
+  }
+  std::memset(acc.host_data(), 0, acc.bytes());
+  // New parameters on their way to the device (resident modules, device shards) or to NVMe:
+  // the fetcher reads them after this event, or once the gate opens (NVMe: the writes below).
+  gate_.updated(module).record(*streams_.copy_in);
+  for (Staging& st : out_staging_) {
+    if (st.io) store_.io().wait(st.io);
+    st.io = {};
+  }
+}
+
+void Updater::update_on_device(int module, const UpdateArgs& args) {
+  TierState& param = store_.state(module, StateKind::param);
+  TierState& master = store_.state(module, StateKind::master);
+  TierState& acc = store_.state(module, StateKind::grad_accum);
+  Stream& optim = *streams_.optim;
+  const std::size_t n = master.numel();
+  cpu_adam::AdamShard s;
+  s.params = static_cast<float*>(master.device_data());
+  s.grads = acc.device_data();
+  s.grad_dtype = DType::f32;
+  s.exp_avg = static_cast<float*>(store_.state(module, StateKind::exp_avg).device_data());
+  s.exp_avg_sq = static_cast<float*>(store_.state(module, StateKind::exp_avg_sq).device_data());
+  s.numel = n;
+  if (dtype_ != DType::f32) {
+    s.params_out = param.device_data();
+    s.out_dtype = dtype_;
+  }
+  ops::adam_step(optim, args.hyper, args.step, s, args.grad_scale, threads_);
+  if (dtype_ == DType::f32) optim.copy_async(param.device_data(), master.device_data(), n * 4);
+  acc.fill_zero(optim);
+  gate_.updated(module).record(optim);
+}
+
+void* Updater::params_out(int module, std::size_t offset, Staging** staging) {
+  *staging = nullptr;
+  TierState& param = store_.state(module, StateKind::param);
+  if (std::byte* pinned = param.host_data()) return pinned + offset * dtype_size(dtype_);
+  STRATA_ASSERT(!out_staging_.empty(), "no parameter staging buffers were planned");
+  Staging& st = out_staging_[out_next_];
+  out_next_ = (out_next_ + 1) % out_staging_.size();
+  st.done->synchronize();  // its last H2D has finished
+  if (st.io) store_.io().wait(st.io);
+  st.io = {};
+  *staging = &st;
+  return st.buffer.data();
+}
+
+void Updater::deliver(int module, std::size_t offset, std::size_t n, const float* master, Staging* staging) {
+  TierState& param = store_.state(module, StateKind::param);
+  const std::size_t bytes = n * dtype_size(dtype_);
+  void* host = staging ? static_cast<void*>(staging->buffer.data())
+                       : static_cast<void*>(param.host_data() + offset * dtype_size(dtype_));
+  if (dtype_ == DType::f32) std::memcpy(host, master, bytes);  // fp32 parameters are the master
+  if (staging == nullptr) return;                               // written in place (pinned shard)
+  offload::AioHandle io = param.write_from_staging(offset, n, host, *streams_.copy_in);
+  if (io) {
+    staging->io = io;
+  } else {
+    staging->done->record(*streams_.copy_in);
+  }
+}
+
+}  // namespace strata::runtime

@@ -1,0 +1,91 @@
+#pragma once
+// The updater: Adam on this rank's shard of each module, on the optimizer worker (one thread,
+// update_worker.h), overlapped with backward and the next step's forward.
+//
+// One update loop for every tier: wait for the module's last gradient accumulation; then, over
+// the module's windows (an NVMe sub-group of the swap ring, or a window of the pinned states;
+// the device tier is one window updated by ops::adam_step on the optimizer stream), Adam writes
+// the new master and moments in place and the new parameters in the compute dtype either
+// straight into a pinned parameter shard or into a pinned staging buffer that goes on to the
+// device (H2D) or to NVMe; then the accumulator is zeroed and the gate's `updated` event is
+// recorded after the module's device work.
+//
+// post() queues module m's update (its hyper-parameters, Adam step and gradient scale by value);
+// run_after() queues any task behind the updates posted so far (checkpoints). Both run in
+// posting order.
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "cpu_adam/adam.h"
+#include "runtime/config/config.h"
+#include "runtime/device/device.h"
+#include "runtime/tiers/tier_store.h"
+#include "runtime/zero/engine_streams.h"
+#include "runtime/zero/grad_path.h"
+#include "runtime/zero/swap_ring.h"
+#include "runtime/zero/update_gate.h"
+#include "runtime/zero/update_worker.h"
+
+namespace strata::runtime {
+
+class Tracer;
+
+struct UpdateArgs {
+  cpu_adam::AdamHyper hyper;
+  std::int64_t step = 0;   // Adam's step (bias correction)
+  float grad_scale = 1.0f; // clip / loss_scale
+};
+
+class Updater {
+ public:
+  // Borrowed references outlive the updater.
+  Updater(const Config& config, TierStore& store, Device& device, EngineStreams& streams, UpdateGate& gate,
+          GradPath& grads, Tracer& tracer);
+  ~Updater();  // finishes the queued work and the swap ring's I/O (the facade reports errors first)
+  Updater(const Updater&) = delete;
+  Updater& operator=(const Updater&) = delete;
+
+  void post(int module, const UpdateArgs& args);
+  void run_after(std::function<void()> task, std::function<void()> done);
+  // Waits until every posted task has finished; rethrows the first error.
+  void drain() { worker_.drain(); }
+  void check() { worker_.check(); }
+  // Every NVMe optimizer state on disk and no read ahead pending: call with the worker idle or
+  // from a task on it, before reading or writing those states elsewhere.
+  void flush_swaps() { ring_.flush(); }
+
+ private:
+  struct Staging {
+    offload::HostBuffer buffer;
+    std::unique_ptr<Event> done;  // the H2D from it
+    offload::AioHandle io;        // the NVMe write from it
+  };
+  void update(int module, const UpdateArgs& args);
+  void update_on_device(int module, const UpdateArgs& args);
+  // Where Adam writes the new parameters of [offset, offset + n): the pinned shard itself, or a
+  // staging buffer (returned in *staging) that deliver() sends on to the parameters' tier.
+  void* params_out(int module, std::size_t offset, Staging** staging);
+  void deliver(int module, std::size_t offset, std::size_t n, const float* master, Staging* staging);
+  int upcoming(std::size_t k);
+
+  TierStore& store_;
+  EngineStreams& streams_;
+  UpdateGate& gate_;
+  GradPath& grads_;
+  Tracer& tracer_;
+  DType dtype_;
+  int threads_ = 1;
+  std::vector<Staging> out_staging_;  // updated parameters on their way to their tier
+  std::size_t out_next_ = 0;
+  SwapRing ring_;
+  std::mutex queue_mutex_;
+  std::deque<int> queued_;  // modules of the posted tasks not finished, in order; -1: another task
+  UpdateWorker worker_;     // last: stops (after its queue) before the states it uses go away
+};
+
+}  // namespace strata::runtime

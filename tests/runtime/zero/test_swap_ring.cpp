@@ -1,0 +1,123 @@
+// The NVMe swap ring on its own: windows come back with what was written, reads run ahead into
+// the next queued module (not only within one), a barrier in the queue stops them, and a read
+// of a module waits for that module's writes still in flight.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/units.h"
+#include "runtime/config/config.h"
+#include "runtime/device/device.h"
+#include "runtime/tiers/tier_store.h"
+#include "runtime/zero/swap_ring.h"
+#include "tests/runtime/zero/engine_fixture.h"
+
+using namespace strata;
+using namespace strata::runtime;
+using namespace strata::runtime::engine_test;
+
+namespace {
+
+constexpr std::size_t kWindow = 16'384;  // elements: one 64 KiB block of fp32
+
+struct RingRun {
+  explicit RingRun(const std::string& nvme) {
+    Config c = make_config(3, OffloadDevice::kNone, OffloadDevice::kNvme, nvme);
+    DeviceOptions o;
+    o.kind = "host";
+    o.memory_bytes = 64 * kMiB;
+    device = Device::create(o);
+    init = device->create_stream("init");
+    StoreSetup setup;
+    // Three modules of two windows and a half each.
+    for (int m = 0; m < 3; ++m) {
+      setup.module_numels.push_back(2 * kWindow + kWindow / 2);
+      setup.module_names.push_back("m" + std::to_string(m));
+    }
+    store = std::make_unique<TierStore>(c, setup, *device, *init);
+    ring = std::make_unique<SwapRing>(*store, 4, kWindow, /*pipeline_read=*/true, /*pipeline_write=*/true);
+  }
+  std::uint64_t bytes_read() const { return store->io().stats().bytes_read; }
+  std::unique_ptr<Device> device;
+  std::unique_ptr<Stream> init;
+  std::unique_ptr<TierStore> store;
+  std::unique_ptr<SwapRing> ring;
+};
+
+// Every window of `module`, in order, through the ring; each element += `add`.
+void update_module(RingRun& r, int module, float add, const SwapRing::Upcoming& upcoming) {
+  const std::size_t shard = r.store->state(module, StateKind::master).numel();
+  for (std::size_t off = 0; off < shard; off += kWindow) {
+    const std::size_t n = std::min(kWindow, shard - off);
+    SwapRing::Window w = r.ring->acquire(module, off, n, upcoming);
+    for (std::size_t i = 0; i < n; ++i) {
+      w.master[i] += add;
+      w.exp_avg[i] += 2 * add;
+      w.exp_avg_sq[i] += 3 * add;
+    }
+    r.ring->release(w);
+  }
+}
+
+}  // namespace
+
+TEST(SwapRing, WindowsRoundTripAcrossModulesAndSteps) {
+  TempDir dir;
+  RingRun r(dir.path());
+  const std::vector<int> order = {0, 1, 2};
+  for (int step = 0; step < 3; ++step) {
+    for (std::size_t i = 0; i < order.size(); ++i) {
+      // The modules queued after the running one.
+      auto upcoming = [&](std::size_t k) { return i + 1 + k < order.size() ? order[i + 1 + k] : -1; };
+      update_module(r, order[i], 1.0f + static_cast<float>(order[i]), upcoming);
+    }
+  }
+  r.ring->flush();
+  for (int m = 0; m < 3; ++m) {
+    for (StateKind k : {StateKind::master, StateKind::exp_avg, StateKind::exp_avg_sq}) {
+      const TierState& s = r.store->state(m, k);
+      std::vector<float> v(s.numel());
+      s.read(0, s.numel(), v.data(), *r.init);
+      const float per_step = (1.0f + static_cast<float>(m)) *
+                             (k == StateKind::master ? 1.0f : k == StateKind::exp_avg ? 2.0f : 3.0f);
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        ASSERT_EQ(v[i], 3 * per_step) << "module " << m << " " << state_name(k) << " element " << i;
+      }
+    }
+  }
+}
+
+TEST(SwapRing, ReadsAheadIntoTheNextQueuedModuleAndStopsAtABarrier) {
+  TempDir dir;
+  RingRun r(dir.path());
+  const std::size_t window_bytes = kWindow * 4 * 3;  // one window of the three states
+  // Module 0 (two and a half windows) with module 1 queued next: with 4 sets the ring keeps two
+  // windows read ahead, so by module 0's last window module 1's first two are on their way.
+  auto next_is_1 = [](std::size_t k) { return k == 0 ? 1 : -1; };
+  const std::size_t shard = r.store->state(0, StateKind::master).numel();
+  const std::uint64_t before = r.bytes_read();
+  for (std::size_t off = 0; off < shard; off += kWindow) {
+    SwapRing::Window w = r.ring->acquire(0, off, std::min(kWindow, shard - off), next_is_1);
+    r.ring->release(w);
+  }
+  EXPECT_EQ(r.bytes_read() - before, shard * 4 * 3 + 2 * window_bytes);
+  const std::uint64_t before_module_1 = r.bytes_read();
+  SwapRing::Window w = r.ring->acquire(1, 0, kWindow, [](std::size_t) { return -1; });
+  r.ring->release(w);
+  // Its first window was read ahead; acquiring it read only what the lookahead still lacked
+  // (module 1's third window; nothing is queued after module 1).
+  EXPECT_EQ(r.bytes_read() - before_module_1, (kWindow / 2) * 4 * 3);
+  r.ring->flush();
+
+  // A barrier (a checkpoint task) right after the running module: no read past it.
+  auto barrier = [](std::size_t) { return -1; };
+  const std::uint64_t before_barrier = r.bytes_read();
+  for (std::size_t off = 0; off < shard; off += kWindow) {
+    SwapRing::Window x = r.ring->acquire(2, off, std::min(kWindow, shard - off), barrier);
+    r.ring->release(x);
+  }
+  EXPECT_EQ(r.bytes_read() - before_barrier, shard * 4 * 3);  // module 2's states, nothing more
+}
