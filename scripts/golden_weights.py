@@ -3,10 +3,10 @@
 
 Runs a strata binary over stages 1-3 x optimizer placement (device / cpu / nvme; at stage 3 also
 parameters on cpu and nvme), in fp32 and bf16, with clipping (updates posted after the global
-norm) and without (posted as each gradient lands), two ranks' worth of shards at one rank
-(gradient_accumulation_steps 2), on the tiny byte-level GPT for a few steps, and prints one
-line per cell: the sha256 of the saved weights and of each checkpoint shard (master, exp_avg,
-exp_avg_sq). Run it with the binary before and after a change and diff the outputs:
+norm) and without (posted as each gradient lands), gradient_accumulation_steps 2, at one rank,
+and a few cells at two ranks (mpirun), on the tiny byte-level GPT for a few steps, and prints
+one line per cell: the sha256 of the saved weights and of each checkpoint shard (master,
+exp_avg, exp_avg_sq). Run it with the binary before and after a change and diff the outputs:
 
   scripts/golden_weights.py OLD/strata > before.txt
   scripts/golden_weights.py NEW/strata > after.txt
@@ -44,6 +44,12 @@ def config(stage, opt, param, nvme, bf16, clip):
     return c
 
 
+# Open MPI as root in a container without a remote shell (tests/train/train_util.py).
+MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMP_NUM_THREADS": "1",
+           "OMPI_MCA_plm_rsh_agent": "false", "OMPI_MCA_btl": "self,vader",
+           "OMPI_MCA_btl_vader_single_copy_mechanism": "none", "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+
+
 def cells():
     for stage in (1, 2, 3):
         placements = [("none", "none"), ("cpu", "none"), ("nvme", "none")]
@@ -52,7 +58,11 @@ def cells():
         for opt, param in placements:
             for bf16 in (False, True):
                 for clip in (1.0, 0.0):
-                    yield stage, opt, param, bf16, clip
+                    yield stage, opt, param, bf16, clip, 1
+    # Two ranks: reduce-scatter / all-reduce, gathers, sharded states.
+    for stage in (1, 2, 3):
+        for opt, param in [("cpu", "none"), ("nvme", "none")] + ([("nvme", "nvme")] if stage == 3 else []):
+            yield stage, opt, param, True, 1.0, 2
 
 
 def sha(path):
@@ -61,8 +71,8 @@ def sha(path):
 
 
 def run_cell(strata, cell, work):
-    stage, opt, param, bf16, clip = cell
-    name = f"stage{stage} opt={opt} param={param} {'bf16' if bf16 else 'fp32'} clip={clip}"
+    stage, opt, param, bf16, clip, ranks = cell
+    name = f"stage{stage} opt={opt} param={param} {'bf16' if bf16 else 'fp32'} clip={clip} ranks={ranks}"
     d = tempfile.mkdtemp(dir=work)
     nvme = os.path.join(d, "nvme")
     os.makedirs(nvme)
@@ -74,7 +84,11 @@ def run_cell(strata, cell, work):
     cmd = [strata, "train", "--config", cfg, "--preset", "tiny", "--seq-len", "32",
            "--text", os.path.join(ROOT, "README.md"), "--seed", "7", "--steps", str(STEPS),
            "--save", out, "--checkpoint-dir", ck, "--checkpoint-every", str(STEPS), "--report", "none"]
-    r = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="2"))
+    env = dict(os.environ, OMP_NUM_THREADS="2")
+    if ranks > 1:
+        cmd = ["mpirun", "-np", str(ranks)] + cmd
+        env.update(MPI_ENV)
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if r.returncode != 0:
         return f"{name}: FAILED rc={r.returncode}: {r.stderr.strip().splitlines()[-1:]}"
     step = os.path.join(ck, f"step-{STEPS:08d}")

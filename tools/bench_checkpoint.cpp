@@ -43,6 +43,7 @@
 #include "offload/aio_file.h"
 #include "offload/host_buffer.h"
 #include "runtime/config/config.h"
+#include "runtime/tiers/io_options.h"
 #include "tools/bench.h"
 #include "tools/bench_children.h"
 #include "tools/bench_nvme_disk.h"
