@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/log.h"
 
 namespace strata::runtime {
 namespace {
@@ -22,6 +23,15 @@ SwapRing::SwapRing(TierStore& store, int sets, std::size_t window_numel, bool pi
     sets_.push_back(std::move(set));
   }
   lookahead_ = pipeline_read && sets >= 2 ? static_cast<std::size_t>(sets) - 2 : 0;
+}
+
+SwapRing::~SwapRing() {
+  // No swap set may be freed while the engine still reads into it or writes from it.
+  try {
+    flush();
+  } catch (const std::exception& e) {
+    log::warn("swap ring: I/O failed at shutdown: {}", e.what());
+  }
 }
 
 TierState& SwapRing::state(int module, int k) { return store_.state(module, kSwapped[k]); }

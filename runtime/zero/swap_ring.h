@@ -40,6 +40,7 @@ class SwapRing {
   // `sets` swap sets of `window_numel` fp32 elements per state, from the store's pinned pool
   // (none when sets is 0: nothing on NVMe).
   SwapRing(TierStore& store, int sets, std::size_t window_numel, bool pipeline_read, bool pipeline_write);
+  ~SwapRing();  // waits for the I/O in flight (errors are logged: flush() reports them)
   SwapRing(const SwapRing&) = delete;
   SwapRing& operator=(const SwapRing&) = delete;
 

@@ -31,14 +31,10 @@ Updater::Updater(const Config& config, TierStore& store, Device& device, EngineS
 }
 
 Updater::~Updater() {
-  // The facade drained and flushed already and reported what failed; this only makes sure no
-  // swap set is freed with its I/O still in flight after a failure.
+  // The facade drained already and reported what failed; the ring's own destructor then waits
+  // for its I/O.
   try {
     worker_.drain();
-  } catch (const std::exception&) {
-  }
-  try {
-    ring_.flush();
   } catch (const std::exception&) {
   }
 }

@@ -103,10 +103,12 @@ TEST(SwapRing, ReadsAheadIntoTheNextQueuedModuleAndStopsAtABarrier) {
     SwapRing::Window w = r.ring->acquire(0, off, std::min(kWindow, shard - off), next_is_1);
     r.ring->release(w);
   }
+  r.store->io().wait_all();  // the engine counts bytes as reads complete
   EXPECT_EQ(r.bytes_read() - before, shard * 4 * 3 + 2 * window_bytes);
   const std::uint64_t before_module_1 = r.bytes_read();
   SwapRing::Window w = r.ring->acquire(1, 0, kWindow, [](std::size_t) { return -1; });
   r.ring->release(w);
+  r.store->io().wait_all();
   // Its first window was read ahead; acquiring it read only what the lookahead still lacked
   // (module 1's third window; nothing is queued after module 1).
   EXPECT_EQ(r.bytes_read() - before_module_1, (kWindow / 2) * 4 * 3);
@@ -119,5 +121,6 @@ TEST(SwapRing, ReadsAheadIntoTheNextQueuedModuleAndStopsAtABarrier) {
     SwapRing::Window x = r.ring->acquire(2, off, std::min(kWindow, shard - off), barrier);
     r.ring->release(x);
   }
+  r.ring->flush();
   EXPECT_EQ(r.bytes_read() - before_barrier, shard * 4 * 3);  // module 2's states, nothing more
 }
