@@ -27,7 +27,6 @@
 #include "core/units.h"
 #include "offload/aio_engine.h"
 #include "offload/host_buffer.h"
-#include "offload/probe.h"
 
 namespace strata::offload {
 

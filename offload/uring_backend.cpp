@@ -29,7 +29,6 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "offload/aio_backend.h"
-#include "offload/probe.h"
 
 namespace strata::offload {
 namespace {
