@@ -1,20 +1,20 @@
 # Every third-party dependency is found here, from Debian packages (scripts/setup.sh).
-# Required: liburing, xxHash, oneTBB, OpenMP, nlohmann-json, CLI11, spdlog/fmt, OpenBLAS, GoogleTest,
-# Google Benchmark. Optional (auto-detected, forced with STRATA_CUDA/MPI/HWLOC=ON|OFF):
-# CUDA (nvcc, cudart, cuBLAS, NCCL), MPI, hwloc.
+# Required: liburing, xxHash, OpenMP, nlohmann-json, CLI11, spdlog/fmt, OpenBLAS, GoogleTest.
+# Optional (auto-detected, forced with STRATA_CUDA/MPI/HWLOC=ON|OFF): CUDA (nvcc, cudart,
+# cuBLAS, NCCL), MPI, hwloc. CUDA's AUTO means "where nvcc is": with nvcc present the CUDA
+# backend is built or the configure fails, so a build machine that loses NCCL or cuBLAS stops
+# instead of quietly compiling without the backend.
 find_package(PkgConfig REQUIRED)
 find_package(Threads REQUIRED)
 find_package(OpenMP REQUIRED COMPONENTS CXX)
 pkg_check_modules(URING REQUIRED IMPORTED_TARGET liburing)
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
-find_package(TBB REQUIRED)
 find_package(nlohmann_json 3.10 REQUIRED)
 find_package(CLI11 REQUIRED)
 find_package(fmt REQUIRED)
 find_package(spdlog REQUIRED)
 pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)
 find_package(GTest REQUIRED)
-find_package(benchmark REQUIRED)
 
 # --- hwloc (optional) --------------------------------------------------------------------
 set(STRATA_HAVE_HWLOC OFF)
@@ -57,22 +57,44 @@ if(NOT STRATA_CUDA STREQUAL "OFF")
     enable_language(CUDA)
     set(CMAKE_CUDA_STANDARD 17)  # CMake 3.25 does not know nvcc 13 dialect flags for C++20
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
-    find_package(CUDAToolkit REQUIRED)
+    # nvcc is here, so the CUDA backend is built (AUTO and ON alike): anything it needs that is
+    # missing is an error naming it, never a quiet build without CUDA.
+    set(strata_cuda_missing "")
+    find_package(CUDAToolkit)
+    if(NOT CUDAToolkit_FOUND OR NOT TARGET CUDA::cudart)
+      list(APPEND strata_cuda_missing "the CUDA runtime (cudart)")
+    endif()
+    if(NOT TARGET CUDA::cublas)
+      list(APPEND strata_cuda_missing "cuBLAS (libcublas)")
+    endif()
     find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/include /usr/include)
     find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/lib /usr/lib/x86_64-linux-gnu)
-    if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
-      add_library(strata_nccl UNKNOWN IMPORTED)
-      set_target_properties(strata_nccl PROPERTIES IMPORTED_LOCATION ${NCCL_LIBRARY}
-                            INTERFACE_INCLUDE_DIRECTORIES ${NCCL_INCLUDE_DIR})
-      set(STRATA_HAVE_CUDA ON)
-    elseif(STRATA_CUDA STREQUAL "ON")
-      message(FATAL_ERROR "STRATA_CUDA=ON but NCCL was not found (nccl.h / libnccl.so); "
-                          "install NCCL or configure with -DSTRATA_CUDA=OFF")
-    else()
-      message(STATUS "strata: nvcc found but not NCCL; building without CUDA")
+    if(NOT NCCL_INCLUDE_DIR OR NOT NCCL_LIBRARY)
+      list(APPEND strata_cuda_missing "NCCL (nccl.h and libnccl.so)")
     endif()
+    if(strata_cuda_missing)
+      list(JOIN strata_cuda_missing ", " strata_cuda_missing)
+      message(FATAL_ERROR "STRATA_CUDA=${STRATA_CUDA}: nvcc was found (${CMAKE_CUDA_COMPILER}), so "
+                          "the CUDA backend is built, but it needs ${strata_cuda_missing}, which "
+                          "were not found. Install them (or set CMAKE_PREFIX_PATH, NCCL_INCLUDE_DIR "
+                          "and NCCL_LIBRARY), or configure with -DSTRATA_CUDA=OFF to build "
+                          "without CUDA.")
+    endif()
+    add_library(strata_nccl UNKNOWN IMPORTED)
+    set_target_properties(strata_nccl PROPERTIES IMPORTED_LOCATION ${NCCL_LIBRARY}
+                          INTERFACE_INCLUDE_DIRECTORIES ${NCCL_INCLUDE_DIR})
+    set(STRATA_HAVE_CUDA ON)
   elseif(STRATA_CUDA STREQUAL "ON")
     message(FATAL_ERROR "STRATA_CUDA=ON but no CUDA compiler (nvcc) was found; set "
                         "CMAKE_CUDA_COMPILER or configure with -DSTRATA_CUDA=OFF")
+  else()
+    find_program(STRATA_NVCC nvcc)
+    if(STRATA_NVCC)
+      message(FATAL_ERROR "STRATA_CUDA=AUTO: nvcc is at ${STRATA_NVCC} but CMake cannot compile "
+                          "CUDA with it (see CMakeFiles/CMakeError.log); set CMAKE_CUDA_COMPILER "
+                          "and CMAKE_CUDA_HOST_COMPILER, or configure with -DSTRATA_CUDA=OFF to "
+                          "build without CUDA.")
+    endif()
+    message(STATUS "strata: no nvcc found; building without CUDA (STRATA_CUDA=AUTO)")
   endif()
 endif()

@@ -25,6 +25,13 @@ Error::Error(std::string what, std::string where, std::string hint)
       where_(std::move(where)),
       hint_(std::move(hint)) {}
 
+std::string errno_text(int errnum) {
+  const char* name = ::strerrorname_np(errnum);
+  std::string text = std::strerror(errnum);
+  if (name != nullptr) text += std::string(" (") + name + ")";
+  return text;
+}
+
 Error system_error(int errnum, std::string_view call, std::string where, std::string hint) {
   return Error(fmt::format("{} failed: {} (errno {})", call, std::strerror(errnum), errnum),
                std::move(where), std::move(hint));

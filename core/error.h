@@ -32,6 +32,9 @@ class Error : public std::runtime_error {
   std::string hint_;
 };
 
+// "Operation not permitted (EPERM)": errno as text with its symbolic name, for messages.
+std::string errno_text(int errnum);
+
 // Builds an Error for a failed system call from errno (or an explicit error number).
 Error system_error(int errnum, std::string_view call, std::string where, std::string hint = {});
 

@@ -58,8 +58,8 @@ std::unique_ptr<AioBackendImpl> choose_backend(const AioOptions& o, EngineShared
   const IoUringProbe& probe = cached_probe();
   if (o.backend == AioBackend::kIoUring) {
     if (!probe.works) {
-      throw Error("io_uring is unavailable: " + probe.reason, "aio.backend",
-                  "use aio.backend 'auto' or 'threads' (pread/pwrite), or allow io_uring here "
+      throw Error("io_uring is unavailable: " + probe.reason, "strata.io_backend",
+                  "use strata.io_backend 'auto' or 'threads' (pread/pwrite), or allow io_uring here "
                   "(kernel.io_uring_disabled=0, a seccomp profile that permits it)");
     }
     return make_uring_backend(o, shared);

@@ -17,6 +17,9 @@
 //   - a read that returns 0 before its end is an error (past the end of the file);
 //   - any other error fails the request; wait() raises it with the path, the offset and the
 //     length of the failing piece and the errno text.
+// A ring that io_uring_submit_and_wait itself fails on (not EINTR, EAGAIN, EBUSY, ETIME) is
+// closed: the requests of that engine thread fail the same way, naming the errno of the
+// call, and so does every later piece dealt to it (see uring_backend.cpp).
 // Buffers from the HostPool given to the constructor are registered with every ring once and
 // used with read_fixed / write_fixed; other buffers work too (plain read / write).
 //
@@ -68,6 +71,18 @@ struct Completion {
 // engine re-reads what a short completion did not deliver. Called on engine threads.
 using CompletionHook = std::function<int(const Completion& c)>;
 
+// One io_uring_submit_and_wait as an io_uring engine thread saw it, for the test hook.
+struct SubmitCall {
+  unsigned lane;       // the engine thread (ring)
+  unsigned in_flight;  // pieces in its ring: prepared and not reaped yet
+  int result;          // what the call returned: SQEs submitted, or -errno
+};
+
+// Test hook in the io_uring submit path, called on the engine thread after each
+// io_uring_submit_and_wait: returns the result the engine should act on (return c.result to
+// change nothing), so a test can make the ring fail. The thread backend never calls it.
+using SubmitHook = std::function<int(const SubmitCall& c)>;
+
 struct AioOptions {
   std::size_t block_size = 1 << 20;  // bytes per piece (aio.block_size)
   unsigned queue_depth = 8;          // pieces in flight per engine thread (aio.queue_depth)
@@ -77,6 +92,7 @@ struct AioOptions {
   bool sqpoll = false;               // ask for IORING_SETUP_SQPOLL (dropped if refused)
   AioBackend backend = AioBackend::kAuto;
   CompletionHook completion_hook;    // tests only; empty in production
+  SubmitHook submit_hook;            // tests only; empty in production
 };
 
 using FileId = std::uint32_t;

@@ -27,7 +27,6 @@
 #include "core/units.h"
 #include "offload/aio_engine.h"
 #include "offload/host_buffer.h"
-#include "offload/probe.h"
 
 namespace strata::offload {
 
@@ -57,6 +56,7 @@ struct Piece {
   std::size_t done = 0;    // bytes transferred so far (short transfers continue from here)
   int attempt = 0;         // submissions so far - 1 (Completion::attempt)
   int busy_tries = 0;      // consecutive -EAGAIN / -EINTR
+  unsigned lane_slot = 0;  // io_uring: its index in the lane's table of pieces in flight
 };
 
 struct AioCounters {
@@ -115,15 +115,18 @@ inline std::string free_space_note(const std::string& path) {
                      format_bytes(static_cast<std::uint64_t>(s.f_bavail) * s.f_frsize));
 }
 
-inline Error piece_error(const Piece& p, IoOp op, std::string what, int errnum) {
-  std::string hint;
-  switch (errnum) {
-    case ENOSPC: hint = "free space on that file system, or point the swap folder elsewhere"; break;
-    case EIO: hint = "the device reported an I/O error: check dmesg and the drive's health"; break;
-    case EINVAL:
-      hint = "for O_DIRECT files the buffer, offset and length must suit the device's block size";
-      break;
-    default: break;
+// errnum picks the hint (0: none) unless one is given.
+inline Error piece_error(const Piece& p, IoOp op, std::string what, int errnum,
+                         std::string hint = {}) {
+  if (hint.empty()) {
+    switch (errnum) {
+      case ENOSPC: hint = "free space on that file system, or point the swap folder elsewhere"; break;
+      case EIO: hint = "the device reported an I/O error: check dmesg and the drive's health"; break;
+      case EINVAL:
+        hint = "for O_DIRECT files the buffer, offset and length must suit the device's block size";
+        break;
+      default: break;
+    }
   }
   return Error(fmt::format("{} of {} bytes at offset {} failed: {}", to_string(op),
                            p.bytes - p.done, p.offset + p.done, what),

@@ -10,7 +10,6 @@
 
 #include "core/error.h"
 #include "core/units.h"
-#include "offload/probe.h"
 
 namespace strata::offload {
 namespace {

@@ -221,13 +221,6 @@ std::string fs_type_of(const std::string& dir, unsigned long magic) {
 
 }  // namespace
 
-std::string errno_text(int errnum) {
-  const char* name = ::strerrorname_np(errnum);
-  std::string text = std::strerror(errnum);
-  if (name != nullptr) text += std::string(" (") + name + ")";
-  return text;
-}
-
 std::string file_system_type(const std::string& path) {
   struct statfs sfs{};
   if (::statfs(path.c_str(), &sfs) != 0) return "unknown";

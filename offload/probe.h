@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <string>
 
+#include "core/error.h"
+
 namespace strata::offload {
 
 struct IoUringProbe {
@@ -48,7 +50,8 @@ ODirectProbe probe_o_direct(const std::string& dir);
 // ODirectProbe::fs_type names it; "unknown" when it cannot be inspected. Never throws.
 std::string file_system_type(const std::string& path);
 
-// "Operation not permitted (EPERM)": errno as text with its symbolic name, for reasons.
-std::string errno_text(int errnum);
+// errno_text moved to core/error.h. tools/ still spells it offload::errno_text; this
+// declaration keeps that compiling until it says strata::errno_text.
+using ::strata::errno_text;
 
 }  // namespace strata::offload

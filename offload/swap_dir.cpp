@@ -21,7 +21,6 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/units.h"
-#include "offload/probe.h"
 
 namespace strata::offload::swap_dir {
 namespace {

@@ -11,11 +11,20 @@
 //      result through on_piece_result: resubmit the rest, or finish the piece.
 // The completion path (on_piece_result, finish_piece and a request's on_complete) runs after
 // the CQ head is advanced, so a slow on_complete never holds CQ entries.
+//
+// Note [A failed ring]. io_uring_submit_and_wait failing with anything but EINTR, EAGAIN,
+// EBUSY or ETIME (EBADFD, ENXIO, EOWNERDEAD, EFAULT, ...) says the ring itself is unusable, and
+// retrying would spin forever. The lane then (fail_lane) collects the CQEs of the pieces the
+// kernel had already taken, since those still transfer into their buffers, fails every piece
+// it holds with an error naming the file, the offset and the errno, closes the ring, and from
+// then on (serve_broken) fails each piece dealt to it at once and acknowledges registration
+// commands without a ring, sleeping on a condition variable in between. The other lanes go on.
 #include <liburing.h>
 #include <sys/eventfd.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <condition_variable>
 #include <deque>
@@ -29,7 +38,6 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "offload/aio_backend.h"
-#include "offload/probe.h"
 
 namespace strata::offload {
 namespace {
@@ -89,7 +97,7 @@ class Lane {
       thread_.join();
       ::close(wake_fd_);
       throw Error(setup_error_, "aio engine",
-                  "use aio backend 'threads', or check ulimit -l, seccomp and "
+                  "use strata.io_backend 'threads', or check ulimit -l, seccomp and "
                   "kernel.io_uring_disabled");
     }
   }
@@ -99,6 +107,7 @@ class Lane {
       std::lock_guard lock(mutex_);
       stop_ = true;
     }
+    broken_cv_.notify_one();
     wake();
     thread_.join();
     ::close(wake_fd_);
@@ -111,23 +120,27 @@ class Lane {
 
   void push(std::span<Piece* const> pieces) {
     bool was_idle;
+    bool broken;
     {
       std::lock_guard lock(mutex_);
       was_idle = pending_.empty() && commands_.empty();
+      broken = broken_;
       pending_.insert(pending_.end(), pieces.begin(), pieces.end());
     }
     // Only the push that finds the queue empty wakes the thread: it drains everything at once.
-    if (was_idle) wake();
+    notify(was_idle, broken);
   }
 
   void post(const Command& c) {
     bool was_idle;
+    bool broken;
     {
       std::lock_guard lock(mutex_);
       was_idle = pending_.empty() && commands_.empty();
+      broken = broken_;
       commands_.push_back(c);
     }
-    if (was_idle) wake();
+    notify(was_idle, broken);
   }
 
  private:
@@ -135,6 +148,15 @@ class Lane {
     const std::uint64_t one = 1;
     // Cannot fail short of a counter overflow (2^64 - 2 wakes); the ring would then wake anyway.
     [[maybe_unused]] ssize_t n = ::write(wake_fd_, &one, sizeof one);
+  }
+
+  // A working lane sleeps in its ring (the eventfd read), a broken one on broken_cv_.
+  void notify(bool was_idle, bool broken) {
+    if (broken) {
+      broken_cv_.notify_one();
+    } else if (was_idle) {
+      wake();
+    }
   }
 
   void run() {
@@ -146,8 +168,13 @@ class Lane {
     }
     setup_cv_.notify_all();
     if (!error.empty()) return;
+    in_flight_.assign(options_.queue_depth, nullptr);
+    free_slots_.resize(options_.queue_depth);
+    for (unsigned i = 0; i < options_.queue_depth; ++i) {
+      free_slots_[i] = options_.queue_depth - 1 - i;
+    }
     loop();
-    io_uring_queue_exit(&ring_);
+    if (ring_open_) io_uring_queue_exit(&ring_);
   }
 
   // Tries the setup flags best first and drops them one by one where the kernel answers
@@ -169,6 +196,7 @@ class Lane {
       if (a.flags & IORING_SETUP_SQPOLL) params.sq_thread_idle = 100;  // ms before it sleeps
       rc = io_uring_queue_init_params(entries, &ring_, &params);
       if (rc == 0) {
+        ring_open_ = true;
         flags_name_ = a.name;
         break;
       }
@@ -272,9 +300,21 @@ class Lane {
     }
     if (fixed_file) sqe->flags |= IOSQE_FIXED_FILE;
     io_uring_sqe_set_data(sqe, &p);
+    track(p);
     if (fixed_buffer && p.attempt == 0) {
       shared_.counters.fixed_pieces.fetch_add(1, std::memory_order_relaxed);
     }
+  }
+
+  // The pieces in the ring (prepared, not reaped), so that a failed ring can fail them all.
+  void track(Piece& p) {
+    p.lane_slot = free_slots_.back();
+    free_slots_.pop_back();
+    in_flight_[p.lane_slot] = &p;
+  }
+  void untrack(Piece& p) {
+    in_flight_[p.lane_slot] = nullptr;
+    free_slots_.push_back(p.lane_slot);
   }
 
   void loop() {
@@ -297,7 +337,9 @@ class Lane {
       if (!wake_armed_) arm_wake();
       // overlap_events=false: a new batch only once the previous one has fully completed.
       const bool may_submit = options_.overlap_events || in_flight == 0;
-      while (may_submit && in_flight < options_.queue_depth && !ready.empty()) {
+      int submit_error = 0;
+      while (may_submit && submit_error == 0 && in_flight < options_.queue_depth &&
+             !ready.empty()) {
         Piece* p = ready.front();
         ready.pop_front();
         if (skip_piece(*p)) {  // an earlier piece of its request failed
@@ -306,11 +348,16 @@ class Lane {
         }
         prepare(*p);
         ++in_flight;
-        if (options_.single_submit) submit_checked(0);
+        if (options_.single_submit) submit_error = submit_checked(0, in_flight);
       }
-      if (stop && in_flight == 0 && ready.empty()) return;
+      if (submit_error == 0 && stop && in_flight == 0 && ready.empty()) return;
 
-      submit_checked(1);
+      if (submit_error == 0) submit_error = submit_checked(1, in_flight);
+      if (submit_error != 0) {  // Note [A failed ring]
+        fail_lane(submit_error, ready, in_flight);
+        serve_broken();
+        return;
+      }
 
       // Reap every CQE that is ready, advance the CQ once, then act on the results.
       reaped.clear();
@@ -327,6 +374,7 @@ class Lane {
       }
       io_uring_cq_advance(&ring_, count);
       for (auto [p, res] : reaped) {
+        untrack(*p);
         --in_flight;
         if (on_piece_result(*p, res, shared_) == PieceAction::kResubmit) {
           ready.push_front(p);  // the rest of a short transfer, or a retry: first in line
@@ -337,15 +385,114 @@ class Lane {
     }
   }
 
-  // Submits the prepared SQEs and waits for `wait_nr` completions. A signal (EINTR) or a
-  // momentary shortage (EAGAIN, EBUSY) is not an error: the loop comes back here.
-  void submit_checked(unsigned wait_nr) {
+  // Submits the prepared SQEs and waits for `wait_nr` completions. Returns 0, or the errno
+  // of a failure that makes the ring unusable (Note [A failed ring]). A signal (EINTR) or a
+  // momentary shortage (EAGAIN, EBUSY, ETIME) is not an error: the loop comes back here.
+  int submit_checked(unsigned wait_nr, unsigned in_flight) {
     int rc = io_uring_submit_and_wait(&ring_, wait_nr);
-    if (rc >= 0 || rc == -EINTR || rc == -EAGAIN || rc == -EBUSY || rc == -ETIME) return;
-    log::warn_once("aio.uring.submit",
-                   fmt::format("io_uring lane {}: io_uring_submit_and_wait failed: {}; retrying",
-                               index_, errno_text(-rc)));
-    std::this_thread::yield();
+    if (options_.submit_hook) [[unlikely]] rc = options_.submit_hook({index_, in_flight, rc});
+    if (rc >= 0 || rc == -EINTR || rc == -EAGAIN || rc == -EBUSY || rc == -ETIME) return 0;
+    return -rc;
+  }
+
+  // Note [A failed ring]. Runs once, on the lane's thread, after submit_checked reported err.
+  void fail_lane(int err, std::deque<Piece*>& ready, unsigned& in_flight) {
+    {
+      std::lock_guard lock(mutex_);
+      broken_ = true;  // from now on push() and post() wake broken_cv_, not the ring
+    }
+    broken_what_ = fmt::format("io_uring_submit_and_wait failed on I/O engine thread {}: {}; "
+                               "its ring was closed",
+                               index_, errno_text(err));
+    log::error("{}: the requests it holds fail", broken_what_);
+
+    // The kernel took every SQE but the last io_uring_sq_ready() ones (those were never
+    // submitted and never complete). The taken ones, the eventfd read among them, post CQEs.
+    const unsigned queued = in_flight + (wake_armed_ ? 1U : 0U);
+    unsigned expected = queued - std::min(queued, io_uring_sq_ready(&ring_));
+    log::debug("io_uring lane {}: {} piece(s) in the ring, collecting {} completion(s)", index_,
+               in_flight, expected);
+    if (wake_armed_) wake();  // completes the eventfd read, if the kernel took it
+    std::vector<std::pair<Piece*, int>> reaped;
+    int busy = 0;
+    while (expected > 0) {
+      io_uring_cqe* first = nullptr;
+      const int rc = io_uring_wait_cqe(&ring_, &first);  // submits nothing
+      if ((rc == -EINTR || rc == -EAGAIN) && ++busy < kMaxBusyRetries) continue;
+      if (rc < 0) {
+        log::error("io_uring lane {}: cannot collect the completions of {} piece(s) in flight "
+                   "({}); they fail without them",
+                   index_, expected, errno_text(-rc));
+        break;
+      }
+      reaped.clear();
+      unsigned head;
+      unsigned count = 0;
+      io_uring_cqe* cqe;
+      io_uring_for_each_cqe(&ring_, head, cqe) {
+        ++count;
+        if (cqe->user_data != kWakeTag) {
+          reaped.emplace_back(reinterpret_cast<Piece*>(cqe->user_data), cqe->res);
+        }
+      }
+      io_uring_cq_advance(&ring_, count);
+      expected -= std::min(expected, count);
+      for (auto [p, res] : reaped) {
+        untrack(*p);
+        --in_flight;
+        // A piece that completed is judged as usual; one that would need another SQE fails.
+        if (on_piece_result(*p, res, shared_) == PieceAction::kResubmit) {
+          fail_piece(*p);
+        } else {
+          finish_piece(*p, shared_);
+        }
+      }
+    }
+    for (Piece* p : in_flight_) {  // untaken, or their completions could not be collected
+      if (p == nullptr) continue;
+      untrack(*p);
+      --in_flight;
+      fail_piece(*p);
+    }
+    for (Piece* p : ready) fail_piece(*p);
+    ready.clear();
+    io_uring_queue_exit(&ring_);
+    ring_open_ = false;
+  }
+
+  // Fails the piece's request with the ring's error (unless an earlier error is already
+  // there) and finishes the piece.
+  void fail_piece(Piece& p) {
+    if (!skip_piece(p)) {
+      p.request->fail(std::make_exception_ptr(detail::piece_error(
+          p, p.request->op, broken_what_, 0,
+          "see the log for the ring's failure; strata.io_backend \"threads\" runs without "
+          "io_uring")));
+    }
+    finish_piece(p, shared_);
+  }
+
+  // Note [A failed ring]: the lane's life after fail_lane, until the engine stops.
+  void serve_broken() {
+    std::vector<Command> commands;
+    std::deque<Piece*> pieces;
+    for (;;) {
+      bool stop;
+      {
+        std::unique_lock lock(mutex_);
+        broken_cv_.wait(lock, [&] { return stop_ || !pending_.empty() || !commands_.empty(); });
+        commands.swap(commands_);
+        pieces.swap(pending_);
+        stop = stop_;
+      }
+      for (const Command& c : commands) {
+        if (c.done != nullptr) c.done->count_down();  // no ring holds anything any more
+      }
+      commands.clear();
+      for (Piece* p : pieces) fail_piece(*p);
+      pieces.clear();
+      if (stop) return;
+    }
   }
 
   const AioOptions& options_;
@@ -359,9 +506,12 @@ class Lane {
   std::deque<Piece*> pending_;
   std::vector<Command> commands_;
   bool stop_ = false;
+  bool broken_ = false;                  // Note [A failed ring]
+  std::condition_variable broken_cv_;    // where a broken lane sleeps
 
   // Owned by the lane's thread after setup (flags_name_ is read after setup_done_).
   io_uring ring_{};
+  bool ring_open_ = false;
   std::string flags_name_;
   bool files_table_ = false;
   bool buffers_table_ = false;
@@ -369,6 +519,9 @@ class Lane {
   std::vector<bool> buffer_ok_;
   bool wake_armed_ = false;
   std::uint64_t wake_value_ = 0;
+  std::vector<Piece*> in_flight_;        // by Piece::lane_slot; null where free
+  std::vector<unsigned> free_slots_;
+  std::string broken_what_;              // the failed call and its errno, once broken
 
   int wake_fd_ = -1;
   std::thread thread_;

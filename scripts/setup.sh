@@ -6,8 +6,8 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config git python3
   clang libomp-dev libclang-rt-14-dev      # the tsan preset: clang with its own OpenMP runtime
-  liburing-dev fio libtbb-dev libhwloc-dev
-  libgtest-dev libgmock-dev libbenchmark-dev
+  liburing-dev fio libhwloc-dev
+  libgtest-dev libgmock-dev
   nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
   libopenblas-dev libopenmpi-dev openmpi-bin
   libxxhash-dev

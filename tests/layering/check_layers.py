@@ -1,19 +1,37 @@
 #!/usr/bin/env python3
 """Checks that #includes follow the layer arrows of docs/architecture.md.
 
-Each layer may include project headers from itself and from the layers it links (the
-CMake targets' dependencies): core <- cpu_adam, offload, kernels (siblings: none includes
-another) <- runtime <- models <- tools. CUDA headers (cuda*.h, cublas*.h, nccl.h, nvml.h,
-curand*.h, <cuda/...>, cub, thrust) may be included only in runtime/device/, runtime/comm/
-and kernels/cuda/ (and tests): everything else builds without a GPU stack.
+Layers. Each top-level folder may include project headers from itself and from the layers it
+links (the CMake targets' dependencies):
+
+    core <- cpu_adam, offload, kernels (siblings: none includes another) <- runtime
+         <- models <- train <- tools
+
+train/ may include models, runtime, kernels, offload, cpu_adam and core; models/ may not
+include train/. A layer folder that does not exist yet is simply not walked.
+
+Runtime's subfolders. Inside runtime/ the subfolders are ordered too, lowest first:
+
+    config, trace, topology, device, comm, ops, params, tiers, zero, checkpoint, telemetry
+
+A file in runtime/X/ may include runtime/X/ and the subfolders before X, never one after it
+(so device/ does not include comm/). One narrower rule: from zero/, checkpoint/ may include
+only the engine's facade, runtime/zero/engine.h, not the engine's internals. A subfolder of
+runtime/ that is not in the list is itself reported: place it in RUNTIME_ORDER.
+
+CUDA. CUDA headers (cuda*.h, cublas*.h, nccl.h, nvml.h, curand*.h, <cuda/...>, cub, thrust)
+may be included only in runtime/device/, runtime/comm/ and kernels/cuda/ (and tests):
+everything else builds without a GPU stack.
 
 Usage: check_layers.py ROOT   (exit 1 and one line per violation when any is found)
+       check_layers.py --expect FILE ROOT   (exit 0 only when the violations found are
+           exactly the FILE:LINE entries listed in FILE: the test of the checker itself)
 """
 import os
 import re
 import sys
 
-LAYERS = ["core", "cpu_adam", "offload", "kernels", "runtime", "models", "tools"]
+LAYERS = ["core", "cpu_adam", "offload", "kernels", "runtime", "models", "train", "tools"]
 ALLOWED = {
     "core": {"core"},
     "cpu_adam": {"cpu_adam", "core"},
@@ -21,8 +39,15 @@ ALLOWED = {
     "kernels": {"kernels", "core"},
     "runtime": {"runtime", "kernels", "offload", "cpu_adam", "core"},
     "models": {"models", "runtime", "kernels", "offload", "cpu_adam", "core"},
+    "train": {"train", "models", "runtime", "kernels", "offload", "cpu_adam", "core"},
     "tools": set(LAYERS),
 }
+RUNTIME_ORDER = ["config", "trace", "topology", "device", "comm", "ops", "params", "tiers",
+                 "zero", "checkpoint", "telemetry"]
+RUNTIME_RANK = {name: i for i, name in enumerate(RUNTIME_ORDER)}
+# (including subfolder, included subfolder) -> the only headers of the latter it may include,
+# on top of what the order allows.
+RUNTIME_ONLY = {("checkpoint", "zero"): {"runtime/zero/engine.h"}}
 CUDA_DIRS = ("runtime/device/", "runtime/comm/", "kernels/cuda/")
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
 CUDA_HEADER = re.compile(r'^(cuda[^/]*\.h|cublas[^/]*\.h|nccl\.h|nvml\.h|curand[^/]*\.h|cuda/.*|cub/.*|thrust/.*)$')
@@ -33,15 +58,47 @@ def cuda_allowed(rel_path):
     return rel_path.startswith(CUDA_DIRS)
 
 
+def runtime_subfolder(path):
+    """'zero' for runtime/zero/x.h; None for a file directly in runtime/."""
+    parts = path.split("/")
+    return parts[1] if len(parts) > 2 and parts[0] == "runtime" else None
+
+
+def check_runtime_include(rel, lineno, header):
+    """The order of runtime's subfolders, for an include in runtime/ of a runtime/ header."""
+    src, dst = runtime_subfolder(rel), runtime_subfolder(header)
+    if src is None or dst is None or src == dst:
+        return []
+    problems = []
+    for sub in sorted({src, dst} - set(RUNTIME_ORDER)):
+        problems.append(f"{rel}:{lineno}: runtime/{sub}/ has no place in the order of runtime's "
+                        "subfolders (RUNTIME_ORDER in tests/layering/check_layers.py)")
+    if problems:
+        return problems
+    only = RUNTIME_ONLY.get((src, dst))
+    if only is not None:
+        if header not in only:
+            allowed = ", ".join(sorted(only))
+            problems.append(f"{rel}:{lineno}: runtime/{src}/ includes \"{header}\": from "
+                            f"runtime/{dst}/ it may include only {allowed}")
+        return problems
+    if RUNTIME_RANK[dst] > RUNTIME_RANK[src]:
+        problems.append(f"{rel}:{lineno}: runtime/{src}/ includes \"{header}\" from "
+                        f"runtime/{dst}/, which comes after it in the order of runtime's "
+                        "subfolders")
+    return problems
+
+
 def check(root):
     problems = []
     for layer in LAYERS:
-        for dirpath, _, files in os.walk(os.path.join(root, layer)):
-            for name in files:
+        for dirpath, dirnames, files in os.walk(os.path.join(root, layer)):
+            dirnames.sort()
+            for name in sorted(files):
                 if not name.endswith(SOURCE_EXT):
                     continue
                 path = os.path.join(dirpath, name)
-                rel = os.path.relpath(path, root)
+                rel = os.path.relpath(path, root).replace(os.sep, "/")
                 with open(path, encoding="utf-8", errors="replace") as f:
                     for lineno, line in enumerate(f, 1):
                         m = INCLUDE.match(line)
@@ -52,19 +109,41 @@ def check(root):
                         if m.group(1) == '"' and top in ALLOWED and top not in ALLOWED[layer]:
                             problems.append(f"{rel}:{lineno}: {layer}/ includes \"{header}\" from "
                                             f"{top}/, which it does not depend on")
+                        if m.group(1) == '"' and layer == "runtime" and top == "runtime":
+                            problems += check_runtime_include(rel, lineno, header)
                         if CUDA_HEADER.match(header) and not cuda_allowed(rel):
                             problems.append(f"{rel}:{lineno}: includes the CUDA header {header}; only "
                                             "runtime/device/, runtime/comm/ and kernels/cuda/ may")
     return problems
 
 
+def read_expected(path):
+    with open(path, encoding="utf-8") as f:
+        return {line.strip() for line in f if line.strip() and not line.startswith("#")}
+
+
 def main():
-    if len(sys.argv) != 2:
+    args = sys.argv[1:]
+    expect = None
+    if len(args) == 3 and args[0] == "--expect":
+        expect, args = args[1], args[2:]
+    if len(args) != 1:
         print(__doc__)
         return 2
-    problems = check(sys.argv[1])
+    problems = check(args[0])
     for p in problems:
         print(p)
+    if expect is not None:
+        found = {p.split(": ", 1)[0] for p in problems}
+        wanted = read_expected(expect)
+        for missed in sorted(wanted - found):
+            print(f"NOT CAUGHT: {missed} (planted in the fixture, not reported)")
+        for extra in sorted(found - wanted):
+            print(f"UNEXPECTED: {extra} (reported, but not a planted violation)")
+        ok = found == wanted
+        print(f"layering checker: {'catches exactly' if ok else 'does not catch exactly'} the "
+              f"{len(wanted)} planted violations")
+        return 0 if ok else 1
     if problems:
         print(f"{len(problems)} layering violation(s)")
         return 1

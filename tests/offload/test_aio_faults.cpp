@@ -3,6 +3,7 @@
 // "deliver" scribbled over, so an engine that skipped the rest would return wrong data.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
@@ -10,6 +11,7 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
@@ -233,6 +235,109 @@ TEST_P(AioFaultTest, ShortDirectReadsStayAligned) {
   engine.wait(engine.read(f, 4096, dst.data(), dst.size()));
   EXPECT_EQ(std::memcmp(src.data(), dst.data(), src.size()), 0);
   EXPECT_EQ(shortened.load(), 8);
+}
+
+// An error of io_uring_submit_and_wait itself (not EINTR / EAGAIN / EBUSY / ETIME) makes the
+// ring unusable: it must fail the lane's requests with the path, the offset and the errno, and
+// the lane must neither retry nor hang (Note [A failed ring] in uring_backend.cpp). Injected
+// through AioOptions::submit_hook, after a call that put pieces in the ring, so the pieces the
+// kernel took finish first and only the ones it never got fail.
+class AioSubmitFaultTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    IoUringProbe p = probe_io_uring();
+    if (!p.works) GTEST_SKIP() << "io_uring unavailable: " << p.reason;
+    ASSERT_FALSE(dir_.path().empty());
+  }
+
+  // One ring with 4 pieces in flight: a 6-piece request fails at its fifth piece.
+  static AioOptions options(SubmitHook hook) {
+    AioOptions o;
+    o.block_size = kBlock;
+    o.queue_depth = 4;
+    o.parallelism = 1;
+    o.backend = AioBackend::kIoUring;
+    o.submit_hook = std::move(hook);
+    return o;
+  }
+
+  TempDir dir_;
+};
+
+TEST_F(AioSubmitFaultTest, UnexpectedErrorFailsTheRequestAndTheLaneStops) {
+  std::atomic<bool> broken{false};
+  std::atomic<int> calls{0};
+  AioEngine engine(options([&](const SubmitCall& c) {
+    ++calls;
+    return broken.load() && c.in_flight > 0 ? -EBADFD : c.result;
+  }));
+  AioFile file = AioFile::open(dir_.path() + "/badfd", O_RDWR | O_CREAT, DirectIo::kOff);
+  FileId f = engine.add_file(file);
+  std::vector<std::byte> data(6 * kBlock);
+  fill_random(data, 7);
+  engine.wait(engine.write(f, 4096, data.data(), data.size()));
+
+  broken = true;
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    engine.wait(engine.read(f, 4096, data.data(), data.size()));
+    FAIL() << "a read on a ring whose submit failed succeeded";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find(file.path()), std::string::npos) << msg;
+    EXPECT_NE(msg.find("read of " + std::to_string(kBlock) + " bytes at offset " +
+                       std::to_string(4096 + 4 * kBlock)),
+              std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("io_uring_submit_and_wait"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(errno_text(EBADFD)), std::string::npos) << msg;
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+
+  // The lane is closed: later requests fail at once, and nothing calls submit again.
+  const int calls_after = calls.load();
+  try {
+    engine.wait(engine.write(f, 0, data.data(), kBlock));
+    FAIL() << "a write on a closed lane succeeded";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("write of " + std::to_string(kBlock) + " bytes at offset 0"),
+              std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("EBADFD"), std::string::npos) << msg;
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(calls.load(), calls_after) << "the closed lane kept submitting";
+  engine.remove_file(f);
+}
+
+TEST_F(AioSubmitFaultTest, PiecesTheKernelTookStillComplete) {
+  std::vector<std::byte> data(6 * kBlock);
+  fill_random(data, 8);
+  const std::string path = dir_.path() + "/taken";
+  {
+    AioEngine engine(options([](const SubmitCall& c) {
+      return c.in_flight > 0 ? -EOWNERDEAD : c.result;
+    }));
+    AioFile file = AioFile::open(path, O_RDWR | O_CREAT | O_TRUNC, DirectIo::kOff);
+    FileId f = engine.add_file(file);
+    try {
+      engine.wait(engine.write(f, 0, data.data(), data.size()));
+      FAIL() << "a write through a failed ring succeeded";
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(path), std::string::npos) << msg;
+      EXPECT_NE(msg.find("at offset " + std::to_string(4 * kBlock)), std::string::npos) << msg;
+      EXPECT_NE(msg.find("EOWNERDEAD"), std::string::npos) << msg;
+    }
+    EXPECT_NO_THROW(engine.wait_all());  // reported once; nothing is left in flight
+    engine.remove_file(f);
+  }
+  // The four pieces in the ring when the call failed were collected and are on disk.
+  AioFile file = AioFile::open(path, O_RDONLY, DirectIo::kOff);
+  std::vector<std::byte> back(4 * kBlock);
+  ASSERT_EQ(::pread(file.fd(), back.data(), back.size(), 0), static_cast<ssize_t>(back.size()));
+  EXPECT_EQ(std::memcmp(back.data(), data.data(), back.size()), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, AioFaultTest,

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""strata's CPU Adam against torch.optim.Adam / AdamW, 10 steps (issue 3).
+"""strata's CPU Adam against torch.optim.Adam / AdamW, 10 steps.
 
 Usage: /usr/bin/python3 adam_vs_torch.py --driver PATH/adam_reference_driver [--keep DIR]
 
@@ -12,7 +12,7 @@ elements, with different gradient magnitudes -- is stepped 10 times by strata (t
 begin_step, then update() per tensor) and by torch (foreach=False, which is torch 1.13's
 default, and foreach=True), from the same initial params and the same grads. Per tensor we
 measure, in float64, rel = ||ours - torch|| / ||torch|| for the params after every step, and
-for the final exp_avg and exp_avg_sq. Bound: rel <= 1e-6 for all of them (the issue's bound).
+for the final exp_avg and exp_avg_sq. Bound: rel <= 1e-6 for all of them (the bound asked for).
 Both sides compute in fp32, but nothing obliges them to round alike: the order of the
 operations (sqrt(v) / sqrt(bc2) + eps or sqrt(v / bc2) + eps; torch's AdamW multiplies p by
 fp32(1 - lr * wd), a relative bias of up to 2^-25 per step), FMA or not, and how the bias

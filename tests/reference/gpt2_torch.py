@@ -1,4 +1,4 @@
-"""GPT-2 in plain PyTorch, computing what Hugging Face's GPT2LMHeadModel computes (issue 5).
+"""GPT-2 in plain PyTorch, computing what Hugging Face's GPT2LMHeadModel computes.
 
 Written by us for the comparison in gpt_vs_torch.py (Debian's python3 has torch 1.13 but not
 `transformers`). Parameters carry HF's names and layouts, so named_parameters() reads like a

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""strata's GPT-2 (gpt_reference_driver) against a PyTorch GPT-2 (gpt2_torch.py), issue 5.
+"""strata's GPT-2 (gpt_reference_driver) against a PyTorch GPT-2 (gpt2_torch.py).
 
 Usage: /usr/bin/python3 gpt_vs_torch.py --driver PATH/gpt_reference_driver [--keep DIR]
 
@@ -7,7 +7,7 @@ Debian's interpreter (/usr/bin/python3 with python3-torch 1.13 and python3-numpy
 scripts/setup.sh); exits 77 (skipped) when torch or numpy cannot be imported. Files go through
 st_io.py (safetensors on numpy; Debian has no `safetensors` package).
 
-The driver's contract (the lead's, issue 5):
+The driver's contract:
   gpt_reference_driver --config CONFIG.json --weights W.safetensors --batch BATCH.safetensors
       --steps S --lr LR --weight-decay WD --beta1 B1 --beta2 B2 --eps EPS --out OUT.safetensors
       [--checkpointing]

@@ -1,0 +1,2 @@
+#include "models/gpt/gpt_model.h"
+#include "train/trainer.h"

@@ -1,0 +1,3 @@
+#include "runtime/device/arena.h"
+#include "runtime/trace/trace.h"
+#include "runtime/comm/comm.h"

@@ -1,0 +1,1 @@
+#include "runtime/device/device.h"

@@ -1,0 +1,3 @@
+#include "runtime/zero/engine_impl.h"
+#include "runtime/tiers/host_tiers.h"
+#include "runtime/config/config.h"
