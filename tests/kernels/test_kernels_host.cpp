@@ -41,6 +41,7 @@
 #include "kernels/host/embedding.h"
 #include "kernels/host/layernorm.h"
 #include "kernels/host/matmul.h"
+#include "kernels/host/threads.h"
 
 namespace strata {
 namespace {
@@ -127,10 +128,14 @@ double weighted_sum(const Vec& out, const Vec& R) {
   return s;
 }
 
-// Restores the OpenMP thread count on scope exit.
+// Restores the OpenMP and OpenBLAS thread counts on scope exit.
 struct ThreadCount {
   int saved = omp_get_max_threads();
-  ~ThreadCount() { omp_set_num_threads(saved); }
+  int saved_blas = host::kernel_threads().openblas;
+  ~ThreadCount() {
+    omp_set_num_threads(saved);
+    host::set_openblas_threads(saved_blas);
+  }
 };
 
 // Central differences of loss() with respect to every element of x (restored afterwards).
@@ -679,12 +684,14 @@ constexpr Runner kRunners[] = {run_embedding, run_layernorm, run_matmul, run_att
                                run_elementwise, run_cross_entropy};
 
 // Against one thread: 2 threads (twice), 3 and 7 (more threads than cores, ragged splits),
-// and a call from a non-main thread (its own OpenMP team).
+// and a call from a non-main thread (its own OpenMP team). OpenMP and OpenBLAS (the sgemm of
+// the matmuls) both, as the host device sets them (kernels/host/threads.h).
 TEST(KernelsHost, BitwiseDeterministicForAnyThreadCount) {
   ThreadCount restore;
   for (DType dt : kDTypes)
     for (Runner run : kRunners) {
       omp_set_num_threads(1);
+      host::set_openblas_threads(1);
       const Outputs one = run({dt, dt});
       const auto expect_same = [&](const Outputs& got, const std::string& how) {
         for (std::size_t i = 0; i < one.size(); ++i)
@@ -693,6 +700,7 @@ TEST(KernelsHost, BitwiseDeterministicForAnyThreadCount) {
       };
       for (int threads : {2, 2, 3, 7}) {
         omp_set_num_threads(threads);
+        host::set_openblas_threads(threads);
         expect_same(run({dt, dt}), std::to_string(threads) + " threads");
       }
       Outputs worker;
