@@ -1,12 +1,13 @@
 #pragma once
-// The thread count of the host kernels (kernels/host): OpenMP's team size inside each op and
-// OpenBLAS's threads for the matmuls' sgemm. Every host op gives the same bits for any thread
-// count (tests/kernels: BitwiseDeterministicForAnyThreadCount), so this changes speed only.
+// The thread count of the host kernels (kernels/host): OpenMP's team size inside each op.
+// The OpenMP parts give the same bits for any team size (tests/kernels:
+// BitwiseDeterministicForAnyThreadCount), so this changes speed only. The host device sets it
+// from DeviceOptions::host_threads in each stream's worker thread as it starts.
 //
-// The host device sets both from DeviceOptions::host_threads (strata.cpu_threads, resolved):
-// OpenBLAS's once when the device is created, OpenMP's in each stream's worker thread as it
-// starts, since the host ops run there. Without a call, the libraries' defaults apply
-// (OMP_NUM_THREADS / OPENBLAS_NUM_THREADS, else every CPU).
+// OpenBLAS's sgemm (the matmuls) does NOT give the same bits for every thread count (measured:
+// 1 vs 2, 3, 7 threads differ), so nothing in strata sets it: it stays at the library's
+// default (OPENBLAS_NUM_THREADS / OMP_NUM_THREADS at start, else every CPU), as before.
+// set_openblas_threads exists for tests and benchmarks only.
 
 namespace strata::kernels::host {
 

@@ -298,9 +298,7 @@ class HostDevice final : public Device {
       : mapping_(budget_bytes),
         arena_(mapping_.data(), budget_bytes, "device"),
         tracer_(tracer),
-        host_threads_(host_threads) {
-    if (host_threads_ > 0) kernels::host::set_openblas_threads(host_threads_);
-  }
+        host_threads_(host_threads) {}
 
   ~HostDevice() override { STRATA_ASSERT(streams_.empty(), "streams outlive their device"); }
 

@@ -41,7 +41,6 @@
 #include "kernels/host/embedding.h"
 #include "kernels/host/layernorm.h"
 #include "kernels/host/matmul.h"
-#include "kernels/host/threads.h"
 
 namespace strata {
 namespace {
@@ -128,14 +127,10 @@ double weighted_sum(const Vec& out, const Vec& R) {
   return s;
 }
 
-// Restores the OpenMP and OpenBLAS thread counts on scope exit.
+// Restores the OpenMP thread count on scope exit.
 struct ThreadCount {
   int saved = omp_get_max_threads();
-  int saved_blas = host::kernel_threads().openblas;
-  ~ThreadCount() {
-    omp_set_num_threads(saved);
-    host::set_openblas_threads(saved_blas);
-  }
+  ~ThreadCount() { omp_set_num_threads(saved); }
 };
 
 // Central differences of loss() with respect to every element of x (restored afterwards).
@@ -684,14 +679,12 @@ constexpr Runner kRunners[] = {run_embedding, run_layernorm, run_matmul, run_att
                                run_elementwise, run_cross_entropy};
 
 // Against one thread: 2 threads (twice), 3 and 7 (more threads than cores, ragged splits),
-// and a call from a non-main thread (its own OpenMP team). OpenMP and OpenBLAS (the sgemm of
-// the matmuls) both, as the host device sets them (kernels/host/threads.h).
+// and a call from a non-main thread (its own OpenMP team).
 TEST(KernelsHost, BitwiseDeterministicForAnyThreadCount) {
   ThreadCount restore;
   for (DType dt : kDTypes)
     for (Runner run : kRunners) {
       omp_set_num_threads(1);
-      host::set_openblas_threads(1);
       const Outputs one = run({dt, dt});
       const auto expect_same = [&](const Outputs& got, const std::string& how) {
         for (std::size_t i = 0; i < one.size(); ++i)
@@ -700,7 +693,6 @@ TEST(KernelsHost, BitwiseDeterministicForAnyThreadCount) {
       };
       for (int threads : {2, 2, 3, 7}) {
         omp_set_num_threads(threads);
-        host::set_openblas_threads(threads);
         expect_same(run({dt, dt}), std::to_string(threads) + " threads");
       }
       Outputs worker;
