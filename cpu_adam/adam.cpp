@@ -1,4 +1,4 @@
-// The Adam step: per-step scalars, the choice of variant, and the split of a shard over
+// The Adam step: the per-step scalars (adam_scalars), the choice of variant, and the split of a shard over
 // OpenMP threads and cache-sized tiles. The element update itself is in the variant files
 // (adam_scalar.cpp, adam_avx2.cpp, adam_avx512*.cpp).
 #include <cmath>
@@ -15,7 +15,6 @@
 namespace strata::cpu_adam {
 namespace {
 
-using detail::AdamScalars;
 using detail::AdamSpan;
 using detail::GradKind;
 using detail::OutKind;
@@ -51,33 +50,6 @@ OutKind out_kind(const AdamShard& shard) {
   STRATA_ASSERT(shard.out_dtype == DType::bf16 || shard.out_dtype == DType::f16,
                 "AdamShard::out_dtype must be bf16 or f16");
   return shard.out_dtype == DType::bf16 ? OutKind::bf16 : OutKind::f16;
-}
-
-// Computed in double, cast to float once: the order of torch.optim.Adam(W)'s step
-// (step_size = lr / bias_correction1; denom = sqrt(v) / sqrt(bias_correction2) + eps).
-AdamScalars make_scalars(const AdamHyper& h, std::int64_t step, float grad_scale) {
-  const double lr = h.lr, beta1 = h.beta1, beta2 = h.beta2, wd = h.weight_decay;
-  double step_size = lr;
-  double bc2_sqrt = 1.0;
-  if (h.bias_correction) {
-    const auto t = static_cast<double>(step);
-    step_size = lr / (1.0 - std::pow(beta1, t));
-    bc2_sqrt = std::sqrt(1.0 - std::pow(beta2, t));
-  }
-  AdamScalars s{};
-  s.grad_scale = grad_scale;
-  s.beta1 = h.beta1;
-  s.one_minus_beta1 = static_cast<float>(1.0 - beta1);
-  s.beta2 = h.beta2;
-  s.one_minus_beta2 = static_cast<float>(1.0 - beta2);
-  s.step_size = static_cast<float>(step_size);
-  s.bc2_sqrt = static_cast<float>(bc2_sqrt);
-  s.eps = h.eps;
-  s.has_l2 = h.mode == AdamMode::adam && h.weight_decay != 0.0f;
-  s.l2 = s.has_l2 ? h.weight_decay : 0.0f;
-  s.has_decay = h.mode == AdamMode::adamw && h.weight_decay != 0.0f;
-  s.decay = s.has_decay ? static_cast<float>(1.0 - lr * wd) : 1.0f;
-  return s;
 }
 
 // The span of elements [begin, end) of a shard.
@@ -129,10 +101,42 @@ void check_hyper(const AdamHyper& h) {
     throw Error("Adam mode is neither adam nor adamw", "optimizer hyper-parameter 'mode'");
 }
 
+// Computed in double, cast to float once: the order of torch.optim.Adam(W)'s step
+// (step_size = lr / bias_correction1; denom = sqrt(v) / sqrt(bias_correction2) + eps).
+AdamScalars adam_scalars(const AdamHyper& h, std::int64_t step, float grad_scale) {
+  check_hyper(h);
+  if (step < 1)
+    throw Error(fmt::format("Adam step {} is invalid: steps are 1-based", step),
+                "cpu_adam::adam_scalars", "count optimizer steps from 1");
+  const double lr = h.lr, beta1 = h.beta1, beta2 = h.beta2, wd = h.weight_decay;
+  double step_size = lr;
+  double bc2_sqrt = 1.0;
+  if (h.bias_correction) {
+    const auto t = static_cast<double>(step);
+    step_size = lr / (1.0 - std::pow(beta1, t));
+    bc2_sqrt = std::sqrt(1.0 - std::pow(beta2, t));
+  }
+  AdamScalars s{};
+  s.grad_scale = grad_scale;
+  s.beta1 = h.beta1;
+  s.one_minus_beta1 = static_cast<float>(1.0 - beta1);
+  s.beta2 = h.beta2;
+  s.one_minus_beta2 = static_cast<float>(1.0 - beta2);
+  s.step_size = static_cast<float>(step_size);
+  s.bc2_sqrt = static_cast<float>(bc2_sqrt);
+  s.eps = h.eps;
+  s.has_l2 = h.mode == AdamMode::adam && h.weight_decay != 0.0f;
+  s.l2 = s.has_l2 ? h.weight_decay : 0.0f;
+  s.has_decay = h.mode == AdamMode::adamw && h.weight_decay != 0.0f;
+  s.decay = s.has_decay ? static_cast<float>(1.0 - lr * wd) : 1.0f;
+  return s;
+}
+
 void adam_step(SimdLevel simd, int threads, const AdamHyper& hyper, std::int64_t step,
                const AdamShard& shard, float grad_scale) {
   check_hyper(hyper);
-  STRATA_ASSERT(step >= 1, "adam_step: the step is 1-based (call begin_step first)");
+  STRATA_ASSERT(step >= 1, "adam_step: the step is 1-based");
+  const AdamScalars scalars = adam_scalars(hyper, step, grad_scale);
   const detail::AdamSpanFn fn = span_fn(simd);
   const GradKind grad = grad_kind(shard.grad_dtype);
   const OutKind out = out_kind(shard);
@@ -141,7 +145,6 @@ void adam_step(SimdLevel simd, int threads, const AdamHyper& hyper, std::int64_t
                     shard.exp_avg_sq != nullptr,
                 "AdamShard with numel > 0 has a null pointer");
 
-  const AdamScalars scalars = make_scalars(hyper, step, grad_scale);
   const AdamSpan all = {shard.params, shard.grads,      shard.exp_avg, shard.exp_avg_sq,
                         shard.params_out, shard.numel, grad,          out};
   const int parts = detail::part_count(shard.numel, detail::resolve_threads(threads));

@@ -21,15 +21,13 @@
 // Each variant is bitwise deterministic and independent of thread count and tiling: every
 // element's update depends only on its own inputs. The variants also agree with each other
 // bit for bit: all perform the same IEEE fp32 operations in the same order, without FMA
-// (cpu_adam/adam_impl.h), with the per-step scalars computed once in double.
+// (cpu_adam/adam_impl.h), with the per-step scalars computed once in double (adam_scalars).
 #include <cstddef>
 #include <cstdint>
-#include <optional>
-#include <string>
-#include <vector>
 
 #include "core/cpu_features.h"
 #include "core/dtype.h"
+#include "cpu_adam/adam_scalars.h"
 
 namespace strata::cpu_adam {
 
@@ -61,55 +59,21 @@ struct AdamShard {
   DType out_dtype = DType::bf16;       // bf16 (round-to-nearest-even) or f16
 };
 
-struct CpuAdamOptions {
-  int threads = 0;                      // 0 = the CPUs in this process's affinity mask
-  std::optional<SimdLevel> simd;        // nullopt = active_simd(); tests pick a variant
-};
-
-// Per-group hyper-parameters and step counters; the moments live in the caller's buffers
-// (the engine tiers them).
-struct ParamGroup {
-  AdamHyper hyper;
-  std::int64_t step = 0;  // completed steps
-};
-
-class CpuAdam {
- public:
-  explicit CpuAdam(CpuAdamOptions options = {});
-
-  int add_group(const AdamHyper& hyper);  // returns the group's index
-  ParamGroup& group(int index);
-  const ParamGroup& group(int index) const;
-  int group_count() const { return static_cast<int>(groups_.size()); }
-
-  // Advances the group's step counter (call once per optimizer step, before its updates).
-  void begin_step(int group);
-  // Applies the group's current step to one shard; grad_scale multiplies every gradient.
-  void update(int group, const AdamShard& shard, float grad_scale = 1.0f) const;
-
-  // Checkpoint hooks: the groups' hyper-parameters and step counters as JSON text; load
-  // validates (a clear strata::Error for a malformed or mismatched state). Loading replaces
-  // the groups; an optimizer that already has groups must have as many as the state (format
-  // in cpu_adam/cpu_adam.cpp). A failed load changes nothing.
-  std::string save_state() const;
-  void load_state(const std::string& json);
-
-  SimdLevel simd() const { return simd_; }
-  int threads() const { return threads_; }
-
- private:
-  SimdLevel simd_;
-  int threads_;
-  std::vector<ParamGroup> groups_;
-};
-
-// The step itself, for a given variant and thread count (what CpuAdam::update calls).
-// threads: 0 = the CPUs of the affinity mask; shards under 64K elements run on the calling
+// The step itself, for a given variant and thread count. The caller keeps the step count (the
+// ZeRO engine snapshots it per module update: updates of step N run on a worker thread while
+// the trainer begins step N+1). threads: 0 = the CPUs of the affinity mask; shards under 64K elements run on the calling
 // thread. step >= 1. simd must not be above detected_simd(). Throws strata::Error for invalid
 // hyper-parameters (check_hyper); a malformed shard (null pointers with numel > 0, an
 // out_dtype of f32) is a STRATA_ASSERT.
 void adam_step(SimdLevel simd, int threads, const AdamHyper& hyper, std::int64_t step,
                const AdamShard& shard, float grad_scale);
+
+// The per-step scalars of step `step` (1-based), in double and rounded to float once, in the
+// order of torch.optim.Adam(W)'s step: step_size = lr / (1 - beta1^t), bc2_sqrt =
+// sqrt(1 - beta2^t). The one place they are computed: adam_step uses them, and runtime/ops
+// passes them to the CUDA AdamW. Throws strata::Error for invalid hyper-parameters
+// (check_hyper) or a step < 1.
+AdamScalars adam_scalars(const AdamHyper& hyper, std::int64_t step, float grad_scale);
 
 // Throws strata::Error naming the field when a hyper-parameter is out of range: lr < 0,
 // beta1 or beta2 outside [0, 1), eps <= 0, weight_decay < 0, or any of them not finite.

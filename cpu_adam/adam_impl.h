@@ -14,35 +14,15 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "cpu_adam/adam_scalars.h"
+
 namespace strata::cpu_adam::detail {
 
 // The element types a kernel reads and writes (mirrors DType without including dtype.h).
 enum class GradKind : std::uint8_t { f32, bf16, f16 };
 enum class OutKind : std::uint8_t { none, bf16, f16 };
 
-// Per-step scalars, computed once in double and cast to float once (adam.cpp).
-// The element update, in this order, every operation rounded to fp32:
-//   g = grad * grad_scale
-//   if has_l2:    g = g + l2 * p
-//   if has_decay: p = p * decay
-//   m = beta1 * m + one_minus_beta1 * g
-//   v = beta2 * v + (one_minus_beta2 * g) * g
-//   denom = sqrt(v) / bc2_sqrt + eps
-//   p = p - (step_size * m) / denom
-struct AdamScalars {
-  float grad_scale;
-  float beta1;
-  float one_minus_beta1;
-  float beta2;
-  float one_minus_beta2;
-  float step_size;  // lr / (1 - beta1^t), or lr without bias correction
-  float bc2_sqrt;   // sqrt(1 - beta2^t), or 1 without bias correction
-  float eps;
-  float l2;         // adam mode: weight_decay (used when has_l2)
-  float decay;      // adamw mode: 1 - lr * weight_decay (used when has_decay)
-  bool has_l2;
-  bool has_decay;
-};
+// The per-step scalars: cpu_adam/adam_scalars.h (computed by adam_scalars(), adam.cpp).
 
 // A contiguous run of one shard: element i of every array belongs to the same parameter.
 // Borrowed pointers, any alignment; grads and params_out are in their kinds' element sizes.

@@ -2,8 +2,8 @@
 //
 // Bits: every fp32 operation is an explicit round-to-nearest intrinsic (__fmul_rn, __fadd_rn,
 // __fsub_rn, __fdiv_rn, __fsqrt_rn), which nvcc never contracts into an FMA, and the per-step
-// scalars are computed in double on the host and rounded to float once, exactly as
-// cpu_adam/adam.cpp's make_scalars does. Denormals are kept (no -ftz). Narrowing of the grads'
+// scalars are the CPU Adam's own: cpu_adam::adam_scalars computes them (in double, rounded to
+// float once) and runtime/ops passes them in. Denormals are kept (no -ftz). Narrowing of the grads'
 // widening and of params_out uses core/dtype.h's scalar conversions, the same functions the CPU
 // Adam runs. So the result is expected to equal the CPU Adam's bit for bit; the contract
 // (kernels/cuda/adamw.h) promises an ulp or two.
@@ -11,9 +11,7 @@
 
 #include <cuda_runtime.h>
 
-#include <cmath>
 #include <cstdint>
-#include <string>
 
 #include "core/error.h"
 #include "kernels/cuda/common_impl.cuh"
@@ -21,65 +19,10 @@
 namespace strata::kernels::cuda {
 namespace {
 
-// The per-step scalars (cpu_adam/adam_impl.h's AdamScalars).
-struct Scalars {
-  float grad_scale;
-  float beta1;
-  float one_minus_beta1;
-  float beta2;
-  float one_minus_beta2;
-  float step_size;  // lr / (1 - beta1^t), or lr without bias correction
-  float bc2_sqrt;   // sqrt(1 - beta2^t), or 1 without bias correction
-  float eps;
-  float l2;         // adam mode: weight_decay
-  float decay;      // adamw mode: 1 - lr * weight_decay
-  bool has_l2;
-  bool has_decay;
-};
+using Scalars = AdamwScalars;
 
-Scalars make_scalars(const AdamwArgs& a) {
-  const double lr = a.lr, beta1 = a.beta1, beta2 = a.beta2, wd = a.weight_decay;
-  double step_size = lr;
-  double bc2_sqrt = 1.0;
-  if (a.bias_correction) {
-    const auto t = static_cast<double>(a.step);
-    step_size = lr / (1.0 - std::pow(beta1, t));
-    bc2_sqrt = std::sqrt(1.0 - std::pow(beta2, t));
-  }
-  Scalars s{};
-  s.grad_scale = a.grad_scale;
-  s.beta1 = a.beta1;
-  s.one_minus_beta1 = static_cast<float>(1.0 - beta1);
-  s.beta2 = a.beta2;
-  s.one_minus_beta2 = static_cast<float>(1.0 - beta2);
-  s.step_size = static_cast<float>(step_size);
-  s.bc2_sqrt = static_cast<float>(bc2_sqrt);
-  s.eps = a.eps;
-  s.has_l2 = !a.decoupled && a.weight_decay != 0.0f;
-  s.l2 = s.has_l2 ? a.weight_decay : 0.0f;
-  s.has_decay = a.decoupled && a.weight_decay != 0.0f;
-  s.decay = s.has_decay ? static_cast<float>(1.0 - lr * wd) : 1.0f;
-  return s;
-}
-
-[[noreturn]] void bad_arg(const char* field, float value, const char* rule) {
-  throw Error(std::string("AdamW argument ") + field + " = " + std::to_string(value) +
-                  " is invalid: it must be " + rule,
-              std::string("kernels::cuda::adamw, AdamwArgs::") + field,
-              "fix the optimizer section of the config");
-}
-
-// The checks of cpu_adam::check_hyper, plus the step and the dtypes.
-void check_args(const AdamwArgs& a, DType grad_dtype, const void* params_out, DType out_dtype) {
-  if (!(std::isfinite(a.lr) && a.lr >= 0.0f)) bad_arg("lr", a.lr, "finite and >= 0");
-  if (!(a.beta1 >= 0.0f && a.beta1 < 1.0f)) bad_arg("beta1", a.beta1, "in [0, 1)");
-  if (!(a.beta2 >= 0.0f && a.beta2 < 1.0f)) bad_arg("beta2", a.beta2, "in [0, 1)");
-  if (!(std::isfinite(a.eps) && a.eps > 0.0f)) bad_arg("eps", a.eps, "finite and > 0");
-  if (!(std::isfinite(a.weight_decay) && a.weight_decay >= 0.0f))
-    bad_arg("weight_decay", a.weight_decay, "finite and >= 0");
-  if (a.step < 1)
-    throw Error("AdamW step " + std::to_string(a.step) + " is invalid: steps are 1-based",
-                "kernels::cuda::adamw, AdamwArgs::step");
+// The dtypes (the hyper-parameters and the step were checked by cpu_adam::adam_scalars).
+void check_args(DType grad_dtype, const void* params_out, DType out_dtype) {
   if (grad_dtype != DType::f32 && grad_dtype != DType::bf16 && grad_dtype != DType::f16)
     throw Error("AdamW grad dtype is not a DType", "kernels::cuda::adamw, grad_dtype");
   if (params_out != nullptr && out_dtype != DType::bf16 && out_dtype != DType::f16)
@@ -152,14 +95,13 @@ void launch_out(float* params, const void* grads, float* exp_avg, float* exp_avg
 }  // namespace
 
 void adamw(float* params, const void* grads, DType grad_dtype, float* exp_avg, float* exp_avg_sq,
-           std::size_t numel, const AdamwArgs& args, void* params_out, DType out_dtype,
+           std::size_t numel, const AdamwScalars& s, void* params_out, DType out_dtype,
            cudaStream_t stream) {
-  check_args(args, grad_dtype, params_out, out_dtype);
+  check_args(grad_dtype, params_out, out_dtype);
   if (numel == 0) return;
   STRATA_ASSERT(params != nullptr && grads != nullptr && exp_avg != nullptr &&
                     exp_avg_sq != nullptr,
                 "kernels::cuda::adamw: null pointer with numel > 0");
-  const Scalars s = make_scalars(args);
   constexpr DType f32 = DType::f32, bf16 = DType::bf16, f16 = DType::f16;
   if (grad_dtype == f32)
     return launch_out<f32>(params, grads, exp_avg, exp_avg_sq, params_out, out_dtype, numel, s,

@@ -12,23 +12,31 @@ typedef struct CUstream_st* cudaStream_t;  // as cuda_runtime_api.h declares it
 
 namespace strata::kernels::cuda {
 
-struct AdamwArgs {
-  float lr = 1e-3f;
-  float beta1 = 0.9f;
-  float beta2 = 0.999f;
-  float eps = 1e-8f;
-  float weight_decay = 0.0f;
-  bool decoupled = true;         // true: AdamW (p -= lr*wd*p); false: Adam with L2 (g += wd*p)
-  bool bias_correction = true;
-  std::int64_t step = 1;         // 1-based step (bias corrections computed in double on the host)
-  float grad_scale = 1.0f;       // multiplies every gradient (1/loss_scale x clip coefficient)
+// The per-step scalars of the element update, field for field cpu_adam::AdamScalars
+// (cpu_adam/adam_scalars.h; kernels/ may not include cpu_adam/): runtime/ops computes them with
+// cpu_adam::adam_scalars() from the hyper-parameters and the step, and copies them here, so
+// the CPU and the CUDA Adam run with the same values (computed in double, rounded once).
+struct AdamwScalars {
+  float grad_scale;       // multiplies every gradient (1/loss_scale x clip coefficient)
+  float beta1;
+  float one_minus_beta1;
+  float beta2;
+  float one_minus_beta2;
+  float step_size;        // lr / (1 - beta1^t), or lr without bias correction
+  float bc2_sqrt;         // sqrt(1 - beta2^t), or 1 without bias correction
+  float eps;
+  float l2;               // Adam (L2): weight_decay, used when has_l2 (g += l2 * p)
+  float decay;            // AdamW: 1 - lr * weight_decay, used when has_decay (p *= decay)
+  bool has_l2;
+  bool has_decay;
 };
 
 // params, exp_avg, exp_avg_sq: fp32, numel elements, updated in place; grads in grad_dtype
 // (f32, bf16, f16); params_out (optional, may be null): the updated params in out_dtype (bf16
-// or f16, round to nearest even). Throws strata::Error for invalid arguments or a failed launch.
+// or f16, round to nearest even). The hyper-parameters were checked where the scalars were
+// computed (cpu_adam::adam_scalars). Throws strata::Error for invalid dtypes or a failed launch.
 void adamw(float* params, const void* grads, DType grad_dtype, float* exp_avg, float* exp_avg_sq,
-           std::size_t numel, const AdamwArgs& args, void* params_out, DType out_dtype,
+           std::size_t numel, const AdamwScalars& scalars, void* params_out, DType out_dtype,
            cudaStream_t stream);
 
 }  // namespace strata::kernels::cuda

@@ -1,10 +1,13 @@
-// JSON -> Config: one function per section, DeepSpeed's key names and defaults.
+// JSON -> Config: every section's keys come from its field list (config_fields.h); this file
+// adds what a list does not say: optimizer and scheduler types, required keys, DeepSpeed's
+// keys that strata ignores or refuses, and the defaults that depend on another key.
 //
 // This file checks types, enum names and required keys. Value ranges and the rules that
 // tie keys together live in config_validate.cpp, so that a Config built in code is checked
 // by the same rules as one read from a file.
 #include <fmt/format.h>
 
+#include "runtime/config/config_fields.h"
 #include "runtime/config/json_reader.h"
 
 namespace strata::runtime::detail {
@@ -25,22 +28,72 @@ void read_either(ObjectReader& r, std::string_view key, std::string_view alias, 
   if (secondary != nullptr) convert(*secondary, r.path_of(alias), field);
 }
 
-void parse_fp16(ObjectReader r, Fp16Config& out) {
-  r.read("enabled", out.enabled);
-  r.read("loss_scale", out.loss_scale);
-  r.read("initial_scale_power", out.initial_scale_power);
-  r.read("loss_scale_window", out.loss_scale_window);
-  r.read("hysteresis", out.hysteresis);
-  r.read("consecutive_hysteresis", out.consecutive_hysteresis);
-  r.read("min_loss_scale", out.min_loss_scale);
-  r.ignore({"auto_cast", "fp16_master_weights_and_grads"});
-  r.finish();
+// Every value of a config enum, for to_enum.
+constexpr const auto& enum_values(OffloadDevice) { return kOffloadDevices; }
+constexpr const auto& enum_values(OptimizerType) { return kOptimizerTypes; }
+constexpr const auto& enum_values(SchedulerType) { return kSchedulerTypes; }
+constexpr const auto& enum_values(WarmupType) { return kWarmupTypes; }
+constexpr const auto& enum_values(DeviceKind) { return kDeviceKinds; }
+constexpr const auto& enum_values(IoBackend) { return kIoBackends; }
+constexpr const auto& enum_values(DirectIoMode) { return kDirectIoModes; }
+
+// DeepSpeed keys of a section that strata accepts without using (a warning each).
+constexpr std::string_view kFp16Ignored[] = {"auto_cast", "fp16_master_weights_and_grads"};
+constexpr std::string_view kBf16Ignored[] = {"immediate_grad_update", "check_grad_overflow",
+                                             "bf16_master_weights_and_grads",
+                                             "bf16_optimizer_states"};
+constexpr std::string_view kOffloadOptimizerIgnored[] = {"fast_init", "super_offload",
+                                                         "convert_grad_on_cpu",
+                                                         "cpuadam_cores_perc"};
+
+template <typename S>
+std::span<const std::string_view> ignored_keys(std::type_identity<S>) {
+  return {};
+}
+std::span<const std::string_view> ignored_keys(std::type_identity<Fp16Config>) {
+  return kFp16Ignored;
+}
+std::span<const std::string_view> ignored_keys(std::type_identity<Bf16Config>) {
+  return kBf16Ignored;
+}
+std::span<const std::string_view> ignored_keys(std::type_identity<OffloadOptimizerConfig>) {
+  return kOffloadOptimizerIgnored;
 }
 
-void parse_bf16(ObjectReader r, Bf16Config& out) {
-  r.read("enabled", out.enabled);
-  r.ignore({"immediate_grad_update", "check_grad_overflow", "bf16_master_weights_and_grads",
-            "bf16_optimizer_states"});
+template <Section S>
+void parse_section(ObjectReader r, S& out);
+
+// Reads one field when its key is present; the member keeps its default otherwise.
+template <typename F>
+void read_field(ObjectReader& r, const F& f, typename F::Value& value) {
+  using T = typename F::Value;
+  if constexpr (Section<T>) {
+    parse_section(r.object(f.key), value);
+  } else if constexpr (std::is_enum_v<T>) {
+    r.read_enum(f.key, value, enum_values(T{}));
+  } else {
+    if constexpr (std::is_same_v<T, std::uint64_t>) {
+      if (f.bytes) return r.read_bytes(f.key, value);
+    }
+    if (!f.alias.empty()) return read_either(r, f.key, f.alias, value);
+    r.read(f.key, value);
+  }
+}
+
+// Reads every field of S's list that applies to `out` (as far as it is read already).
+template <Section S>
+void read_fields(ObjectReader& r, S& out) {
+  for_each_field(fields_of(std::type_identity<S>{}),
+                 [&](const auto& f) {
+                   if (f.applies_to(out)) read_field(r, f, out.*f.member);
+                 });
+}
+
+// A section that is its field list and nothing more (plus its ignored DeepSpeed keys).
+template <Section S>
+void parse_section(ObjectReader r, S& out) {
+  read_fields(r, out);
+  r.ignore(ignored_keys(std::type_identity<S>{}));
   r.finish();
 }
 
@@ -54,12 +107,7 @@ OptimizerConfig parse_optimizer(ObjectReader r, std::vector<ConfigWarning>* warn
   out.type = to_enum(*type, r.path_of("type"), kOptimizerTypes);
 
   ObjectReader params = r.object("params");
-  params.read("lr", out.lr);
-  params.read("betas", out.betas);
-  params.read("eps", out.eps);
-  params.read("weight_decay", out.weight_decay);
-  params.read("bias_correction", out.bias_correction);
-  params.read("adam_w_mode", out.adam_w_mode);
+  read_fields(params, out);
   if (out.type == OptimizerType::kAdamW && !out.adam_w_mode) {
     // DeepSpeed: type AdamW forces decoupled weight decay whatever adam_w_mode says.
     std::string path = params.path_of("adam_w_mode");
@@ -99,18 +147,9 @@ SchedulerConfig parse_scheduler(ObjectReader r, const std::optional<OptimizerCon
     // DeepSpeed's WarmupLR warms up to the optimizer's lr when warmup_max_lr is not given.
     if (optimizer) out.warmup_max_lr = optimizer->lr;
   }
-  if (out.type != SchedulerType::kWarmupCosineLR) {
-    params.read("warmup_min_lr", out.warmup_min_lr);
-    params.read("warmup_max_lr", out.warmup_max_lr);
-  } else {
-    params.read("warmup_min_ratio", out.warmup_min_ratio);
-    params.read("cos_min_ratio", out.cos_min_ratio);
-  }
-  params.read("warmup_num_steps", out.warmup_num_steps);
-  params.read_enum("warmup_type", out.warmup_type, kWarmupTypes);
-  params.read("last_batch_iteration", out.last_batch_iteration);
+  // The keys of this type only: another type's keys are unknown-key warnings.
+  read_fields(params, out);
   if (out.type != SchedulerType::kWarmupLR) {
-    params.read("total_num_steps", out.total_num_steps);
     if (!out.total_num_steps) {
       throw Error(fmt::format("scheduler {} needs total_num_steps", to_string(out.type)),
                   params.path_of("total_num_steps"),
@@ -123,46 +162,10 @@ SchedulerConfig parse_scheduler(ObjectReader r, const std::optional<OptimizerCon
   return out;
 }
 
-void parse_offload_param(ObjectReader r, OffloadParamConfig& out) {
-  r.read_enum("device", out.device, kOffloadDevices);
-  r.read("nvme_path", out.nvme_path);
-  r.read("buffer_count", out.buffer_count);
-  r.read("buffer_size", out.buffer_size);
-  r.read("max_in_cpu", out.max_in_cpu);
-  r.read("pin_memory", out.pin_memory);
-  r.finish();
-}
-
-void parse_offload_optimizer(ObjectReader r, OffloadOptimizerConfig& out) {
-  r.read_enum("device", out.device, kOffloadDevices);
-  r.read("nvme_path", out.nvme_path);
-  r.read("buffer_count", out.buffer_count);
-  r.read("pin_memory", out.pin_memory);
-  r.read("pipeline_read", out.pipeline_read);
-  r.read("pipeline_write", out.pipeline_write);
-  r.read("ratio", out.ratio);
-  r.ignore({"fast_init", "super_offload", "convert_grad_on_cpu", "cpuadam_cores_perc"});
-  r.finish();
-}
-
 void parse_zero(ObjectReader r, ZeroConfig& out) {
-  r.read("stage", out.stage);
-  parse_offload_param(r.object("offload_param"), out.offload_param);
-  parse_offload_optimizer(r.object("offload_optimizer"), out.offload_optimizer);
-  r.read("sub_group_size", out.sub_group_size);
-  read_either(r, "stage3_prefetch_bucket_size", "prefetch_bucket_size",
-              out.stage3_prefetch_bucket_size);
-  read_either(r, "stage3_max_live_parameters", "max_live_parameters",
-              out.stage3_max_live_parameters);
-  read_either(r, "stage3_max_reuse_distance", "max_reuse_distance", out.stage3_max_reuse_distance);
-  read_either(r, "stage3_param_persistence_threshold", "param_persistence_threshold",
-              out.stage3_param_persistence_threshold);
-  r.read("reduce_bucket_size", out.reduce_bucket_size);
-  r.read("allgather_bucket_size", out.allgather_bucket_size);
+  read_fields(r, out);
   // DeepSpeed's default for overlap_comm depends on the stage: on at stage 3 only.
-  out.overlap_comm = out.stage == 3;
-  r.read("overlap_comm", out.overlap_comm);
-  r.read("contiguous_gradients", out.contiguous_gradients);
+  if (r.find("overlap_comm") == nullptr) out.overlap_comm = out.stage == 3;
 
   // The deprecated booleans change where states live; dropping them silently would run a
   // different placement than the user asked for.
@@ -188,8 +191,6 @@ void parse_zero(ObjectReader r, ZeroConfig& out) {
 }
 
 void parse_aio(ObjectReader r, AioConfig& out, std::vector<ConfigWarning>* warnings) {
-  r.read("block_size", out.block_size);
-  r.read("queue_depth", out.queue_depth);
   if (r.find("thread_count") != nullptr) {
     // Older DeepSpeed releases called intra_op_parallelism thread_count.
     std::string path = r.path_of("thread_count");
@@ -198,24 +199,8 @@ void parse_aio(ObjectReader r, AioConfig& out, std::vector<ConfigWarning>* warni
                                      r.path_of("intra_op_parallelism")),
                          {}});
   }
-  read_either(r, "intra_op_parallelism", "thread_count", out.intra_op_parallelism);
-  r.read("single_submit", out.single_submit);
-  r.read("overlap_events", out.overlap_events);
+  read_fields(r, out);  // intra_op_parallelism is also read as thread_count
   r.ignore({"use_gds"});
-  r.finish();
-}
-
-void parse_strata(ObjectReader r, StrataConfig& out) {
-  r.read_enum("device", out.device, kDeviceKinds);
-  r.read_bytes("device_memory", out.device_memory_bytes);
-  r.read_bytes("pinned_memory", out.pinned_memory_bytes);
-  r.read("cpu_threads", out.cpu_threads);
-  r.read("trace", out.trace);
-  r.read("checksum", out.checksum);
-  r.read_enum("io_backend", out.io_backend, kIoBackends);
-  r.read_enum("direct_io", out.direct_io, kDirectIoModes);
-  r.read("io_uring_sqpoll", out.io_uring_sqpoll);
-  r.read("checkpoint_keep", out.checkpoint_keep);
   r.finish();
 }
 
@@ -225,18 +210,15 @@ Config config_from_json(const Json& root, std::vector<ConfigWarning>* warnings) 
   Config config;
   ObjectReader r(&root, "", warnings);
 
-  r.read("train_batch_size", config.train_batch_size);
-  r.read("train_micro_batch_size_per_gpu", config.train_micro_batch_size_per_gpu);
-  r.read("gradient_accumulation_steps", config.gradient_accumulation_steps);
-  r.read("gradient_clipping", config.gradient_clipping);
+  read_fields(r, config);  // the batch keys and clipping (kTopFields)
 
-  parse_fp16(r.object("fp16"), config.fp16);
+  parse_section(r.object("fp16"), config.fp16);
   // DeepSpeed reads the bf16 section under either name.
   if (r.find("bf16") != nullptr && r.find("bfloat16") != nullptr) {
     throw Error("config has both 'bf16' and its other name 'bfloat16'", "bfloat16",
                 "keep only 'bf16'");
   }
-  parse_bf16(r.object(r.find("bfloat16") != nullptr ? "bfloat16" : "bf16"), config.bf16);
+  parse_section(r.object(r.find("bfloat16") != nullptr ? "bfloat16" : "bf16"), config.bf16);
 
   if (ObjectReader section = r.object("optimizer"); section.present())
     config.optimizer = parse_optimizer(std::move(section), warnings);
@@ -249,7 +231,7 @@ Config config_from_json(const Json& root, std::vector<ConfigWarning>* warnings) 
   }
   parse_zero(r.object("zero_optimization"), config.zero_optimization);
   parse_aio(r.object("aio"), config.aio, warnings);
-  parse_strata(r.object("strata"), config.strata);
+  parse_section(r.object("strata"), config.strata);
 
   r.ignore({"steps_per_print", "wall_clock_breakdown", "dump_state", "memory_breakdown",
             "prescale_gradients", "gradient_predivide_factor", "sparse_gradients",

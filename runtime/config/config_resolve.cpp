@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "runtime/config/config.h"
+#include "runtime/config/config_fields.h"
 
 namespace strata::runtime {
 namespace {
@@ -121,6 +121,35 @@ std::uint32_t affinity_cpu_count() {
   return online > 0 ? static_cast<std::uint32_t>(online) : 1;
 }
 
+template <typename T>
+bool still_auto(const T&) {
+  return false;
+}
+template <typename T>
+bool still_auto(const AutoOr<T>& v) {
+  return v.is_auto();
+}
+template <typename T>
+bool still_auto(const std::optional<T>& v) {
+  return v && still_auto(*v);
+}
+
+// Appends the key path of every field of S's list (that applies to `s`) whose value is "auto".
+template <detail::Section S>
+void note_auto_fields(std::string_view section, const S& s, std::vector<std::string>* keys) {
+  detail::for_each_field(detail::fields_of(std::type_identity<S>{}), [&](const auto& f) {
+    if (!f.applies_to(s)) return;
+    const std::string path = section.empty() ? std::string(f.key)
+                                             : fmt::format("{}.{}", section, f.key);
+    using T = typename std::remove_cvref_t<decltype(f)>::Value;
+    if constexpr (detail::Section<T>) {
+      note_auto_fields(path, s.*f.member, keys);
+    } else if (still_auto(s.*f.member)) {
+      keys->push_back(path);
+    }
+  });
+}
+
 }  // namespace
 
 Config resolve_config(const Config& config, const ResolveInputs& inputs) {
@@ -146,35 +175,13 @@ Config resolve_config(const Config& config, const ResolveInputs& inputs) {
 
 std::vector<std::string> unresolved_auto_keys(const Config& c) {
   std::vector<std::string> keys;
-  auto note = [&](std::string_view path, bool is_auto) {
-    if (is_auto) keys.emplace_back(path);
-  };
-  auto note_batch = [&](std::string_view path, const Batch& b) { note(path, b && b->is_auto()); };
-  note_batch("train_batch_size", c.train_batch_size);
-  note_batch("train_micro_batch_size_per_gpu", c.train_micro_batch_size_per_gpu);
-  note_batch("gradient_accumulation_steps", c.gradient_accumulation_steps);
-  note("gradient_clipping", c.gradient_clipping.is_auto());
-  note("fp16.enabled", c.fp16.enabled.is_auto());
-  note("bf16.enabled", c.bf16.enabled.is_auto());
-  if (const auto& o = c.optimizer) {
-    note("optimizer.params.lr", o->lr.is_auto());
-    note("optimizer.params.betas", o->betas.is_auto());
-    note("optimizer.params.eps", o->eps.is_auto());
-    note("optimizer.params.weight_decay", o->weight_decay.is_auto());
-  }
-  if (const auto& s = c.scheduler) {
-    if (s->type != SchedulerType::kWarmupCosineLR) {
-      note("scheduler.params.warmup_min_lr", s->warmup_min_lr.is_auto());
-      note("scheduler.params.warmup_max_lr", s->warmup_max_lr.is_auto());
-    }
-    note("scheduler.params.warmup_num_steps", s->warmup_num_steps.is_auto());
-    note("scheduler.params.total_num_steps", s->total_num_steps && s->total_num_steps->is_auto());
-  }
-  const ZeroConfig& z = c.zero_optimization;
-  note("zero_optimization.stage3_prefetch_bucket_size", z.stage3_prefetch_bucket_size.is_auto());
-  note("zero_optimization.stage3_param_persistence_threshold",
-       z.stage3_param_persistence_threshold.is_auto());
-  note("zero_optimization.reduce_bucket_size", z.reduce_bucket_size.is_auto());
+  auto note = [&](std::string_view section, const auto& s) { note_auto_fields(section, s, &keys); };
+  note("", c);  // the batch keys and clipping
+  note("fp16", c.fp16);
+  note("bf16", c.bf16);
+  if (c.optimizer) note("optimizer.params", *c.optimizer);
+  if (c.scheduler) note("scheduler.params", *c.scheduler);
+  note("zero_optimization", c.zero_optimization);
   return keys;
 }
 

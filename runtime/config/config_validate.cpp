@@ -1,11 +1,15 @@
 // validate_config(): value ranges and the rules that tie keys together. A Config built in
 // code goes through the same checks as one read from a file, so the rules live here and not
-// in the JSON reader. Values still "auto" are checked once resolved.
+// in the JSON reader. Values still "auto" are checked once resolved. The simple ranges are the
+// field lists' (config_fields.h); the rules that tie keys together are written out here.
+#include <array>
 #include <cmath>
+#include <string>
+#include <type_traits>
 
 #include <fmt/format.h>
 
-#include "runtime/config/config.h"
+#include "runtime/config/config_fields.h"
 
 namespace strata::runtime {
 namespace {
@@ -34,29 +38,68 @@ void check_unit_interval(std::string_view path, double v) {
   if (!(v >= 0 && v <= 1)) throw_range(path, "a number in [0, 1]", show(v));
 }
 
-void validate_batch(const Config& c) {
-  auto check = [](std::string_view path, const std::optional<AutoOr<std::uint64_t>>& v) {
-    if (v && !v->is_auto()) check_positive(path, v->value());
-  };
-  check("train_batch_size", c.train_batch_size);
-  check("train_micro_batch_size_per_gpu", c.train_micro_batch_size_per_gpu);
-  check("gradient_accumulation_steps", c.gradient_accumulation_steps);
-  if (!c.gradient_clipping.is_auto())
-    check_non_negative("gradient_clipping", c.gradient_clipping.value());
+// Calls fn(value) when `value` is concrete: not "auto", not absent.
+template <typename T, typename Fn>
+void with_concrete(const T& value, Fn&& fn) {
+  fn(value);
+}
+template <typename T, typename Fn>
+void with_concrete(const AutoOr<T>& value, Fn&& fn) {
+  if (!value.is_auto()) with_concrete(value.value(), fn);
+}
+template <typename T, typename Fn>
+void with_concrete(const std::optional<T>& value, Fn&& fn) {
+  if (value) with_concrete(*value, fn);
+}
+
+// A field's Range (config_fields.h) on its concrete value.
+template <typename T>
+void check_range(const std::string& path, const detail::Range& range, const T& v) {
+  using Kind = detail::Range::Kind;
+  if constexpr (std::is_same_v<T, std::array<double, 2>>) {
+    STRATA_ASSERT(range.kind == Kind::kBetas, "a pair of numbers takes the betas rule");
+    for (std::size_t i = 0; i < 2; ++i) {
+      if (!(v[i] >= 0 && v[i] < 1))
+        throw_range(fmt::format("{}[{}]", path, i), "a number in [0, 1)", show(v[i]));
+    }
+  } else if constexpr (std::is_floating_point_v<T>) {
+    if (range.kind == Kind::kNonNegative) check_non_negative(path, v);
+    if (range.kind == Kind::kPositiveFinite && (!(v > 0) || !std::isfinite(v)))
+      throw_range(path, "a finite number > 0", show(v));
+    if (range.kind == Kind::kUnitInterval) check_unit_interval(path, v);
+  } else if constexpr (std::is_unsigned_v<T> && !std::is_same_v<T, bool>) {
+    STRATA_ASSERT(range.kind == Kind::kPositive, "a count takes the positive rule");
+    check_positive(path, v);
+    if (range.hi > 0 && v > static_cast<std::uint64_t>(range.hi))
+      throw_range(path, range.expected, std::to_string(v));
+  } else if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    STRATA_ASSERT(range.kind == Kind::kInteger, "a signed integer takes an interval");
+    if (v < range.lo || v > range.hi) throw_range(path, range.expected, std::to_string(v));
+  } else {
+    STRATA_ASSERT(range.kind == Kind::kAny, "a range rule on a value that has no order");
+  }
+}
+
+// The range rules of S's field list (those that apply to `s`), in the list's order. Sections
+// inside S (the offload sections of zero_optimization) are checked with their own lists.
+template <detail::Section S>
+void check_fields(std::string_view section, const S& s) {
+  detail::for_each_field(detail::fields_of(std::type_identity<S>{}), [&](const auto& f) {
+    using T = typename std::remove_cvref_t<decltype(f)>::Value;
+    if (!f.applies_to(s)) return;
+    const std::string path = section.empty() ? std::string(f.key)
+                                             : fmt::format("{}.{}", section, f.key);
+    if constexpr (detail::Section<T>) {
+      check_fields(path, s.*f.member);
+    } else if (f.range.kind != detail::Range::Kind::kAny) {
+      with_concrete(s.*f.member, [&](const auto& v) { check_range(path, f.range, v); });
+    }
+  });
 }
 
 void validate_precision(const Config& c) {
   const Fp16Config& f = c.fp16;
-  check_non_negative("fp16.loss_scale", f.loss_scale);
-  // The scale is kept in fp32, whose largest power of two is 2^127.
-  if (f.initial_scale_power < 0 || f.initial_scale_power > 127)
-    throw_range("fp16.initial_scale_power", "an integer in [0, 127]",
-                std::to_string(f.initial_scale_power));
-  check_positive("fp16.loss_scale_window", f.loss_scale_window);
-  check_positive("fp16.hysteresis", f.hysteresis);
-  if (!(f.min_loss_scale > 0) || !std::isfinite(f.min_loss_scale))
-    throw_range("fp16.min_loss_scale", "a finite number > 0", show(f.min_loss_scale));
-
+  check_fields("fp16", f);
   bool fp16_on = !f.enabled.is_auto() && f.enabled.value();
   bool bf16_on = !c.bf16.enabled.is_auto() && c.bf16.enabled.value();
   if (fp16_on && bf16_on) {
@@ -67,18 +110,7 @@ void validate_precision(const Config& c) {
 }
 
 void validate_optimizer(const OptimizerConfig& o) {
-  if (!o.lr.is_auto()) check_non_negative("optimizer.params.lr", o.lr.value());
-  if (!o.betas.is_auto()) {
-    for (std::size_t i = 0; i < 2; ++i) {
-      double beta = o.betas.value()[i];
-      if (!(beta >= 0 && beta < 1))
-        throw_range(fmt::format("optimizer.params.betas[{}]", i), "a number in [0, 1)", show(beta));
-    }
-  }
-  if (!o.eps.is_auto() && (!(o.eps.value() > 0) || !std::isfinite(o.eps.value())))
-    throw_range("optimizer.params.eps", "a finite number > 0", show(o.eps.value()));
-  if (!o.weight_decay.is_auto())
-    check_non_negative("optimizer.params.weight_decay", o.weight_decay.value());
+  check_fields("optimizer.params", o);
   if (o.type == OptimizerType::kAdamW && !o.adam_w_mode) {
     throw Error("optimizer type AdamW always decouples weight decay, but adam_w_mode is false",
                 "optimizer.params.adam_w_mode", "use type \"Adam\" with adam_w_mode false for L2");
@@ -86,21 +118,7 @@ void validate_optimizer(const OptimizerConfig& o) {
 }
 
 void validate_scheduler(const SchedulerConfig& s, std::vector<ConfigWarning>* warnings) {
-  if (s.type == SchedulerType::kWarmupCosineLR) {
-    check_unit_interval("scheduler.params.warmup_min_ratio", s.warmup_min_ratio);
-    check_unit_interval("scheduler.params.cos_min_ratio", s.cos_min_ratio);
-  } else {
-    if (!s.warmup_min_lr.is_auto())
-      check_non_negative("scheduler.params.warmup_min_lr", s.warmup_min_lr.value());
-    if (!s.warmup_max_lr.is_auto())
-      check_non_negative("scheduler.params.warmup_max_lr", s.warmup_max_lr.value());
-  }
-  if (!s.warmup_num_steps.is_auto())
-    check_positive("scheduler.params.warmup_num_steps", s.warmup_num_steps.value());
-  if (s.last_batch_iteration < -1)
-    throw_range("scheduler.params.last_batch_iteration", "-1 (start) or a step index >= 0",
-                std::to_string(s.last_batch_iteration));
-
+  check_fields("scheduler.params", s);  // the keys of s.type only
   if (s.type == SchedulerType::kWarmupLR) {
     if (s.total_num_steps) {
       throw Error("WarmupLR takes no total_num_steps", "scheduler.params.total_num_steps",
@@ -114,7 +132,6 @@ void validate_scheduler(const SchedulerConfig& s, std::vector<ConfigWarning>* wa
                 "set it to the number of optimizer steps of the run (or \"auto\")");
   }
   if (!s.total_num_steps->is_auto()) {
-    check_positive("scheduler.params.total_num_steps", s.total_num_steps->value());
     if (!s.warmup_num_steps.is_auto() && s.total_num_steps->value() < s.warmup_num_steps.value()) {
       // DeepSpeed warns about this too: the run ends while still warming up.
       warnings->push_back({ConfigWarning::Kind::kOther, "scheduler.params.total_num_steps",
@@ -136,8 +153,7 @@ void validate_offload_nvme(std::string_view section, OffloadDevice device,
 }
 
 void validate_zero(const ZeroConfig& z) {
-  if (z.stage < 0 || z.stage > 3)
-    throw_range("zero_optimization.stage", "0, 1, 2 or 3", std::to_string(z.stage));
+  check_fields("zero_optimization", z);  // stage, ratio, sub-group and bucket sizes
 
   const OffloadParamConfig& p = z.offload_param;
   validate_offload_nvme("zero_optimization.offload_param", p.device, p.nvme_path);
@@ -160,27 +176,19 @@ void validate_zero(const ZeroConfig& z) {
   }
   if (o.device == OffloadDevice::kNvme)
     check_positive("zero_optimization.offload_optimizer.buffer_count", o.buffer_count);
-  check_unit_interval("zero_optimization.offload_optimizer.ratio", o.ratio);
   if (o.ratio < 1 && z.stage != 3) {
     throw Error(fmt::format("partial optimizer offload (ratio {}) needs ZeRO stage 3 (stage is {})",
                             show(o.ratio), z.stage),
                 "zero_optimization.offload_optimizer.ratio",
                 "set ratio to 1, or zero_optimization.stage to 3");
   }
-
-  // Zero-sized buckets or sub-groups would never make progress.
-  check_positive("zero_optimization.sub_group_size", z.sub_group_size);
-  if (!z.reduce_bucket_size.is_auto())
-    check_positive("zero_optimization.reduce_bucket_size", z.reduce_bucket_size.value());
-  check_positive("zero_optimization.allgather_bucket_size", z.allgather_bucket_size);
 }
 
 void validate_aio(const AioConfig& a) {
-  check_positive("aio.block_size", a.block_size);
-  check_positive("aio.queue_depth", a.queue_depth);
-  check_positive("aio.intra_op_parallelism", a.intra_op_parallelism);
   // The engine's limits (offload/aio_engine.h): O_DIRECT needs 4 KiB-aligned pieces; one ring
-  // per worker thread, each with queue_depth entries.
+  // per worker thread, each with queue_depth entries (at most 4096, and at most 64 workers:
+  // the field list's ranges).
+  check_fields("aio", a);
   constexpr std::uint64_t kDirectIoAlignment = 4096;
   if (a.block_size % kDirectIoAlignment != 0) {
     throw Error(fmt::format("aio.block_size ({}) is not a multiple of {} bytes, which direct I/O "
@@ -188,17 +196,13 @@ void validate_aio(const AioConfig& a) {
                             a.block_size, kDirectIoAlignment),
                 "aio.block_size", "use a power of two from 128K up, e.g. 1048576 (the default)");
   }
-  if (a.queue_depth > 4096)
-    throw_range("aio.queue_depth", "1 to 4096", std::to_string(a.queue_depth));
-  if (a.intra_op_parallelism > 64)
-    throw_range("aio.intra_op_parallelism", "1 to 64", std::to_string(a.intra_op_parallelism));
 }
 
 }  // namespace
 
 std::vector<ConfigWarning> validate_config(const Config& config) {
   std::vector<ConfigWarning> warnings;
-  validate_batch(config);
+  check_fields("", config);  // the batch keys and clipping
   validate_precision(config);
   if (config.optimizer) validate_optimizer(*config.optimizer);
   if (config.scheduler) validate_scheduler(*config.scheduler, &warnings);

@@ -195,6 +195,10 @@ ObjectReader ObjectReader::object(std::string_view key) {
 }
 
 void ObjectReader::ignore(std::initializer_list<std::string_view> keys) {
+  ignore(std::span<const std::string_view>(keys.begin(), keys.size()));
+}
+
+void ObjectReader::ignore(std::span<const std::string_view> keys) {
   for (std::string_view key : keys) {
     if (find(key) == nullptr) continue;
     std::string path = path_of(key);

@@ -135,6 +135,7 @@ class ObjectReader {
   // Keys DeepSpeed has and strata accepts without using: each one present is a warning
   // that says so (they parse, so DeepSpeed configs load, but they change nothing here).
   void ignore(std::initializer_list<std::string_view> keys);
+  void ignore(std::span<const std::string_view> keys);
 
   // Keys strata refuses: present -> Error with `hint` (e.g. a deprecated spelling whose
   // meaning strata would otherwise silently drop).

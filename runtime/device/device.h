@@ -37,6 +37,11 @@ struct DeviceOptions {
   int ordinal = -1;                   // which CUDA device; -1 = the local rank modulo the device count
   std::uint64_t memory_bytes = 0;     // arena budget; 0 = default (host: 512 MiB; cuda: free - reserve)
   std::uint64_t cuda_reserve_bytes = std::uint64_t{1} << 30;  // left free for CUDA/cuBLAS/NCCL
+  // Host backend: the OpenMP team size of the host kernels run on its streams
+  // (kernels/host/threads.h), i.e. the resolved strata.cpu_threads; the ops give the same bits
+  // for any count. 0 = OpenMP's default (OMP_NUM_THREADS, else every CPU). OpenBLAS's sgemm
+  // keeps its default count: its bits depend on it. The cuda backend ignores it.
+  int host_threads = 0;
   // Borrowed; must outlive the device. When enabled, the host backend records one span per
   // piece of stream work (copies with their bytes, host tasks by name) on the stream's track.
   // The cuda backend does not trace stream work yet (it would need timing events).

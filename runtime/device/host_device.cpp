@@ -29,6 +29,7 @@
 
 #include "core/log.h"
 #include "core/units.h"
+#include "kernels/host/threads.h"
 #include "runtime/device/stream_registry.h"
 #include "runtime/trace/trace.h"
 
@@ -39,11 +40,16 @@ class HostEvent;
 
 class HostStream final : public Stream {
  public:
-  HostStream(std::string name, Tracer* tracer, std::function<void(HostStream*, bool)> registry)
+  // host_threads > 0: the OpenMP team size of the host ops this stream runs (its worker's).
+  HostStream(std::string name, Tracer* tracer, int host_threads,
+             std::function<void(HostStream*, bool)> registry)
       : name_(std::move(name)),
         tracer_(tracer != nullptr && tracer->enabled() ? tracer : nullptr),
         registry_(std::move(registry)) {
-    worker_ = std::thread([this] { run(); });
+    worker_ = std::thread([this, host_threads] {
+      if (host_threads > 0) kernels::host::set_openmp_threads(host_threads);
+      run();
+    });
     registry_(this, true);
   }
 
@@ -288,8 +294,11 @@ class HostMapping {
 
 class HostDevice final : public Device {
  public:
-  HostDevice(std::uint64_t budget_bytes, Tracer* tracer)
-      : mapping_(budget_bytes), arena_(mapping_.data(), budget_bytes, "device"), tracer_(tracer) {}
+  HostDevice(std::uint64_t budget_bytes, Tracer* tracer, int host_threads)
+      : mapping_(budget_bytes),
+        arena_(mapping_.data(), budget_bytes, "device"),
+        tracer_(tracer),
+        host_threads_(host_threads) {}
 
   ~HostDevice() override { STRATA_ASSERT(streams_.empty(), "streams outlive their device"); }
 
@@ -297,7 +306,7 @@ class HostDevice final : public Device {
   std::string name() const override { return "host"; }
 
   std::unique_ptr<Stream> create_stream(std::string name) override {
-    return std::make_unique<HostStream>(std::move(name), tracer_, streams_.hook());
+    return std::make_unique<HostStream>(std::move(name), tracer_, host_threads_, streams_.hook());
   }
 
   std::unique_ptr<Event> create_event() override { return std::make_unique<HostEvent>(); }
@@ -319,6 +328,7 @@ class HostDevice final : public Device {
   HostMapping mapping_;
   Arena arena_;
   Tracer* tracer_;
+  int host_threads_;  // DeviceOptions::host_threads
   StreamRegistry<HostStream> streams_;
 };
 
@@ -326,7 +336,10 @@ class HostDevice final : public Device {
 
 std::unique_ptr<Device> create_host_device(const DeviceOptions& options) {
   const std::uint64_t budget = options.memory_bytes != 0 ? options.memory_bytes : kDefaultHostDeviceBytes;
-  return std::make_unique<HostDevice>(budget, options.tracer);
+  if (options.host_threads < 0)
+    throw Error(fmt::format("host thread count {} is negative", options.host_threads),
+                "DeviceOptions::host_threads", "use 0 for the default, or strata.cpu_threads");
+  return std::make_unique<HostDevice>(budget, options.tracer, options.host_threads);
 }
 
 }  // namespace strata::runtime

@@ -6,6 +6,7 @@
 
 #include "core/cpu_features.h"
 #include "core/error.h"
+#include "cpu_adam/adam.h"
 #include "cpu_adam/grad_ops.h"
 #include "kernels/cuda/adamw.h"
 #include "kernels/cuda/grad_ops.h"
@@ -29,21 +30,29 @@ T* scratch_at(void* device_scratch, std::size_t offset) {
   return reinterpret_cast<T*>(static_cast<unsigned char*>(device_scratch) + offset);
 }
 
-// cpu_adam's hyper-parameters as the CUDA AdamW takes them (unused without CUDA kernels).
-[[maybe_unused]] kernels::cuda::AdamwArgs adamw_args(const cpu_adam::AdamHyper& hyper,
-                                                     std::int64_t step, float grad_scale) {
-  kernels::cuda::AdamwArgs args;
-  args.lr = hyper.lr;
-  args.beta1 = hyper.beta1;
-  args.beta2 = hyper.beta2;
-  args.eps = hyper.eps;
-  args.weight_decay = hyper.weight_decay;
-  args.decoupled = hyper.mode == cpu_adam::AdamMode::adamw;
-  args.bias_correction = hyper.bias_correction;
-  args.step = step;
-  args.grad_scale = grad_scale;
-  return args;
+// The per-step scalars as the CUDA AdamW takes them: cpu_adam::adam_scalars' values, copied
+// (kernels/ may not include cpu_adam/, so it declares the same struct). Throws strata::Error
+// for invalid hyper-parameters or a step < 1, from the call itself (unused without CUDA).
+[[maybe_unused]] kernels::cuda::AdamwScalars adamw_scalars(const cpu_adam::AdamHyper& hyper,
+                                                           std::int64_t step, float grad_scale) {
+  const cpu_adam::AdamScalars s = cpu_adam::adam_scalars(hyper, step, grad_scale);
+  kernels::cuda::AdamwScalars k;
+  k.grad_scale = s.grad_scale;
+  k.beta1 = s.beta1;
+  k.one_minus_beta1 = s.one_minus_beta1;
+  k.beta2 = s.beta2;
+  k.one_minus_beta2 = s.one_minus_beta2;
+  k.step_size = s.step_size;
+  k.bc2_sqrt = s.bc2_sqrt;
+  k.eps = s.eps;
+  k.l2 = s.l2;
+  k.decay = s.decay;
+  k.has_l2 = s.has_l2;
+  k.has_decay = s.has_decay;
+  return k;
 }
+static_assert(sizeof(kernels::cuda::AdamwScalars) == sizeof(cpu_adam::AdamScalars),
+              "kernels::cuda::AdamwScalars must mirror cpu_adam::AdamScalars field for field");
 
 }  // namespace
 
@@ -88,7 +97,7 @@ void adam_step(Stream& s, const cpu_adam::AdamHyper& hyper, std::int64_t step,
                const cpu_adam::AdamShard& shard, float grad_scale, int threads) {
   if (cudaStream_t cs = cuda_stream(s)) {
     CUDA_OP(kc::adamw(shard.params, shard.grads, shard.grad_dtype, shard.exp_avg,
-                      shard.exp_avg_sq, shard.numel, adamw_args(hyper, step, grad_scale),
+                      shard.exp_avg_sq, shard.numel, adamw_scalars(hyper, step, grad_scale),
                       shard.params_out, shard.out_dtype, cs));
     return;
   }

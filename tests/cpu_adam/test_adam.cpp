@@ -5,12 +5,16 @@
 // identical bits, the bf16 output is exactly round-to-nearest-even of the fp32 result (through
 // AVX512-BF16 too, on denormals, NaN, Inf and rounding ties), and the bound is tight enough to
 // catch a dropped bias correction, L2 in place of decoupled decay, or a wrong eps placement.
+// And the checks: adam_scalars / check_hyper / adam_step throw strata::Error naming the field
+// for bad hyper-parameters, and a malformed shard is a STRATA_ASSERT.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <string>
 
+#include "core/error.h"
 #include "tests/cpu_adam/adam_test_util.h"
 
 namespace strata::cpu_adam {
@@ -349,6 +353,97 @@ TEST(AdamStep, FirstTouchZeroFills) {
     EXPECT_EQ(buf.back(), 7.0f);
     for (std::size_t i = 1; i <= n; ++i) ASSERT_EQ(test::bits(buf[i]), 0u) << i;
   }
+}
+
+// The per-step scalars, in double and rounded once (what the CPU variants and the CUDA AdamW
+// both receive).
+TEST(AdamScalars, AreTorchsStepScalarsRoundedOnce) {
+  AdamHyper h;
+  h.lr = 3e-3f;
+  h.weight_decay = 0.05f;
+  h.mode = AdamMode::adamw;
+  const AdamScalars s = adam_scalars(h, 3, 0.5f);
+  const double lr = h.lr, b1 = h.beta1, b2 = h.beta2;
+  EXPECT_EQ(s.grad_scale, 0.5f);
+  EXPECT_EQ(s.beta1, h.beta1);
+  EXPECT_EQ(s.one_minus_beta1, static_cast<float>(1.0 - b1));
+  EXPECT_EQ(s.one_minus_beta2, static_cast<float>(1.0 - b2));
+  EXPECT_EQ(s.step_size, static_cast<float>(lr / (1.0 - std::pow(b1, 3.0))));
+  EXPECT_EQ(s.bc2_sqrt, static_cast<float>(std::sqrt(1.0 - std::pow(b2, 3.0))));
+  EXPECT_TRUE(s.has_decay);
+  EXPECT_FALSE(s.has_l2);
+  EXPECT_EQ(s.decay, static_cast<float>(1.0 - lr * static_cast<double>(h.weight_decay)));
+
+  h.mode = AdamMode::adam;
+  h.bias_correction = false;
+  const AdamScalars l2 = adam_scalars(h, 7, 1.0f);
+  EXPECT_EQ(l2.step_size, h.lr);
+  EXPECT_EQ(l2.bc2_sqrt, 1.0f);
+  EXPECT_TRUE(l2.has_l2);
+  EXPECT_EQ(l2.l2, h.weight_decay);
+  EXPECT_FALSE(l2.has_decay);
+  EXPECT_EQ(l2.decay, 1.0f);
+}
+
+// The Error's message (what) mentions `field`.
+template <typename Fn>
+void expect_error_naming(Fn&& fn, const std::string& field) {
+  try {
+    fn();
+    ADD_FAILURE() << "no strata::Error for " << field;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(field), std::string::npos)
+        << "message does not name " << field << ": " << e.what();
+  }
+}
+
+TEST(AdamStep, InvalidHyperParametersThrowNamingTheField) {
+  auto with = [](auto change) {
+    AdamHyper h;
+    change(h);
+    return h;
+  };
+  const AdamHyper bad_lr = with([](AdamHyper& h) { h.lr = -1e-3f; });
+  expect_error_naming([&] { check_hyper(bad_lr); }, "lr");
+  expect_error_naming([&] { check_hyper(with([](AdamHyper& h) { h.lr = NAN; })); }, "lr");
+  expect_error_naming([&] { check_hyper(with([](AdamHyper& h) { h.beta1 = 1.0f; })); }, "beta1");
+  expect_error_naming([&] { check_hyper(with([](AdamHyper& h) { h.beta1 = -0.1f; })); }, "beta1");
+  expect_error_naming([&] { check_hyper(with([](AdamHyper& h) { h.beta2 = 1.5f; })); }, "beta2");
+  expect_error_naming([&] { check_hyper(with([](AdamHyper& h) { h.eps = 0.0f; })); }, "eps");
+  expect_error_naming([&] { check_hyper(with([](AdamHyper& h) { h.weight_decay = -1.0f; })); },
+                      "weight_decay");
+  // adam_scalars and adam_step check them too; adam_scalars also the step.
+  expect_error_naming([&] { adam_scalars(bad_lr, 1, 1.0f); }, "lr");
+  expect_error_naming([&] { adam_scalars(AdamHyper{}, 0, 1.0f); }, "1-based");
+  ShardBuffers b(4, 0, DType::f32, false, DType::bf16);
+  b.fill(1, 1.0f, 1.0f);
+  expect_error_naming(
+      [&] {
+        adam_step(SimdLevel::scalar, 1, with([](AdamHyper& h) { h.eps = -1.0f; }), 1, b.shard(), 1.0f);
+      },
+      "eps");
+}
+
+using AdamStepDeathTest = ::testing::Test;
+
+TEST_F(AdamStepDeathTest, ProgrammingMistakesAssert) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  ShardBuffers b(8, 0, DType::f32, true, DType::bf16);
+  b.fill(1, 1.0f, 1.0f);
+  auto step = [](const AdamShard& shard) {
+    adam_step(SimdLevel::scalar, 1, AdamHyper{}, 1, shard, 1.0f);
+  };
+  AdamShard null_params = b.shard();
+  null_params.params = nullptr;
+  EXPECT_DEATH(step(null_params), "null pointer");
+  AdamShard f32_out = b.shard();
+  f32_out.out_dtype = DType::f32;
+  EXPECT_DEATH(step(f32_out), "out_dtype");
+  AdamShard bad_grad = b.shard();
+  bad_grad.grad_dtype = static_cast<DType>(9);
+  EXPECT_DEATH(step(bad_grad), "grad_dtype");
+  EXPECT_DEATH(adam_step(SimdLevel::scalar, 1, AdamHyper{}, 0, b.shard(), 1.0f), "1-based");
+  EXPECT_DEATH(adam_step(SimdLevel::scalar, -1, AdamHyper{}, 1, b.shard(), 1.0f), "thread count");
 }
 
 }  // namespace

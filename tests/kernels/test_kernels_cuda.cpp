@@ -500,6 +500,14 @@ Bytes bytes_of(const std::vector<T>& v) {
   return b;
 }
 
+// cpu_adam::adam_scalars as the CUDA launcher takes them (what runtime/ops/optim_ops.cpp does).
+dev::AdamwScalars adamw_scalars(const cpu_adam::AdamHyper& hyper, std::int64_t step,
+                                float grad_scale) {
+  const cpu_adam::AdamScalars c = cpu_adam::adam_scalars(hyper, step, grad_scale);
+  return {c.grad_scale, c.beta1, c.one_minus_beta1, c.beta2,  c.one_minus_beta2, c.step_size,
+          c.bc2_sqrt,   c.eps,   c.l2,              c.decay, c.has_l2,          c.has_decay};
+}
+
 TEST(KernelsCuda, AdamwMatchesCpuAdam) {
   constexpr int kSteps = 4;
   constexpr std::int64_t kMaxUlp = 1;
@@ -519,15 +527,7 @@ TEST(KernelsCuda, AdamwMatchesCpuAdam) {
           hyper.weight_decay = 0.05f;
           hyper.mode = mode;
           hyper.bias_correction = bias_correction;
-          dev::AdamwArgs args;
-          args.lr = hyper.lr;
-          args.beta1 = hyper.beta1;
-          args.beta2 = hyper.beta2;
-          args.eps = hyper.eps;
-          args.weight_decay = hyper.weight_decay;
-          args.decoupled = mode == cpu_adam::AdamMode::adamw;
-          args.bias_correction = bias_correction;
-          args.grad_scale = 0.5f;
+          constexpr float kGradScale = 0.5f;
 
           std::vector<float> params = random_floats(n, 71, -1.0f, 1.0f);
           std::vector<float> m(n, 0.0f), v(n, 0.0f);
@@ -546,12 +546,12 @@ TEST(KernelsCuda, AdamwMatchesCpuAdam) {
             shard.numel = n;
             shard.params_out = with_out ? out16.data() : nullptr;
             shard.out_dtype = out_t;
-            cpu_adam::adam_step(SimdLevel::scalar, 1, hyper, step, shard, args.grad_scale);
+            cpu_adam::adam_step(SimdLevel::scalar, 1, hyper, step, shard, kGradScale);
 
             DeviceBuffer d_g(grads);
-            args.step = step;
             dev::adamw(d_p.as<float>(), d_g.get(), grad_t, d_m.as<float>(), d_v.as<float>(), n,
-                       args, with_out ? d_out.get() : nullptr, out_t, stream.s);
+                       adamw_scalars(hyper, step, kGradScale), with_out ? d_out.get() : nullptr,
+                       out_t, stream.s);
             const auto gp = download_as<float>(d_p), gm = download_as<float>(d_m),
                        gv = download_as<float>(d_v);
             const auto go = download_as<std::uint16_t>(d_out);
@@ -564,7 +564,7 @@ TEST(KernelsCuda, AdamwMatchesCpuAdam) {
           }
           std::printf("adamw %-5s grads %-4s n=%-6zu bc=%d: max ulp params %lld, exp_avg %lld, "
                       "exp_avg_sq %lld, params_out %lld\n",
-                      args.decoupled ? "adamw" : "adam", std::string(dtype_name(grad_t)).c_str(), n,
+                      mode == cpu_adam::AdamMode::adamw ? "adamw" : "adam", std::string(dtype_name(grad_t)).c_str(), n,
                       bias_correction ? 1 : 0, static_cast<long long>(worst_p),
                       static_cast<long long>(worst_m), static_cast<long long>(worst_v),
                       static_cast<long long>(worst_out));
@@ -578,18 +578,17 @@ TEST(KernelsCuda, AdamwMatchesCpuAdam) {
   }
 }
 
+// The hyper-parameters and the step are checked where the scalars are computed
+// (cpu_adam::adam_scalars; test_adam); the launcher checks the dtypes.
 TEST(KernelsCuda, AdamwRejectsBadArguments) {
   Stream stream;
   DeviceBuffer d(64);
-  dev::AdamwArgs args;
-  args.beta1 = 1.0f;
-  EXPECT_THROW(dev::adamw(d.as<float>(), d.get(), DType::f32, d.as<float>(), d.as<float>(), 1,
-                          args, nullptr, DType::bf16, stream.s),
+  const dev::AdamwScalars s = adamw_scalars(cpu_adam::AdamHyper{}, 1, 1.0f);
+  EXPECT_THROW(dev::adamw(d.as<float>(), d.get(), static_cast<DType>(9), d.as<float>(),
+                          d.as<float>(), 1, s, nullptr, DType::bf16, stream.s),
                Error);
-  args = {};
-  args.step = 0;
-  EXPECT_THROW(dev::adamw(d.as<float>(), d.get(), DType::f32, d.as<float>(), d.as<float>(), 1,
-                          args, nullptr, DType::bf16, stream.s),
+  EXPECT_THROW(dev::adamw(d.as<float>(), d.get(), DType::f32, d.as<float>(), d.as<float>(), 1, s,
+                          d.get(), DType::f32, stream.s),
                Error);
 }
 

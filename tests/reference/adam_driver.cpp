@@ -4,14 +4,14 @@
 //   adam_reference_driver [--simd LEVEL] [--threads N] INPUT OUTPUT
 //   adam_reference_driver --probe
 //
-// --simd picks the variant (scalar | avx2 | avx512 | avx512_bf16); without it CpuAdam uses
+// --simd picks the variant (scalar | avx2 | avx512 | avx512_bf16); without it the driver uses
 // active_simd(), i.e. the best the CPU has, lowered by STRATA_SIMD. --threads 0 (the default)
 // uses the CPUs of the affinity mask. --probe prints "simd=<level the run would use>
 // detected=<best the CPU has> threads=<n>" and exits 0; it exits 77 (skipped) when STRATA_SIMD
 // names a real level that this CPU lacks, 1 when it names no level at all.
 //
-// One group with the file's hyper-parameters; each step is begin_step(group) followed by one
-// update() per tensor (a shard each), the way the engine drives it. The moments start at zero,
+// The file's hyper-parameters for every tensor; step t (1-based) calls adam_step once per
+// tensor (a shard each) with step t, the way the ZeRO engine drives it. The moments start at zero,
 // as torch's state does.
 //
 // ---- file formats (little-endian, no padding) ------------------------------------------------
@@ -38,6 +38,7 @@
 //   then for each tensor: f32 exp_avg[numel[i]]
 //   then for each tensor: f32 exp_avg_sq[numel[i]]
 //   then, when out_dtype != 0, for each tensor: u16 params_out[numel[i]] (after the last step)
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -48,6 +49,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "core/cpu_features.h"
 #include "core/dtype.h"
@@ -152,6 +155,27 @@ struct Tensor {
   std::optional<Buffer> params_out;
 };
 
+// The variant and thread count a run uses: the requested level (else active_simd(), the best
+// the CPU has lowered by STRATA_SIMD) and the requested threads (0 = the CPUs of the affinity
+// mask).
+struct Run {
+  SimdLevel simd;
+  int threads;
+};
+
+Run resolve_run(std::optional<SimdLevel> simd, int threads) {
+  if (threads < 0)
+    throw Error(fmt::format("thread count {} is negative", threads), "--threads",
+                "use 0 for the CPUs of the affinity mask");
+  Run r{simd.value_or(strata::active_simd()), threads};
+  if (r.simd > strata::detected_simd())
+    throw Error(fmt::format("asked for SIMD level {} but this CPU supports up to {}",
+                            strata::simd_name(r.simd), strata::simd_name(strata::detected_simd())),
+                "--simd", "leave it unset to use the best level");
+  if (r.threads == 0) r.threads = std::max(1, strata::cpu_info().logical_cores_in_affinity_mask);
+  return r;
+}
+
 void run(const std::string& input_path, const std::string& output_path,
          std::optional<SimdLevel> simd, int threads) {
   File in(input_path, "rb");
@@ -194,22 +218,17 @@ void run(const std::string& input_path, const std::string& output_path,
     in.read(t.params.data(), t.params.bytes());
   }
 
-  adam::CpuAdamOptions options;
-  options.threads = threads;
-  options.simd = simd;
-  adam::CpuAdam optimizer(options);
-  const int group = optimizer.add_group(hyper);
+  const Run variant = resolve_run(simd, threads);
 
   File out(output_path, "wb");
   out.write(kOutputMagic, sizeof(kOutputMagic));
   out.write_value(n_tensors);
   out.write_value(steps);
   out.write_value(out_code);
-  out.write_value(static_cast<std::uint32_t>(optimizer.simd()));
+  out.write_value(static_cast<std::uint32_t>(variant.simd));
   out.write(numels.data(), numels.size() * sizeof(std::uint64_t));
 
   for (std::uint32_t step = 0; step < steps; ++step) {
-    optimizer.begin_step(group);
     for (Tensor& t : tensors) {
       in.read(t.grads.data(), t.grads.bytes());
       adam::AdamShard shard;
@@ -223,7 +242,7 @@ void run(const std::string& input_path, const std::string& output_path,
         shard.params_out = t.params_out->data();
         shard.out_dtype = out_code == 1 ? DType::f16 : DType::bf16;
       }
-      optimizer.update(group, shard, grad_scale);
+      adam::adam_step(variant.simd, variant.threads, hyper, std::int64_t{step} + 1, shard, grad_scale);
     }
     for (Tensor& t : tensors) out.write(t.params.data(), t.params.bytes());
   }
@@ -234,8 +253,7 @@ void run(const std::string& input_path, const std::string& output_path,
   if (out_code != 0)
     for (Tensor& t : tensors) out.write(t.params_out->data(), t.params_out->bytes());
   out.close();
-  std::printf("simd=%s threads=%d\n", std::string(strata::simd_name(optimizer.simd())).c_str(),
-              optimizer.threads());
+  std::printf("simd=%s threads=%d\n", std::string(strata::simd_name(variant.simd)).c_str(), variant.threads);
 }
 
 // What a run would use, for the test to report and to skip on (see the top of the file).
@@ -253,10 +271,9 @@ int probe() {
       return 77;
     }
   }
-  const adam::CpuAdam optimizer;
-  std::printf("simd=%s detected=%s threads=%d\n",
-              std::string(strata::simd_name(optimizer.simd())).c_str(),
-              std::string(strata::simd_name(detected)).c_str(), optimizer.threads());
+  const Run variant = resolve_run(std::nullopt, 0);
+  std::printf("simd=%s detected=%s threads=%d\n", std::string(strata::simd_name(variant.simd)).c_str(),
+              std::string(strata::simd_name(detected)).c_str(), variant.threads);
   return 0;
 }
 

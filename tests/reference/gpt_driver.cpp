@@ -85,10 +85,11 @@ int run(const Args& a) {
   GptModel model(config, {.dtype = dtype, .checkpointing = a.checkpointing}, *device, *stream,
                  params);
 
-  cpu_adam::CpuAdam adam;
-  const int group = adam.add_group({.lr = a.lr, .beta1 = a.beta1, .beta2 = a.beta2, .eps = a.eps,
-                                    .weight_decay = a.weight_decay,
-                                    .mode = cpu_adam::AdamMode::adamw});
+  // The CPU Adam as the engine drives it: adam_step with the 1-based step, the best variant
+  // of this CPU, the threads of the affinity mask.
+  const cpu_adam::AdamHyper hyper{.lr = a.lr, .beta1 = a.beta1, .beta2 = a.beta2, .eps = a.eps,
+                                  .weight_decay = a.weight_decay,
+                                  .mode = cpu_adam::AdamMode::adamw};
   std::vector<float> logits(static_cast<std::size_t>(B) * static_cast<std::size_t>(T) *
                             static_cast<std::size_t>(config.vocab_size));
   std::vector<float> losses;
@@ -98,14 +99,15 @@ int run(const Args& a) {
                                    step == 0 ? logits.data() : nullptr));
     model.backward();
     stream->synchronize();
-    adam.begin_step(group);
     for (std::size_t m = 0; m < M; ++m) {
       const auto mi = static_cast<int>(m);
       copy_from_device(*stream, grads[m].data(), params.grads(mi), dtype, grads[m].size());
       if (step == 0) grads0[m] = grads[m];
-      adam.update(group, {.params = master[m].data(), .grads = grads[m].data(),
-                          .grad_dtype = DType::f32, .exp_avg = exp_avg[m].data(),
-                          .exp_avg_sq = exp_avg_sq[m].data(), .numel = master[m].size()});
+      cpu_adam::adam_step(active_simd(), 0, hyper, step + 1,
+                          {.params = master[m].data(), .grads = grads[m].data(),
+                           .grad_dtype = DType::f32, .exp_avg = exp_avg[m].data(),
+                           .exp_avg_sq = exp_avg_sq[m].data(), .numel = master[m].size()},
+                          1.0f);
       copy_to_device(*stream, params.params(mi), dtype, master[m].data(), master[m].size());
     }
   }
