@@ -234,7 +234,7 @@ offload::AioOptions run_aio_options(const Json& config, const models::GptConfig&
 
 // The bench; returns early, without the table, when `stop` caught a signal (Note [Stopping on a
 // signal], bench_children.h).
-void run_bench(const CheckpointBenchOptions& o, const StopSignals& stop) {
+void run_bench(const CheckpointBenchOptions& o, const train::StopSignals& stop) {
   const std::vector<std::string> placements = parse_placements(o.placements);
   const int last_timed = o.steps - 1;
   const models::GptConfig model = child_model(
@@ -337,7 +337,7 @@ void run_bench(const CheckpointBenchOptions& o, const StopSignals& stop) {
 }  // namespace
 
 void bench_checkpoint(const CheckpointBenchOptions& o) {
-  run_until_signal([&o](const StopSignals& stop) { run_bench(o, stop); });
+  run_until_signal([&o](const train::StopSignals& stop) { run_bench(o, stop); });
 }
 
 }  // namespace strata::tools

@@ -188,7 +188,7 @@ Json cell_json(const Cell& c, const Cell& reference) {
 
 // The bench; returns early, without the tables, when `stop` caught a signal (Note [Stopping on a
 // signal], bench_children.h).
-void run_bench(const StepBenchOptions& o, const StopSignals& stop) {
+void run_bench(const StepBenchOptions& o, const train::StopSignals& stop) {
   const models::GptConfig model =
       child_model(o, kWarmupSteps, fmt::format("the first {} are warm-up", kWarmupSteps));
   const std::string self = self_executable();
@@ -292,7 +292,7 @@ void run_bench(const StepBenchOptions& o, const StopSignals& stop) {
 }  // namespace
 
 void bench_step(const StepBenchOptions& o) {
-  run_until_signal([&o](const StopSignals& stop) { run_bench(o, stop); });
+  run_until_signal([&o](const train::StopSignals& stop) { run_bench(o, stop); });
 }
 
 }  // namespace strata::tools
