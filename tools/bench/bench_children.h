@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "models/gpt/gpt_config.h"
-#include "tools/bench.h"
+#include "tools/bench/bench.h"
 #include "train/stop_signals.h"
 
 namespace strata::tools {

@@ -1,4 +1,4 @@
-#include "tools/bench_nvme_disk.h"
+#include "tools/bench/bench_nvme_disk.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

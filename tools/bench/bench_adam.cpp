@@ -38,9 +38,9 @@
 #include "core/error.h"
 #include "core/units.h"
 #include "cpu_adam/adam.h"
-#include "tools/bench.h"
-#include "tools/bench_children.h"  // load_average
-#include "tools/bench_scripts.h"
+#include "tools/bench/bench.h"
+#include "tools/bench/bench_children.h"  // load_average
+#include "tools/bench/bench_scripts.h"
 
 namespace strata::tools {
 namespace {

@@ -1,4 +1,4 @@
-#include "tools/fio_runner.h"
+#include "tools/bench/fio_runner.h"
 
 #include <fcntl.h>
 #include <poll.h>

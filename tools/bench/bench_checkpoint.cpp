@@ -3,7 +3,7 @@
 // sequential write rate measured in the same run.
 //
 // Per placement (--placements: cpu and nvme by default) and round, in this order:
-//   1. a `strata train` child (tools/bench_children.h) without checkpoints;
+//   1. a `strata train` child (tools/bench/bench_children.h) without checkpoints;
 //   2. the same child with `--checkpoint-dir SCRATCH/checkpoints --checkpoint-every 1`: the
 //      states of step N are written into the shard file on the optimizer worker while step N+1
 //      computes, and published at the end of step N+1 (runtime/checkpoint/checkpoint_saver.h);
@@ -44,9 +44,9 @@
 #include "offload/host_buffer.h"
 #include "runtime/config/config.h"
 #include "runtime/tiers/host_tiers.h"
-#include "tools/bench.h"
-#include "tools/bench_children.h"
-#include "tools/bench_nvme_disk.h"
+#include "tools/bench/bench.h"
+#include "tools/bench/bench_children.h"
+#include "tools/bench/bench_nvme_disk.h"
 
 namespace strata::tools {
 namespace {

@@ -2,7 +2,7 @@
 // cpu, nvme) and ZeRO stage (1, 2, 3), against the same model fully resident on the device
 // (stage 0, no offload) measured in the same run.
 //
-// Every cell is a `strata train` child of this binary (tools/bench_children.h). --rounds R runs
+// Every cell is a `strata train` child of this binary (tools/bench/bench_children.h). --rounds R runs
 // every cell R times, round by round in the same order (the reference first), so that the load
 // of a shared machine moves the reference and the cells alike. The first kWarmupSteps steps of
 // each run are left out (step 1 records the prefetch trace and first touches every buffer); the
@@ -37,9 +37,9 @@
 #include "models/gpt/gpt_model.h"
 #include "runtime/config/config.h"
 #include "runtime/zero/plan.h"
-#include "tools/bench.h"
-#include "tools/bench_children.h"
-#include "tools/bench_nvme_disk.h"
+#include "tools/bench/bench.h"
+#include "tools/bench/bench_children.h"
+#include "tools/bench/bench_nvme_disk.h"
 
 namespace strata::tools {
 namespace {

@@ -1,4 +1,4 @@
-#include "tools/bench_children.h"
+#include "tools/bench/bench_children.h"
 
 #include <fcntl.h>
 #include <spawn.h>
