@@ -78,8 +78,10 @@ std::unique_ptr<Session> make_session(const TrainOptions& o) {
   check_optimizer(config);
   s.rank0 = s.launch.rank == 0;
 
-  // Device, with the tracer (busy-time accounting always on, spans kept for the trace file).
-  s.trace_path = o.trace_path;
+  // Device, with the tracer (busy-time accounting always on, spans kept for the trace file:
+  // --trace, else strata.trace).
+  s.trace_path = o.trace_path.empty() ? config.strata.trace : o.trace_path;
+  if (o.trace_path.empty()) check_output_path(s.trace_path, "strata.trace");
   s.tracer = std::make_unique<runtime::Tracer>(s.trace_path, "rank " + std::to_string(s.launch.rank),
                                                /*account_busy=*/true);
   runtime::DeviceOptions options = device_options(o, parsed.config);

@@ -38,7 +38,7 @@ struct Session {
   bool rank0 = false;
   models::GptConfig model_config;
   runtime::Config config;  // resolved; strata.device_memory is the device's budget
-  std::string trace_path;  // where the tracer writes; empty = no trace file
+  std::string trace_path;  // where the tracer writes: --trace, else strata.trace; empty = none
 
   std::unique_ptr<runtime::Tracer> tracer;  // busy-time accounting always on
   std::unique_ptr<runtime::Device> device;

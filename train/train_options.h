@@ -21,7 +21,7 @@ struct TrainOptions {
   std::uint64_t steps = 0;        // optimizer steps
   int seq_len = 0;                // T; 0 = min(n_positions, 1024)
   std::string save_path;          // --save out.safetensors (HF GPT-2, fp32 masters)
-  std::string trace_path;         // --trace t.json (Chrome trace of every stream)
+  std::string trace_path;         // --trace t.json (Chrome trace of every stream); "" = strata.trace
   std::string metrics_path;       // --metrics m.jsonl (one object per step)
   std::uint64_t seed = 0;         // --seed: initial weights (without --init)
   bool activation_checkpointing = false;
