@@ -50,8 +50,5 @@ ODirectProbe probe_o_direct(const std::string& dir);
 // ODirectProbe::fs_type names it; "unknown" when it cannot be inspected. Never throws.
 std::string file_system_type(const std::string& path);
 
-// errno_text moved to core/error.h. tools/ still spells it offload::errno_text; this
-// declaration keeps that compiling until it says strata::errno_text.
-using ::strata::errno_text;
 
 }  // namespace strata::offload

@@ -14,7 +14,7 @@
 #include <memory>
 #include <string>
 
-#include "tools/bench.h"
+#include "tools/bench/bench.h"
 #include "tools/commands.h"
 
 namespace strata::tools {

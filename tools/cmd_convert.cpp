@@ -12,7 +12,7 @@
 #include "models/gpt/gpt_weights.h"
 #include "runtime/checkpoint/checkpoint_loader.h"
 #include "tools/commands.h"
-#include "tools/train_state.h"
+#include "train/run_state.h"
 
 namespace strata::tools {
 namespace {
@@ -33,7 +33,7 @@ runtime::OptimState parse_state(const std::string& s) {
 void run_convert(const ConvertOptions& o) {
   const DType dtype = parse_dtype(o.dtype);
   const runtime::CheckpointFiles files = runtime::open_checkpoint(o.checkpoint);
-  const TrainState meta = TrainState::from_json(files.meta_json, files.path + "/meta.json");
+  const train::RunState meta = train::RunState::from_json(files.meta_json, files.path + "/meta.json");
   runtime::CheckpointStates masters(files, parse_state(o.state));
   const models::GptLayout layout = models::GptLayout::build(meta.model);
   if (static_cast<std::size_t>(masters.module_count()) != layout.modules.size()) {

@@ -22,15 +22,18 @@ runtime::DeviceOptions resolve_device_options(const DeviceFlags& flags) {
     options.memory_bytes = config.strata.device_memory_bytes;
   }
   if (!flags.device.empty()) options.kind = flags.device;
-  if (!flags.device_memory.empty()) {
-    std::optional<std::uint64_t> bytes = parse_bytes(flags.device_memory);
-    if (!bytes) {
-      throw Error("--device-memory '" + flags.device_memory + "' is not a size", "--device-memory",
-                  "give bytes, or a number with a unit such as 512MiB or 2GB");
-    }
-    options.memory_bytes = *bytes;
-  }
+  if (const std::optional<std::uint64_t> bytes = device_memory_bytes(flags)) options.memory_bytes = *bytes;
   return options;
+}
+
+std::optional<std::uint64_t> device_memory_bytes(const DeviceFlags& flags) {
+  if (flags.device_memory.empty()) return std::nullopt;
+  std::optional<std::uint64_t> bytes = parse_bytes(flags.device_memory);
+  if (!bytes) {
+    throw Error("--device-memory '" + flags.device_memory + "' is not a size", "--device-memory",
+                "give bytes, or a number with a unit such as 512MiB or 2GB");
+  }
+  return bytes;
 }
 
 }  // namespace strata::tools

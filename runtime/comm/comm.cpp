@@ -8,7 +8,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "runtime/comm/comm_impl.h"
-#include "runtime/comm/launch.h"
+#include "runtime/launch/launch.h"
 #include "runtime/device/device.h"
 
 namespace strata::runtime {

@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "runtime/comm/comm.h"
-#include "runtime/comm/launch.h"
+#include "runtime/launch/launch.h"
 #include "runtime/device/device.h"
 
 namespace strata::runtime {

@@ -14,7 +14,7 @@
 
 #include "core/log.h"
 #include "core/units.h"
-#include "runtime/comm/launch.h"
+#include "runtime/launch/launch.h"
 #include "runtime/device/device.h"
 #include "runtime/device/stream_registry.h"
 

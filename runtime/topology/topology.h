@@ -10,7 +10,7 @@
 
 #include "core/cpu_features.h"
 #include "offload/probe.h"
-#include "runtime/comm/launch.h"
+#include "runtime/launch/launch.h"
 #include "runtime/device/device.h"
 
 namespace strata::runtime {

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""End-to-end tests of `strata train` checkpoints (runtime/checkpoint/, tools/train.cpp).
+"""End-to-end tests of `strata train` checkpoints (runtime/checkpoint/; the trainer's side:
+train/checkpointing.h, train/resume.h).
 
 Usage: check_checkpoint.py STRATA CASE [--keep DIR]
   STRATA  the strata binary

@@ -12,7 +12,7 @@ include train/. A layer folder that does not exist yet is simply not walked.
 
 Runtime's subfolders. Inside runtime/ the subfolders are ordered too, lowest first:
 
-    config, trace, topology, device, comm, ops, params, tiers, zero, checkpoint, telemetry
+    config, trace, launch, device, comm, topology, ops, params, tiers, zero, checkpoint, telemetry
 
 A file in runtime/X/ may include runtime/X/ and the subfolders before X, never one after it
 (so device/ does not include comm/). One narrower rule: from zero/, checkpoint/ may include
@@ -42,8 +42,8 @@ ALLOWED = {
     "train": {"train", "models", "runtime", "kernels", "offload", "cpu_adam", "core"},
     "tools": set(LAYERS),
 }
-RUNTIME_ORDER = ["config", "trace", "topology", "device", "comm", "ops", "params", "tiers",
-                 "zero", "checkpoint", "telemetry"]
+RUNTIME_ORDER = ["config", "trace", "launch", "device", "comm", "topology", "ops", "params",
+                 "tiers", "zero", "checkpoint", "telemetry"]
 RUNTIME_RANK = {name: i for i, name in enumerate(RUNTIME_ORDER)}
 # (including subfolder, included subfolder) -> the only headers of the latter it may include,
 # on top of what the order allows.

@@ -261,9 +261,9 @@ def case_enospc_io(strata, root):
 def case_save_path_early(strata, root):
     """--save into a folder that does not exist: the run should refuse at start, as it does for
     --metrics, not train every step and then lose the weights.
-    FAILS when written (trainer finding, reported): tools/train.cpp opens the --save path only
-    after the last step, so all 20 steps run, the --metrics file is complete, and then it exits 1
-    ("cannot create the temporary file ...")."""
+    FAILS when written (trainer finding, reported): the trainer (then tools/train.cpp) opened the
+    --save path only after the last step, so all 20 steps run, the --metrics file is complete, and
+    then it exits 1 ("cannot create the temporary file ...")."""
     save = os.path.join(root, "no-such-folder", "w.safetensors")
     run = expect_error(strata, root, "save-folder-missing", ds_config(1), TINY, [save], steps=20,
                        save=save)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""End-to-end tests of `strata train` (tools/train.cpp over the ZeRO engine, runtime/zero/).
+"""End-to-end tests of `strata train` (train/trainer.h over the ZeRO engine, runtime/zero/).
 
 Usage: check_train.py STRATA CASE [--keep DIR]
   STRATA  the strata binary
@@ -52,12 +52,16 @@ every run in its own folder of the case's temp dir):
       --save into a folder that does not exist is refused at start, before any step.
   determinism
       Two identical runs (stage 3, NVMe, --shuffle) give identical bits.
+  trace_config
+      strata.trace in the config writes a valid Chrome trace of the run there; --trace overrides
+      it.
 """
 
 import sys
 
 from cases_limits import (case_bad_inputs, case_enospc_io, case_enospc_plan, case_memory,
                           case_memory_minimum, case_save_path_early)
+from cases_outputs import case_trace_config
 from cases_placement import (case_determinism, case_placement_bf16, case_placement_fp16,
                              case_placement_stage, case_stages)
 from cases_ranks import case_ranks
@@ -79,6 +83,7 @@ CASES = {
     "enospc_io": case_enospc_io,
     "save_path_early": case_save_path_early,
     "determinism": case_determinism,
+    "trace_config": case_trace_config,
 }
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """torch.optim.AdamW(foreach=True) timed the way `strata bench adam` times its own step.
 
-Launched by `strata bench adam` (tools/bench_adam.cpp) as a subprocess, with Debian's
+Launched by `strata bench adam` (tools/bench/bench_adam.cpp) as a subprocess, with Debian's
 /usr/bin/python3 (python3-torch). Prints JSON lines on stdout:
   {"torch": "<version>", "python": "<version>"}                     first, once
   {"kernel": "torch", "grad_dtype": "fp32", "params": N, "threads": T, "seconds": [...]}

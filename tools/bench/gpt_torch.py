@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch's forward + backward of the same GPT-2, timed the way `strata bench gpt` times its own.
 
-Launched by `strata bench gpt` (tools/bench_gpt.cpp) with Debian's /usr/bin/python3
+Launched by `strata bench gpt` (tools/bench/bench_gpt.cpp) with Debian's /usr/bin/python3
 (python3-torch, CPU). The model is tests/reference/gpt2_torch.py (the PyTorch GPT-2 that the
 reference tests compare strata against), found under --reference-dir. Prints one JSON line:
   {"torch": "<version>", "threads": N, "step_ms": [...]}   one entry per timed step, after one

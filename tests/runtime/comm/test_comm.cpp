@@ -14,7 +14,7 @@
 
 #include "comm_test_util.h"
 #include "core/error.h"
-#include "runtime/comm/launch.h"
+#include "runtime/launch/launch.h"
 
 namespace strata::runtime::comm_test {
 namespace {

@@ -4,7 +4,7 @@
 #include <cstdlib>
 
 #include "core/error.h"
-#include "runtime/comm/launch.h"
+#include "runtime/launch/launch.h"
 
 namespace strata::runtime {
 namespace {

@@ -1,4 +1,4 @@
-#include "tools/bench_scripts.h"
+#include "tools/bench/bench_scripts.h"
 
 #include <string_view>
 #include <system_error>

@@ -11,8 +11,8 @@
 #include <nlohmann/json.hpp>
 
 #include "models/gpt/gpt_config.h"
-#include "tools/bench.h"
-#include "tools/stop_signals.h"
+#include "tools/bench/bench.h"
+#include "train/stop_signals.h"
 
 namespace strata::tools {
 
@@ -81,6 +81,6 @@ double load_average();
 // `head`) only set a flag while `bench` runs. A child (which gets the terminal's SIGINT too)
 // ends; `bench` starts no other and returns (its ScratchFolder goes), then the previous handlers
 // are put back and the signal raised again, so that the process ends as it would have.
-void run_until_signal(const std::function<void(const StopSignals&)>& bench);
+void run_until_signal(const std::function<void(const train::StopSignals&)>& bench);
 
 }  // namespace strata::tools

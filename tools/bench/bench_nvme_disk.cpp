@@ -1,4 +1,4 @@
-#include "tools/bench_nvme_disk.h"
+#include "tools/bench/bench_nvme_disk.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -95,11 +95,11 @@ offload::ODirectProbe check_bench_dir(const std::string& dir) {
                            "e.g. --dir /var/tmp; not tmpfs (/dev/shm, often /tmp)";
   struct stat st{};
   if (::stat(dir.c_str(), &st) != 0) {
-    throw Error("cannot use the folder: " + offload::errno_text(errno), dir, hint);
+    throw Error("cannot use the folder: " + errno_text(errno), dir, hint);
   }
   if (!S_ISDIR(st.st_mode)) throw Error("not a folder", dir, hint);
   if (::access(dir.c_str(), W_OK | X_OK) != 0) {
-    throw Error("the folder is not writable: " + offload::errno_text(errno), dir, hint);
+    throw Error("the folder is not writable: " + errno_text(errno), dir, hint);
   }
   offload::ODirectProbe probe = offload::probe_o_direct(dir);
   // Linux 6.6+ lets tmpfs accept O_DIRECT: it works, but it measures memory, not a disk.

@@ -1,12 +1,12 @@
 // StopSignals: a signal sets a flag; optionally, the second one stops the process.
-#include "tools/stop_signals.h"
+#include "train/stop_signals.h"
 
 #include <atomic>
 #include <cerrno>
 
 #include "core/error.h"
 
-namespace strata::tools {
+namespace strata::train {
 namespace {
 
 // See the header: a handler can only reach these. Lock-free atomics: the handler may run on any
@@ -55,4 +55,4 @@ void StopSignals::restore() {
 
 int StopSignals::received() const { return g_received.load(); }
 
-}  // namespace strata::tools
+}  // namespace strata::train

@@ -1,4 +1,6 @@
-#include "tools/fio_runner.h"
+#include "tools/bench/fio_runner.h"
+
+#include "core/error.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -123,7 +125,7 @@ std::string spawn_reason(const std::string& fio, int errnum) {
   if (errnum == ENOENT) {
     return fmt::format("{} not found (Debian: apt-get install fio; or give --fio PATH)", fio);
   }
-  return fmt::format("cannot run {}: {}", fio, offload::errno_text(errnum));
+  return fmt::format("cannot run {}: {}", fio, errno_text(errnum));
 }
 
 }  // namespace

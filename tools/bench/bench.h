@@ -72,7 +72,7 @@ struct GptBenchOptions {
 void bench_gpt(const GptBenchOptions& options);  // bench_gpt.cpp
 
 // What the `strata train` children of `strata bench step` and `strata bench checkpoint` are run
-// with (tools/bench_children.h); the defaults are bench step's.
+// with (tools/bench/bench_children.h); the defaults are bench step's.
 struct TrainChildOptions {
   std::string preset = "tiny";   // models::GptConfig::preset names
   std::string model;             // a config.json instead of a preset

@@ -30,8 +30,8 @@
 #include "models/gpt/gpt_weights.h"
 #include "runtime/ops/ops.h"
 #include "runtime/params/resident_params.h"
-#include "tools/bench.h"
-#include "tools/bench_scripts.h"
+#include "tools/bench/bench.h"
+#include "tools/bench/bench_scripts.h"
 
 namespace strata::tools {
 namespace {

@@ -3,7 +3,7 @@
 // sequential write rate measured in the same run.
 //
 // Per placement (--placements: cpu and nvme by default) and round, in this order:
-//   1. a `strata train` child (tools/bench_children.h) without checkpoints;
+//   1. a `strata train` child (tools/bench/bench_children.h) without checkpoints;
 //   2. the same child with `--checkpoint-dir SCRATCH/checkpoints --checkpoint-every 1`: the
 //      states of step N are written into the shard file on the optimizer worker while step N+1
 //      computes, and published at the end of step N+1 (runtime/checkpoint/checkpoint_saver.h);
@@ -44,9 +44,9 @@
 #include "offload/host_buffer.h"
 #include "runtime/config/config.h"
 #include "runtime/tiers/io_options.h"
-#include "tools/bench.h"
-#include "tools/bench_children.h"
-#include "tools/bench_nvme_disk.h"
+#include "tools/bench/bench.h"
+#include "tools/bench/bench_children.h"
+#include "tools/bench/bench_nvme_disk.h"
 
 namespace strata::tools {
 namespace {
@@ -234,7 +234,7 @@ offload::AioOptions run_aio_options(const Json& config, const models::GptConfig&
 
 // The bench; returns early, without the table, when `stop` caught a signal (Note [Stopping on a
 // signal], bench_children.h).
-void run_bench(const CheckpointBenchOptions& o, const StopSignals& stop) {
+void run_bench(const CheckpointBenchOptions& o, const train::StopSignals& stop) {
   const std::vector<std::string> placements = parse_placements(o.placements);
   const int last_timed = o.steps - 1;
   const models::GptConfig model = child_model(
@@ -337,7 +337,7 @@ void run_bench(const CheckpointBenchOptions& o, const StopSignals& stop) {
 }  // namespace
 
 void bench_checkpoint(const CheckpointBenchOptions& o) {
-  run_until_signal([&o](const StopSignals& stop) { run_bench(o, stop); });
+  run_until_signal([&o](const train::StopSignals& stop) { run_bench(o, stop); });
 }
 
 }  // namespace strata::tools

@@ -18,7 +18,7 @@
 #include "core/dtype.h"
 #include "core/units.h"
 #include "kernels/host/cast.h"
-#include "tools/bench.h"
+#include "tools/bench/bench.h"
 
 namespace strata::tools {
 namespace {

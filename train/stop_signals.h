@@ -14,7 +14,7 @@
 #include <initializer_list>
 #include <vector>
 
-namespace strata::tools {
+namespace strata::train {
 
 class StopSignals {
  public:
@@ -33,4 +33,4 @@ class StopSignals {
   bool restored_ = false;
 };
 
-}  // namespace strata::tools
+}  // namespace strata::train

@@ -38,9 +38,9 @@
 #include "core/error.h"
 #include "core/units.h"
 #include "cpu_adam/adam.h"
-#include "tools/bench.h"
-#include "tools/bench_children.h"  // load_average
-#include "tools/bench_scripts.h"
+#include "tools/bench/bench.h"
+#include "tools/bench/bench_children.h"  // load_average
+#include "tools/bench/bench_scripts.h"
 
 namespace strata::tools {
 namespace {
@@ -301,7 +301,7 @@ struct Cell {
   int threads;
   std::vector<double> seconds;  // one per timed round
   double median_s = 0;
-  bool best = false;            // the best Adam variant of this CPU (what CpuAdam uses)
+  bool best = false;            // the best Adam variant of this CPU (what the engine runs)
 };
 
 double median(std::vector<double> xs) {
@@ -547,7 +547,7 @@ void bench_adam(const AdamBenchOptions& options) {
   const bool bf16_mode = std::find(grads.begin(), grads.end(), DType::bf16) != grads.end();
 
   const double load = load_average();
-  // Every Adam variant this CPU runs, scalar first; the last is the best (what CpuAdam picks).
+  // Every Adam variant this CPU runs, scalar first; the last is the best (what the engine picks: active_simd()).
   const SimdLevel best = detected_simd();
   std::vector<SimdLevel> levels;
   for (int l = 0; l <= static_cast<int>(best); ++l) levels.push_back(static_cast<SimdLevel>(l));

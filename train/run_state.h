@@ -1,6 +1,6 @@
 #pragma once
-// meta.json of a `strata train` checkpoint: everything beside the optimizer states that a
-// resumed run needs to continue bit for bit, and what it must match.
+// The run state: meta.json of a `strata train` checkpoint, everything beside the optimizer
+// states that a resumed run needs to continue bit for bit, and what it must match.
 //
 //   {"format": "strata.train_state", "version": 1,
 //    "step": 120,             optimizer steps done (the next step is 121)
@@ -14,7 +14,7 @@
 //                             initial weights and --shuffle order, both recorded above
 //    "config": {...}}         the resolved config (tiers may differ on resume)
 // A resume must match the model, world size, shards, sequence length, seed and shuffle flag
-// (check_resume) and the micro-batch size and data (the loader's state). The stage may change
+// (check_resume, train/resume.h) and the micro-batch size and data (the loader's state). The stage may change
 // between 1, 2 and 3 (the same shards) and the compute dtype may change (the master is fp32),
 // except into or out of fp16, whose loss scaler state the engine refuses to mix.
 #include <cstdint>
@@ -25,9 +25,9 @@
 #include "runtime/config/config.h"
 #include "runtime/zero/engine.h"
 
-namespace strata::tools {
+namespace strata::train {
 
-struct TrainState {
+struct RunState {
   std::uint64_t step = 0;
   std::uint64_t applied_steps = 0;
   int world = 1;
@@ -44,12 +44,7 @@ struct TrainState {
 
   std::string to_json() const;
   // Throws strata::Error naming `where` for anything malformed.
-  static TrainState from_json(const std::string& text, const std::string& where);
+  static RunState from_json(const std::string& text, const std::string& where);
 };
 
-// Throws strata::Error (naming the checkpoint and saying what to do) when the checkpoint in
-// `where` cannot continue as this run: another model or world size. Logs the config keys that
-// changed (tiers, buckets: allowed).
-void check_resume(const TrainState& saved, const TrainState& now, const std::string& where);
-
-}  // namespace strata::tools
+}  // namespace strata::train

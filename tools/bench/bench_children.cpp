@@ -1,4 +1,4 @@
-#include "tools/bench_children.h"
+#include "tools/bench/bench_children.h"
 
 #include <fcntl.h>
 #include <spawn.h>
@@ -302,8 +302,8 @@ double load_average() {
   return load;
 }
 
-void run_until_signal(const std::function<void(const StopSignals&)>& bench) {
-  StopSignals stop({SIGINT, SIGTERM, SIGHUP, SIGPIPE}, /*second_stops_now=*/false);
+void run_until_signal(const std::function<void(const train::StopSignals&)>& bench) {
+  train::StopSignals stop({SIGINT, SIGTERM, SIGHUP, SIGPIPE}, /*second_stops_now=*/false);
   bench(stop);  // the scratch folder is gone when it returns or throws
   if (const int sig = stop.received(); sig != 0) {
     stop.restore();

@@ -1,7 +1,7 @@
 // strata bench nvme: the NVMe tier's I/O engine (offload/aio_engine.h) against fio.
 //
 // Both sides move the same bytes of the same O_DIRECT scratch file: fio through its io_uring
-// engine (tools/fio_runner.h) is the limit this disk and kernel allow, and the ratio ours/fio
+// engine (tools/bench/fio_runner.h) is the limit this disk and kernel allow, and the ratio ours/fio
 // is what to compare across machines. A cell is (op, pattern, block size, queue depth,
 // parallelism); each transfers --size bytes:
 //   ours, seq:  one request covering the file (a few when it is larger than the buffer), which
@@ -42,10 +42,10 @@
 #include "offload/aio_file.h"
 #include "offload/host_buffer.h"
 #include "offload/probe.h"
-#include "tools/bench.h"
-#include "tools/bench_children.h"  // load_average
-#include "tools/bench_nvme_disk.h"
-#include "tools/fio_runner.h"
+#include "tools/bench/bench.h"
+#include "tools/bench/bench_children.h"  // load_average
+#include "tools/bench/bench_nvme_disk.h"
+#include "tools/bench/fio_runner.h"
 
 namespace strata::tools {
 namespace {

@@ -2,7 +2,7 @@
 // cpu, nvme) and ZeRO stage (1, 2, 3), against the same model fully resident on the device
 // (stage 0, no offload) measured in the same run.
 //
-// Every cell is a `strata train` child of this binary (tools/bench_children.h). --rounds R runs
+// Every cell is a `strata train` child of this binary (tools/bench/bench_children.h). --rounds R runs
 // every cell R times, round by round in the same order (the reference first), so that the load
 // of a shared machine moves the reference and the cells alike. The first kWarmupSteps steps of
 // each run are left out (step 1 records the prefetch trace and first touches every buffer); the
@@ -37,9 +37,9 @@
 #include "models/gpt/gpt_model.h"
 #include "runtime/config/config.h"
 #include "runtime/tiers/plan.h"
-#include "tools/bench.h"
-#include "tools/bench_children.h"
-#include "tools/bench_nvme_disk.h"
+#include "tools/bench/bench.h"
+#include "tools/bench/bench_children.h"
+#include "tools/bench/bench_nvme_disk.h"
 
 namespace strata::tools {
 namespace {
@@ -188,7 +188,7 @@ Json cell_json(const Cell& c, const Cell& reference) {
 
 // The bench; returns early, without the tables, when `stop` caught a signal (Note [Stopping on a
 // signal], bench_children.h).
-void run_bench(const StepBenchOptions& o, const StopSignals& stop) {
+void run_bench(const StepBenchOptions& o, const train::StopSignals& stop) {
   const models::GptConfig model =
       child_model(o, kWarmupSteps, fmt::format("the first {} are warm-up", kWarmupSteps));
   const std::string self = self_executable();
@@ -292,7 +292,7 @@ void run_bench(const StepBenchOptions& o, const StopSignals& stop) {
 }  // namespace
 
 void bench_step(const StepBenchOptions& o) {
-  run_until_signal([&o](const StopSignals& stop) { run_bench(o, stop); });
+  run_until_signal([&o](const train::StopSignals& stop) { run_bench(o, stop); });
 }
 
 }  // namespace strata::tools

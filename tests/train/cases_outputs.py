@@ -1,0 +1,59 @@
+"""Cases of check_train.py: what a run writes besides its weights (the trace)."""
+import json
+import os
+
+from train_util import TINY, Failure, Run, check, ds_config, tail
+
+
+def read_trace(path, who):
+    """The Chrome trace at path (JSON object format: {"traceEvents": [...]}): checks that it
+    parses, names its process and streams, and holds complete spans ("ph": "X") with a name,
+    track, start and duration. Returns the span events."""
+    check(os.path.isfile(path), f"{who}: no trace file {path}")
+    with open(path) as f:
+        text = f.read()
+    try:
+        trace = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise Failure(f"{who}: {path} is not JSON ({e}); it begins {text[:200]!r}")
+    check(isinstance(trace, dict) and isinstance(trace.get("traceEvents"), list),
+          f"{who}: {path} has no traceEvents list")
+    events = trace["traceEvents"]
+    meta = [e for e in events if e.get("ph") == "M"]
+    check(any(e.get("name") == "process_name" for e in meta), f"{who}: no process_name in {path}")
+    check(any(e.get("name") == "thread_name" for e in meta), f"{who}: no stream (thread_name) in {path}")
+    spans = [e for e in events if e.get("ph") == "X"]
+    check(len(spans) > 0, f"{who}: {path} holds no spans")
+    for e in spans:
+        for key in ("name", "pid", "tid", "ts", "dur"):
+            check(key in e, f"{who}: a span in {path} has no {key!r}: {e}")
+        check(e["dur"] >= 0, f"{who}: a span in {path} has a negative duration: {e}")
+    return spans
+
+
+def case_trace_config(strata, root):
+    """strata.trace names the trace file (docs/config.md: "Write a trace of every stream's work
+    to this path; empty = off"): a run whose config sets it writes a valid Chrome trace there,
+    with spans of the step's copies. --trace overrides the key: the flag's file is written and
+    the key's is not. Fails if the key is ignored (no file)."""
+    run = Run(root, "key")
+    key_path = os.path.join(run.dir, "from-config.trace.json")
+    run.write_config(ds_config(3, opt="cpu", param="cpu", extra={"strata": {"device": "host",
+                                                                             "trace": key_path}}))
+    run.start(strata, TINY + ["--steps", "2"])
+    run.expect_ok()
+    spans = read_trace(key_path, "strata.trace")
+    print(f"  strata.trace: {len(spans)} spans in {os.path.basename(key_path)}")
+
+    flag = Run(root, "flag")
+    key_path = os.path.join(flag.dir, "from-config.trace.json")
+    flag_path = os.path.join(flag.dir, "from-flag.trace.json")
+    flag.write_config(ds_config(3, opt="cpu", param="cpu", extra={"strata": {"device": "host",
+                                                                              "trace": key_path}}))
+    flag.start(strata, TINY + ["--steps", "2", "--trace", flag_path])
+    flag.expect_ok()
+    spans = read_trace(flag_path, "--trace over strata.trace")
+    check(not os.path.exists(key_path), f"--trace {flag_path} was given, yet strata.trace's {key_path} "
+                                        f"was written too\n{tail(flag.result.stderr)}")
+    print(f"  --trace over strata.trace: {len(spans)} spans in {os.path.basename(flag_path)}, "
+          "none at the key's path")

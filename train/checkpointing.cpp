@@ -1,0 +1,93 @@
+// Checkpoints of a training run: the folder, the saver at each step boundary, stop signals.
+#include "train/checkpointing.h"
+
+#include <csignal>
+#include <initializer_list>
+#include <string>
+#include <utility>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace strata::train {
+namespace {
+
+void report_save(const runtime::SaveResult& r, bool rank0) {
+  if (!r.ok) {
+    log::error("checkpoint of step {} failed: {}; training goes on, the previous checkpoint stays `latest`", r.step,
+               r.error.empty() ? std::string("another rank failed") : r.error);
+    return;
+  }
+  if (rank0) {
+    log::info("checkpoint {}: {:.1f} MiB per rank written in {:.0f} ms", r.path,
+              static_cast<double>(r.bytes) / (1 << 20), r.write_ms);
+  }
+}
+
+std::unique_ptr<runtime::CheckpointSaver> make_saver(runtime::CheckpointDir dir, const TrainOptions& o, Session& s,
+                                                     std::uint64_t first_step, runtime::CrashPoints& crash) {
+  const int keep = o.checkpoint_keep >= 0 ? o.checkpoint_keep : static_cast<int>(s.config.strata.checkpoint_keep);
+  if (s.rank0) {
+    for (std::uint64_t step : dir.complete_steps()) {
+      if (step > first_step) {
+        log::warn("{}/{} is later than the step this run resumed at ({}): left alone, never pruned; the run's "
+                  "own checkpoints of the same steps replace it",
+                  o.checkpoint_dir, runtime::checkpoint_name(step), first_step);
+      }
+    }
+  }
+  return std::make_unique<runtime::CheckpointSaver>(std::move(dir), keep, *s.engine, *s.device, *s.comm, s.tier_io(),
+                                                    crash);
+}
+
+}  // namespace
+
+std::optional<runtime::CheckpointDir> open_checkpoint_dir(const TrainOptions& o) {
+  if (o.checkpoint_dir.empty()) return std::nullopt;
+  std::optional<runtime::CheckpointDir> dir(std::in_place, o.checkpoint_dir);
+  const std::vector<std::uint64_t> held = dir->complete_steps();
+  if (!held.empty() && o.resume_path.empty()) {
+    throw Error("--checkpoint-dir " + o.checkpoint_dir + " already holds checkpoints (" +
+                    runtime::checkpoint_name(held.front()) + " to " + runtime::checkpoint_name(held.back()) +
+                    ") of another run",
+                "--checkpoint-dir",
+                "continue that run with --resume " + o.checkpoint_dir + ", or give another --checkpoint-dir");
+  }
+  return dir;
+}
+
+Checkpointing::Checkpointing(runtime::CheckpointDir dir, const TrainOptions& o, Session& s,
+                             std::uint64_t first_step)
+    : o_(o),
+      s_(s),
+      crash_(runtime::CrashPoints::from_environment()),
+      saver_(make_saver(std::move(dir), o, s, first_step, crash_)),
+      signals_({SIGINT, SIGTERM}, /*second_stops_now=*/true) {}
+
+Checkpointing::Boundary Checkpointing::after_step(std::uint64_t done, std::uint64_t applied_steps, RunState& now) {
+  Boundary b;
+  if (std::optional<runtime::SaveResult> r = saver_->finish()) b.saves.push_back(*r);
+  b.stop = runtime::any_rank(*s_.comm, *s_.device, *s_.compute, signals_.received() != 0);
+  const bool last = done == o_.steps || b.stop;
+  if (last || (o_.checkpoint_every > 0 && done % o_.checkpoint_every == 0)) {
+    now.step = done;
+    now.applied_steps = applied_steps;
+    now.engine = s_.engine->train_state();
+    now.loader = s_.loader->state();
+    saver_->begin(done, now.to_json());
+    if (last) {
+      b.saves.push_back(*saver_->finish());
+      if (b.stop && !b.saves.back().ok) {
+        report_save(b.saves.back(), s_.rank0);
+        throw Error("stopped by a signal, and the checkpoint of step " + std::to_string(done) + " failed",
+                    o_.checkpoint_dir, "see the error above; the previous checkpoint is still `latest`");
+      }
+    }
+  }
+  for (const runtime::SaveResult& r : b.saves) report_save(r, s_.rank0);
+  return b;
+}
+
+int Checkpointing::stop_signal() const { return signals_.received() != 0 ? signals_.received() : SIGTERM; }
+
+}  // namespace strata::train

@@ -1,0 +1,57 @@
+#pragma once
+// The checkpoints of a training run (--checkpoint-dir): the folder, checked before any training;
+// the saver (runtime/checkpoint/checkpoint_saver.h), which writes a checkpoint while the next
+// step computes; the stop signals (SIGINT / SIGTERM: a checkpoint at the next step boundary,
+// then the run ends). --resume's side is train/resume.h.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "runtime/checkpoint/checkpoint_dir.h"
+#include "runtime/checkpoint/checkpoint_saver.h"
+#include "runtime/checkpoint/crash_points.h"
+#include "train/run_state.h"
+#include "train/session.h"
+#include "train/stop_signals.h"
+#include "train/train_options.h"
+
+namespace strata::train {
+
+// Makes --checkpoint-dir (and checks it for writing) before any training; nullopt without the
+// flag. A new run does not write into another run's checkpoints (`latest` and keep_last would
+// mix the two): a folder holding complete checkpoints is refused unless the run resumes.
+std::optional<runtime::CheckpointDir> open_checkpoint_dir(const TrainOptions& o);
+
+class Checkpointing {
+ public:
+  // dir: from open_checkpoint_dir(). o and s are borrowed and must outlive this. first_step:
+  // where the run starts (later checkpoints in the folder are left alone, with a warning).
+  // Installs the stop signals until destroyed.
+  Checkpointing(runtime::CheckpointDir dir, const TrainOptions& o, Session& s, std::uint64_t first_step);
+  Checkpointing(const Checkpointing&) = delete;
+  Checkpointing& operator=(const Checkpointing&) = delete;
+
+  struct Boundary {
+    bool stop = false;                       // a rank got a stop signal: the run ends here
+    std::vector<runtime::SaveResult> saves;  // saves finished at this boundary (reported)
+  };
+  // Collective, after each optimizer step; `done` steps are done, `applied_steps` of them not
+  // skipped. Publishes the save begun at the previous boundary; begins one when due (every
+  // --checkpoint-every steps, after the last step, on a stop signal), recording `now` (its step,
+  // counters, loader position) as meta.json, and finishes it at once when the run ends here.
+  // Throws strata::Error when a stop signal's checkpoint failed.
+  Boundary after_step(std::uint64_t done, std::uint64_t applied_steps, RunState& now);
+
+  // The signal that stopped the run (SIGTERM when only another rank got one).
+  int stop_signal() const;
+
+ private:
+  const TrainOptions& o_;
+  Session& s_;
+  runtime::CrashPoints crash_;  // STRATA_CRASH_AT: the crash tests' fault injection
+  std::unique_ptr<runtime::CheckpointSaver> saver_;
+  StopSignals signals_;
+};
+
+}  // namespace strata::train

@@ -1,0 +1,141 @@
+// The setup of a training run, in the order its parts depend on each other: config, device,
+// communicator, tiers, data, engine, model.
+#include "train/session.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace strata::train {
+namespace {
+
+models::GptConfig load_model_config(const TrainOptions& o) {
+  if (!o.model_path.empty() && !o.preset.empty()) {
+    throw Error("both --model and --preset were given", "--model", "give one of them");
+  }
+  if (!o.model_path.empty()) return models::GptConfig::from_file(o.model_path);
+  if (!o.preset.empty()) return models::GptConfig::preset(o.preset);
+  throw Error("no model was given", "--model", "give --model config.json or --preset NAME");
+}
+
+models::TokenData load_data(const TrainOptions& o) {
+  if (!o.data_path.empty() && !o.text_path.empty()) {
+    throw Error("both --data and --text were given", "--data", "give one of them");
+  }
+  if (!o.data_path.empty()) return models::read_token_file(o.data_path);
+  if (!o.text_path.empty()) return models::read_bytes_as_tokens(o.text_path);
+  throw Error("no training data was given", "--data", "give --data tokens.bin (llm.c format) or --text FILE");
+}
+
+DType compute_dtype(const runtime::Config& c) {
+  if (c.bf16.enabled.value_or(false)) return DType::bf16;
+  if (c.fp16.enabled.value_or(false)) return DType::f16;
+  return DType::f32;
+}
+
+void check_optimizer(const runtime::Config& config) {
+  const std::vector<std::string> unresolved = runtime::unresolved_auto_keys(config);
+  if (!unresolved.empty()) {
+    std::string keys;
+    for (const std::string& k : unresolved) keys += (keys.empty() ? "" : ", ") + k;
+    throw Error("these config values are still \"auto\": " + keys, unresolved.front(),
+                "strata train has no outer framework to fill them in: give numbers");
+  }
+}
+
+// The flags over the config file's strata.device / strata.device_memory (as read from the file,
+// before resolution), over the backend's defaults.
+runtime::DeviceOptions device_options(const TrainOptions& o, const runtime::Config& file_config) {
+  runtime::DeviceOptions options;
+  options.kind = std::string(runtime::to_string(file_config.strata.device));
+  options.memory_bytes = file_config.strata.device_memory_bytes;
+  if (!o.device_kind.empty()) options.kind = o.device_kind;
+  if (o.device_memory_bytes) options.memory_bytes = *o.device_memory_bytes;
+  return options;
+}
+
+}  // namespace
+
+std::unique_ptr<Session> make_session(const TrainOptions& o) {
+  auto session = std::make_unique<Session>();
+  Session& s = *session;
+  s.launch = runtime::detect_launch();
+  s.model_config = load_model_config(o);
+  const runtime::ParsedConfig parsed = runtime::load_config_file(o.config_path);
+  runtime::ResolveInputs resolve_inputs;
+  resolve_inputs.world_size = static_cast<std::uint32_t>(s.launch.world);
+  resolve_inputs.hidden_size = static_cast<std::uint64_t>(s.model_config.n_embd);
+  s.config = runtime::resolve_config(parsed.config, resolve_inputs);
+  runtime::Config& config = s.config;
+  if (!config.optimizer) {
+    log::warn("the config has no optimizer section: AdamW with DeepSpeed's defaults (lr 1e-3)");
+    config.optimizer = runtime::OptimizerConfig{};
+  }
+  check_optimizer(config);
+  s.rank0 = s.launch.rank == 0;
+
+  // Device, with the tracer (busy-time accounting always on, spans kept for the trace file:
+  // --trace, else strata.trace).
+  s.trace_path = o.trace_path.empty() ? config.strata.trace : o.trace_path;
+  if (o.trace_path.empty()) check_output_path(s.trace_path, "strata.trace");
+  s.tracer = std::make_unique<runtime::Tracer>(s.trace_path, "rank " + std::to_string(s.launch.rank),
+                                               /*account_busy=*/true);
+  runtime::DeviceOptions options = device_options(o, parsed.config);
+  options.tracer = s.tracer.get();
+  options.host_threads = static_cast<int>(config.strata.cpu_threads);  // the host kernels' OpenMP team
+  s.device = runtime::Device::create(options);
+  if (config.strata.device_memory_bytes == 0 || o.device_memory_bytes) {
+    config.strata.device_memory_bytes = s.device->memory_stats().budget_bytes;
+  }
+  if (s.rank0) runtime::log_config(config);
+  s.comm = runtime::create_communicator(*s.device);
+  s.compute = s.device->create_stream("compute");
+
+  // Data and shapes.
+  s.data = load_data(o);
+  s.data.validate(s.model_config.vocab_size);
+  s.T = o.seq_len > 0 ? o.seq_len : std::min(s.model_config.n_positions, 1024);
+  if (s.T > s.model_config.n_positions) {
+    throw Error("--seq-len " + std::to_string(s.T) + " is longer than the model's n_positions (" +
+                    std::to_string(s.model_config.n_positions) + ")",
+                "--seq-len", "give at most n_positions");
+  }
+  s.B = static_cast<int>(config.train_micro_batch_size_per_gpu->value());
+  s.gas = static_cast<int>(config.gradient_accumulation_steps->value());
+  models::LoaderOptions loader_options;
+  loader_options.shuffle = o.shuffle;
+  loader_options.seed = o.seed;
+  s.loader = std::make_unique<models::BatchLoader>(s.data, s.B, s.T, s.comm->rank(), s.comm->world(),
+                                                   loader_options);
+
+  // Engine and model.
+  s.dtype = compute_dtype(config);
+  s.layout = models::GptLayout::build(s.model_config);
+  s.setup.module_numels = s.layout.module_numels();
+  s.setup.module_names = s.layout.module_names();
+  s.setup.dtype = s.dtype;
+  s.setup.activation_bytes =
+      models::GptModel::activation_bytes(s.model_config, s.dtype, s.B, s.T, o.activation_checkpointing);
+  s.engine = std::make_unique<runtime::ZeroEngine>(config, s.setup, *s.device, *s.compute, *s.comm, *s.tracer);
+  if (s.rank0) {
+    std::fprintf(stderr, "strata train: %s, %lld parameters, %s, ZeRO stage %d, %d rank(s), device %s\n",
+                 o.model_path.empty() ? o.preset.c_str() : o.model_path.c_str(),
+                 static_cast<long long>(s.model_config.num_params()), std::string(dtype_name(s.dtype)).c_str(),
+                 config.zero_optimization.stage, s.comm->world(), s.device->name().c_str());
+    std::fprintf(stderr, "plan:\n%s", s.engine->plan().table(s.engine->plan_inputs()).c_str());
+  }
+  models::GptOptions model_options;
+  model_options.dtype = s.dtype;
+  model_options.checkpointing = o.activation_checkpointing;
+  s.model = std::make_unique<models::GptModel>(s.model_config, model_options, *s.device, *s.compute, *s.engine);
+  s.model->reserve(s.B, s.T);
+
+  s.schedule = std::make_unique<runtime::LrSchedule>(config.scheduler, config.optimizer->lr.value());
+  return session;
+}
+
+}  // namespace strata::train
