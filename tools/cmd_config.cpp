@@ -26,19 +26,19 @@ struct ConfigOptions {
 };
 
 void run_config(const ConfigOptions& options) {
-  runtime::ParsedConfig parsed = runtime::load_config_file(options.file, options.overrides);
-  runtime::ResolveInputs inputs;
+  runtime::config::ParsedConfig parsed = runtime::config::load_config_file(options.file, options.overrides);
+  runtime::config::ResolveInputs inputs;
   inputs.world_size = options.world_size;
   if (options.hidden_size > 0) inputs.hidden_size = options.hidden_size;
-  runtime::Config resolved = runtime::resolve_config(parsed.config, inputs);
+  runtime::config::Config resolved = runtime::config::resolve_config(parsed.config, inputs);
 
-  std::string text = runtime::config_to_json(resolved);
+  std::string text = runtime::config::config_to_json(resolved);
   std::fwrite(text.data(), 1, text.size(), stdout);
   std::fflush(stdout);
 
   // Values left "auto" are fine here (the engine resolves them from the model and the run),
   // but say which they are so nobody mistakes "auto" for a value.
-  std::vector<std::string> open = runtime::unresolved_auto_keys(resolved);
+  std::vector<std::string> open = runtime::config::unresolved_auto_keys(resolved);
   if (!open.empty()) {
     log::info("config {}: still \"auto\" (resolved at run time): {}", options.file,
               fmt::join(open, ", "));

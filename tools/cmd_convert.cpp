@@ -24,17 +24,17 @@ struct ConvertOptions {
   std::string state = "master";
 };
 
-runtime::OptimState parse_state(const std::string& s) {
-  if (s == "exp_avg") return runtime::OptimState::exp_avg;
-  if (s == "exp_avg_sq") return runtime::OptimState::exp_avg_sq;
-  return runtime::OptimState::master;
+runtime::tiers::OptimState parse_state(const std::string& s) {
+  if (s == "exp_avg") return runtime::tiers::OptimState::exp_avg;
+  if (s == "exp_avg_sq") return runtime::tiers::OptimState::exp_avg_sq;
+  return runtime::tiers::OptimState::master;
 }
 
 void run_convert(const ConvertOptions& o) {
   const DType dtype = parse_dtype(o.dtype);
-  const runtime::CheckpointFiles files = runtime::open_checkpoint(o.checkpoint);
+  const runtime::checkpoint::CheckpointFiles files = runtime::checkpoint::open_checkpoint(o.checkpoint);
   const train::RunState meta = train::RunState::from_json(files.meta_json, files.path + "/meta.json");
-  runtime::CheckpointStates masters(files, parse_state(o.state));
+  runtime::checkpoint::CheckpointStates masters(files, parse_state(o.state));
   const models::GptLayout layout = models::GptLayout::build(meta.model);
   if (static_cast<std::size_t>(masters.module_count()) != layout.modules.size()) {
     throw Error("the checkpoint " + files.path + " holds " + std::to_string(masters.module_count()) +

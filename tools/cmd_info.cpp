@@ -27,11 +27,11 @@ struct InfoOptions {
 // The device strata would run on with these flags (and config): created for real, so that
 // what is printed is what a run gets. Throws strata::Error when it cannot be created (e.g.
 // --device cuda without a GPU), after the machine report has been printed.
-nlohmann::json chosen_device(const runtime::DeviceOptions& options) {
-  const std::unique_ptr<runtime::Device> device = runtime::Device::create(options);
-  const runtime::ArenaStats stats = device->memory_stats();
+nlohmann::json chosen_device(const runtime::device::DeviceOptions& options) {
+  const std::unique_ptr<runtime::device::Device> device = runtime::device::Device::create(options);
+  const runtime::device::ArenaStats stats = device->memory_stats();
   return {{"asked", options.kind},
-          {"backend", std::string(runtime::backend_name(device->backend()))},
+          {"backend", std::string(runtime::device::backend_name(device->backend()))},
           {"name", device->name()},
           {"arena_budget_bytes", stats.budget_bytes}};
 }
@@ -45,15 +45,15 @@ void run_info(const InfoOptions& options) {
   if (!abs.has_filename() && abs != abs.root_path()) abs = abs.parent_path();
   const std::string dir = ec ? options.dir : abs.string();
   // Bad flags or config fail before anything is printed.
-  const runtime::DeviceOptions device_options = resolve_device_options(options.device);
-  const runtime::MachineReport report = runtime::collect_machine_report(dir);
+  const runtime::device::DeviceOptions device_options = resolve_device_options(options.device);
+  const runtime::topology::MachineReport report = runtime::topology::collect_machine_report(dir);
   if (options.json) {
-    nlohmann::json j = nlohmann::json::parse(runtime::machine_report_json(report));
+    nlohmann::json j = nlohmann::json::parse(runtime::topology::machine_report_json(report));
     j["device"] = chosen_device(device_options);
     std::printf("%s\n", j.dump(2).c_str());
     return;
   }
-  const std::string text = runtime::format_machine_report(report);
+  const std::string text = runtime::topology::format_machine_report(report);
   std::fwrite(text.data(), 1, text.size(), stdout);
   std::fflush(stdout);
   const nlohmann::json device = chosen_device(device_options);

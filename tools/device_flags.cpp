@@ -14,11 +14,11 @@ void add_device_flags(CLI::App& command, DeviceFlags& flags) {
   command.add_option("--config", flags.config_path, "a DeepSpeed-style config file");
 }
 
-runtime::DeviceOptions resolve_device_options(const DeviceFlags& flags) {
-  runtime::DeviceOptions options;
+runtime::device::DeviceOptions resolve_device_options(const DeviceFlags& flags) {
+  runtime::device::DeviceOptions options;
   if (!flags.config_path.empty()) {
-    const runtime::Config config = runtime::load_config_file(flags.config_path).config;
-    options.kind = std::string(runtime::to_string(config.strata.device));
+    const runtime::config::Config config = runtime::config::load_config_file(flags.config_path).config;
+    options.kind = std::string(runtime::config::to_string(config.strata.device));
     options.memory_bytes = config.strata.device_memory_bytes;
   }
   if (!flags.device.empty()) options.kind = flags.device;

@@ -21,7 +21,7 @@ struct DeviceFlags {
 void add_device_flags(CLI::App& command, DeviceFlags& flags);
 
 // Flags over config over defaults. Throws strata::Error for a bad size, kind or config file.
-runtime::DeviceOptions resolve_device_options(const DeviceFlags& flags);
+runtime::device::DeviceOptions resolve_device_options(const DeviceFlags& flags);
 
 // --device-memory in bytes; nullopt when it was not given. Throws strata::Error for a bad size.
 std::optional<std::uint64_t> device_memory_bytes(const DeviceFlags& flags);

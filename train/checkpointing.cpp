@@ -12,7 +12,7 @@
 namespace strata::train {
 namespace {
 
-void report_save(const runtime::SaveResult& r, bool rank0) {
+void report_save(const runtime::checkpoint::SaveResult& r, bool rank0) {
   if (!r.ok) {
     log::error("checkpoint of step {} failed: {}; training goes on, the previous checkpoint stays `latest`", r.step,
                r.error.empty() ? std::string("another rank failed") : r.error);
@@ -24,31 +24,31 @@ void report_save(const runtime::SaveResult& r, bool rank0) {
   }
 }
 
-std::unique_ptr<runtime::CheckpointSaver> make_saver(runtime::CheckpointDir dir, const TrainOptions& o, Session& s,
-                                                     std::uint64_t first_step, runtime::CrashPoints& crash) {
+std::unique_ptr<runtime::checkpoint::CheckpointSaver> make_saver(runtime::checkpoint::CheckpointDir dir, const TrainOptions& o, Session& s,
+                                                     std::uint64_t first_step, runtime::checkpoint::CrashPoints& crash) {
   const int keep = o.checkpoint_keep >= 0 ? o.checkpoint_keep : static_cast<int>(s.config.strata.checkpoint_keep);
   if (s.rank0) {
     for (std::uint64_t step : dir.complete_steps()) {
       if (step > first_step) {
         log::warn("{}/{} is later than the step this run resumed at ({}): left alone, never pruned; the run's "
                   "own checkpoints of the same steps replace it",
-                  o.checkpoint_dir, runtime::checkpoint_name(step), first_step);
+                  o.checkpoint_dir, runtime::checkpoint::checkpoint_name(step), first_step);
       }
     }
   }
-  return std::make_unique<runtime::CheckpointSaver>(std::move(dir), keep, *s.engine, *s.device, *s.comm, s.tier_io(),
+  return std::make_unique<runtime::checkpoint::CheckpointSaver>(std::move(dir), keep, *s.engine, *s.device, *s.comm, s.tier_io(),
                                                     crash);
 }
 
 }  // namespace
 
-std::optional<runtime::CheckpointDir> open_checkpoint_dir(const TrainOptions& o) {
+std::optional<runtime::checkpoint::CheckpointDir> open_checkpoint_dir(const TrainOptions& o) {
   if (o.checkpoint_dir.empty()) return std::nullopt;
-  std::optional<runtime::CheckpointDir> dir(std::in_place, o.checkpoint_dir);
+  std::optional<runtime::checkpoint::CheckpointDir> dir(std::in_place, o.checkpoint_dir);
   const std::vector<std::uint64_t> held = dir->complete_steps();
   if (!held.empty() && o.resume_path.empty()) {
     throw Error("--checkpoint-dir " + o.checkpoint_dir + " already holds checkpoints (" +
-                    runtime::checkpoint_name(held.front()) + " to " + runtime::checkpoint_name(held.back()) +
+                    runtime::checkpoint::checkpoint_name(held.front()) + " to " + runtime::checkpoint::checkpoint_name(held.back()) +
                     ") of another run",
                 "--checkpoint-dir",
                 "continue that run with --resume " + o.checkpoint_dir + ", or give another --checkpoint-dir");
@@ -56,18 +56,18 @@ std::optional<runtime::CheckpointDir> open_checkpoint_dir(const TrainOptions& o)
   return dir;
 }
 
-Checkpointing::Checkpointing(runtime::CheckpointDir dir, const TrainOptions& o, Session& s,
+Checkpointing::Checkpointing(runtime::checkpoint::CheckpointDir dir, const TrainOptions& o, Session& s,
                              std::uint64_t first_step)
     : o_(o),
       s_(s),
-      crash_(runtime::CrashPoints::from_environment()),
+      crash_(runtime::checkpoint::CrashPoints::from_environment()),
       saver_(make_saver(std::move(dir), o, s, first_step, crash_)),
       signals_({SIGINT, SIGTERM}, /*second_stops_now=*/true) {}
 
 Checkpointing::Boundary Checkpointing::after_step(std::uint64_t done, std::uint64_t applied_steps, RunState& now) {
   Boundary b;
-  if (std::optional<runtime::SaveResult> r = saver_->finish()) b.saves.push_back(*r);
-  b.stop = runtime::any_rank(*s_.comm, *s_.device, *s_.compute, signals_.received() != 0);
+  if (std::optional<runtime::checkpoint::SaveResult> r = saver_->finish()) b.saves.push_back(*r);
+  b.stop = runtime::comm::any_rank(*s_.comm, *s_.device, *s_.compute, signals_.received() != 0);
   const bool last = done == o_.steps || b.stop;
   if (last || (o_.checkpoint_every > 0 && done % o_.checkpoint_every == 0)) {
     now.step = done;
@@ -84,7 +84,7 @@ Checkpointing::Boundary Checkpointing::after_step(std::uint64_t done, std::uint6
       }
     }
   }
-  for (const runtime::SaveResult& r : b.saves) report_save(r, s_.rank0);
+  for (const runtime::checkpoint::SaveResult& r : b.saves) report_save(r, s_.rank0);
   return b;
 }
 

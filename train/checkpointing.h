@@ -21,20 +21,20 @@ namespace strata::train {
 // Makes --checkpoint-dir (and checks it for writing) before any training; nullopt without the
 // flag. A new run does not write into another run's checkpoints (`latest` and keep_last would
 // mix the two): a folder holding complete checkpoints is refused unless the run resumes.
-std::optional<runtime::CheckpointDir> open_checkpoint_dir(const TrainOptions& o);
+std::optional<runtime::checkpoint::CheckpointDir> open_checkpoint_dir(const TrainOptions& o);
 
 class Checkpointing {
  public:
   // dir: from open_checkpoint_dir(). o and s are borrowed and must outlive this. first_step:
   // where the run starts (later checkpoints in the folder are left alone, with a warning).
   // Installs the stop signals until destroyed.
-  Checkpointing(runtime::CheckpointDir dir, const TrainOptions& o, Session& s, std::uint64_t first_step);
+  Checkpointing(runtime::checkpoint::CheckpointDir dir, const TrainOptions& o, Session& s, std::uint64_t first_step);
   Checkpointing(const Checkpointing&) = delete;
   Checkpointing& operator=(const Checkpointing&) = delete;
 
   struct Boundary {
     bool stop = false;                       // a rank got a stop signal: the run ends here
-    std::vector<runtime::SaveResult> saves;  // saves finished at this boundary (reported)
+    std::vector<runtime::checkpoint::SaveResult> saves;  // saves finished at this boundary (reported)
   };
   // Collective, after each optimizer step; `done` steps are done, `applied_steps` of them not
   // skipped. Publishes the save begun at the previous boundary; begins one when due (every
@@ -49,8 +49,8 @@ class Checkpointing {
  private:
   const TrainOptions& o_;
   Session& s_;
-  runtime::CrashPoints crash_;  // STRATA_CRASH_AT: the crash tests' fault injection
-  std::unique_ptr<runtime::CheckpointSaver> saver_;
+  runtime::checkpoint::CrashPoints crash_;  // STRATA_CRASH_AT: the crash tests' fault injection
+  std::unique_ptr<runtime::checkpoint::CheckpointSaver> saver_;
   StopSignals signals_;
 };
 

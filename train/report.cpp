@@ -8,8 +8,8 @@
 namespace strata::train {
 namespace {
 
-runtime::TierMemory tier_memory(std::uint64_t current, std::uint64_t peak, std::uint64_t budget) {
-  runtime::TierMemory t;
+runtime::telemetry::TierMemory tier_memory(std::uint64_t current, std::uint64_t peak, std::uint64_t budget) {
+  runtime::telemetry::TierMemory t;
   t.current_bytes = current;
   t.peak_bytes = peak;
   t.budget_bytes = budget;
@@ -20,7 +20,7 @@ runtime::TierMemory tier_memory(std::uint64_t current, std::uint64_t peak, std::
 
 TierSnapshot snapshot(const Session& s) {
   TierSnapshot snap;
-  const runtime::ArenaStats a = s.engine->device_memory();
+  const runtime::device::ArenaStats a = s.engine->device_memory();
   snap.device = tier_memory(a.current_bytes, a.peak_bytes, a.budget_bytes);
   const offload::HostPoolStats p = s.pinned().stats();
   snap.pinned = tier_memory(p.current_bytes, p.peak_bytes, p.budget_bytes);
@@ -33,8 +33,8 @@ TierSnapshot snapshot(const Session& s) {
   return snap;
 }
 
-runtime::LinkBytes link_bytes(const runtime::EngineCounters& c) {
-  runtime::LinkBytes b;
+runtime::telemetry::LinkBytes link_bytes(const runtime::zero::EngineCounters& c) {
+  runtime::telemetry::LinkBytes b;
   b.nvme_read = c.nvme_read_bytes;
   b.nvme_write = c.nvme_write_bytes;
   b.h2d = c.h2d_bytes;
@@ -43,8 +43,8 @@ runtime::LinkBytes link_bytes(const runtime::EngineCounters& c) {
   return b;
 }
 
-runtime::LinkBytes minus(const runtime::LinkBytes& a, const runtime::LinkBytes& b) {
-  runtime::LinkBytes d;
+runtime::telemetry::LinkBytes minus(const runtime::telemetry::LinkBytes& a, const runtime::telemetry::LinkBytes& b) {
+  runtime::telemetry::LinkBytes d;
   d.nvme_read = a.nvme_read - b.nvme_read;
   d.nvme_write = a.nvme_write - b.nvme_write;
   d.h2d = a.h2d - b.h2d;
@@ -65,11 +65,11 @@ void print_end_report(const Session& s, const TrainOptions& o, const TierSnapsho
                       const RunTotals& totals) {
   PhaseMemory rows = {{"device after init", after_init.device}, {"pinned after init", after_init.pinned}};
   rows.insert(rows.end(), totals.phases.begin(), totals.phases.end());
-  const runtime::EngineCounters c = s.engine->counters();
+  const runtime::zero::EngineCounters c = s.engine->counters();
   const double theory = collective_theory_bytes(s);
   std::fprintf(stderr, "\nmemory per tier:\n%s\nbytes moved (%llu steps, this rank):\n%s",
-               runtime::memory_table(rows).c_str(), static_cast<unsigned long long>(o.steps),
-               runtime::bytes_table(totals.bytes, theory * static_cast<double>(o.steps)).c_str());
+               runtime::telemetry::memory_table(rows).c_str(), static_cast<unsigned long long>(o.steps),
+               runtime::telemetry::bytes_table(totals.bytes, theory * static_cast<double>(o.steps)).c_str());
   std::fprintf(stderr, "fetches %llu (prefetched %llu, kept for reuse %llu), trace divergences %llu\n",
                static_cast<unsigned long long>(c.fetches), static_cast<unsigned long long>(c.prefetched),
                static_cast<unsigned long long>(c.reused), static_cast<unsigned long long>(c.trace_divergences));

@@ -14,16 +14,16 @@
 namespace strata::train {
 
 struct TierSnapshot {
-  runtime::TierMemory device, pinned, nvme;  // nvme: zero without a swap space
+  runtime::telemetry::TierMemory device, pinned, nvme;  // nvme: zero without a swap space
 };
 TierSnapshot snapshot(const Session& s);
 
 // Memory per tier at named moments ("device after forward", ...), in order.
-using PhaseMemory = std::vector<std::pair<std::string, runtime::TierMemory>>;
+using PhaseMemory = std::vector<std::pair<std::string, runtime::telemetry::TierMemory>>;
 
 // The engine's counters of bytes moved, per link; and the difference of two readings.
-runtime::LinkBytes link_bytes(const runtime::EngineCounters& c);
-runtime::LinkBytes minus(const runtime::LinkBytes& a, const runtime::LinkBytes& b);
+runtime::telemetry::LinkBytes link_bytes(const runtime::zero::EngineCounters& c);
+runtime::telemetry::LinkBytes minus(const runtime::telemetry::LinkBytes& a, const runtime::telemetry::LinkBytes& b);
 
 // The collective bytes per rank and step that ZeRO's analysis predicts: 2Ψ(W-1)/W for stages
 // 1-2 (reduce-scatter + all-gather), 3Ψ(W-1)/W for stage 3; Ψ = the parameters' bytes in the
@@ -33,7 +33,7 @@ double collective_theory_bytes(const Session& s);
 // What the loop leaves for the end report.
 struct RunTotals {
   PhaseMemory phases;             // the last step's memory per phase
-  runtime::LinkBytes bytes;       // moved by this rank over the whole run
+  runtime::telemetry::LinkBytes bytes;       // moved by this rank over the whole run
   int stopped_by = 0;             // the signal that stopped the run early, or 0
 };
 

@@ -22,7 +22,7 @@ using nlohmann::json;
 // The checkpoint's states into the engine, the data position into the loader. Returns where
 // the run continues. Throws strata::Error for a checkpoint this run cannot continue from.
 StartPoint load_checkpoint(Session& s, const TrainOptions& o, const RunState& now, std::string& resumed_from) {
-  const runtime::CheckpointFiles files = runtime::open_checkpoint(o.resume_path);
+  const runtime::checkpoint::CheckpointFiles files = runtime::checkpoint::open_checkpoint(o.resume_path);
   const std::string where = files.path + "/meta.json";
   const RunState saved = RunState::from_json(files.meta_json, where);
   if (saved.step != files.manifest.step) {
@@ -39,7 +39,7 @@ StartPoint load_checkpoint(Session& s, const TrainOptions& o, const RunState& no
   // The cheap checks (data position, loss scaling mode) before the states' I/O.
   s.loader->restore(saved.loader);
   s.engine->restore_train_state(saved.engine);
-  runtime::load_states(files, *s.engine, s.tier_io());
+  runtime::checkpoint::load_states(files, *s.engine, s.tier_io());
   resumed_from = files.path;
   return StartPoint{saved.step, saved.applied_steps};
 }
@@ -71,7 +71,7 @@ RunState start_state(const Session& s, const TrainOptions& o) {
   now.seed = o.seed;
   now.shuffle = o.shuffle;
   now.model = s.model_config;
-  now.config_json = runtime::config_to_json(s.config);
+  now.config_json = runtime::config::config_to_json(s.config);
   return now;
 }
 
@@ -88,7 +88,7 @@ StartPoint resume_or_init(Session& s, const TrainOptions& o, const RunState& now
   } catch (const Error& e) {
     failed = e;
   }
-  if (runtime::any_rank(*s.comm, *s.device, *s.compute, failed.has_value())) {
+  if (runtime::comm::any_rank(*s.comm, *s.device, *s.compute, failed.has_value())) {
     if (failed) throw *failed;
     throw Error("another rank could not resume from " + o.resume_path + " (its error says why)", "--resume",
                 "see the other ranks' errors");

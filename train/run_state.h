@@ -38,7 +38,7 @@ struct RunState {
   std::uint64_t seed = 0;
   bool shuffle = false;
   models::GptConfig model;
-  runtime::ZeroEngine::TrainState engine;
+  runtime::zero::ZeroEngine::TrainState engine;
   models::LoaderState loader;
   std::string config_json;  // runtime::config_to_json()
 

@@ -31,14 +31,14 @@ models::TokenData load_data(const TrainOptions& o) {
   throw Error("no training data was given", "--data", "give --data tokens.bin (llm.c format) or --text FILE");
 }
 
-DType compute_dtype(const runtime::Config& c) {
+DType compute_dtype(const runtime::config::Config& c) {
   if (c.bf16.enabled.value_or(false)) return DType::bf16;
   if (c.fp16.enabled.value_or(false)) return DType::f16;
   return DType::f32;
 }
 
-void check_optimizer(const runtime::Config& config) {
-  const std::vector<std::string> unresolved = runtime::unresolved_auto_keys(config);
+void check_optimizer(const runtime::config::Config& config) {
+  const std::vector<std::string> unresolved = runtime::config::unresolved_auto_keys(config);
   if (!unresolved.empty()) {
     std::string keys;
     for (const std::string& k : unresolved) keys += (keys.empty() ? "" : ", ") + k;
@@ -49,9 +49,9 @@ void check_optimizer(const runtime::Config& config) {
 
 // The flags over the config file's strata.device / strata.device_memory (as read from the file,
 // before resolution), over the backend's defaults.
-runtime::DeviceOptions device_options(const TrainOptions& o, const runtime::Config& file_config) {
-  runtime::DeviceOptions options;
-  options.kind = std::string(runtime::to_string(file_config.strata.device));
+runtime::device::DeviceOptions device_options(const TrainOptions& o, const runtime::config::Config& file_config) {
+  runtime::device::DeviceOptions options;
+  options.kind = std::string(runtime::config::to_string(file_config.strata.device));
   options.memory_bytes = file_config.strata.device_memory_bytes;
   if (!o.device_kind.empty()) options.kind = o.device_kind;
   if (o.device_memory_bytes) options.memory_bytes = *o.device_memory_bytes;
@@ -63,17 +63,17 @@ runtime::DeviceOptions device_options(const TrainOptions& o, const runtime::Conf
 std::unique_ptr<Session> make_session(const TrainOptions& o) {
   auto session = std::make_unique<Session>();
   Session& s = *session;
-  s.launch = runtime::detect_launch();
+  s.launch = runtime::launch::detect_launch();
   s.model_config = load_model_config(o);
-  const runtime::ParsedConfig parsed = runtime::load_config_file(o.config_path);
-  runtime::ResolveInputs resolve_inputs;
+  const runtime::config::ParsedConfig parsed = runtime::config::load_config_file(o.config_path);
+  runtime::config::ResolveInputs resolve_inputs;
   resolve_inputs.world_size = static_cast<std::uint32_t>(s.launch.world);
   resolve_inputs.hidden_size = static_cast<std::uint64_t>(s.model_config.n_embd);
-  s.config = runtime::resolve_config(parsed.config, resolve_inputs);
-  runtime::Config& config = s.config;
+  s.config = runtime::config::resolve_config(parsed.config, resolve_inputs);
+  runtime::config::Config& config = s.config;
   if (!config.optimizer) {
     log::warn("the config has no optimizer section: AdamW with DeepSpeed's defaults (lr 1e-3)");
-    config.optimizer = runtime::OptimizerConfig{};
+    config.optimizer = runtime::config::OptimizerConfig{};
   }
   check_optimizer(config);
   s.rank0 = s.launch.rank == 0;
@@ -82,17 +82,17 @@ std::unique_ptr<Session> make_session(const TrainOptions& o) {
   // --trace, else strata.trace).
   s.trace_path = o.trace_path.empty() ? config.strata.trace : o.trace_path;
   if (o.trace_path.empty()) check_output_path(s.trace_path, "strata.trace");
-  s.tracer = std::make_unique<runtime::Tracer>(s.trace_path, "rank " + std::to_string(s.launch.rank),
+  s.tracer = std::make_unique<runtime::trace::Tracer>(s.trace_path, "rank " + std::to_string(s.launch.rank),
                                                /*account_busy=*/true);
-  runtime::DeviceOptions options = device_options(o, parsed.config);
+  runtime::device::DeviceOptions options = device_options(o, parsed.config);
   options.tracer = s.tracer.get();
   options.host_threads = static_cast<int>(config.strata.cpu_threads);  // the host kernels' OpenMP team
-  s.device = runtime::Device::create(options);
+  s.device = runtime::device::Device::create(options);
   if (config.strata.device_memory_bytes == 0 || o.device_memory_bytes) {
     config.strata.device_memory_bytes = s.device->memory_stats().budget_bytes;
   }
-  if (s.rank0) runtime::log_config(config);
-  s.comm = runtime::create_communicator(*s.device);
+  if (s.rank0) runtime::config::log_config(config);
+  s.comm = runtime::comm::create_communicator(*s.device);
   s.compute = s.device->create_stream("compute");
 
   // Data and shapes.
@@ -120,7 +120,7 @@ std::unique_ptr<Session> make_session(const TrainOptions& o) {
   s.setup.dtype = s.dtype;
   s.setup.activation_bytes =
       models::GptModel::activation_bytes(s.model_config, s.dtype, s.B, s.T, o.activation_checkpointing);
-  s.engine = std::make_unique<runtime::ZeroEngine>(config, s.setup, *s.device, *s.compute, *s.comm, *s.tracer);
+  s.engine = std::make_unique<runtime::zero::ZeroEngine>(config, s.setup, *s.device, *s.compute, *s.comm, *s.tracer);
   if (s.rank0) {
     std::fprintf(stderr, "strata train: %s, %lld parameters, %s, ZeRO stage %d, %d rank(s), device %s\n",
                  o.model_path.empty() ? o.preset.c_str() : o.model_path.c_str(),
@@ -134,7 +134,7 @@ std::unique_ptr<Session> make_session(const TrainOptions& o) {
   s.model = std::make_unique<models::GptModel>(s.model_config, model_options, *s.device, *s.compute, *s.engine);
   s.model->reserve(s.B, s.T);
 
-  s.schedule = std::make_unique<runtime::LrSchedule>(config.scheduler, config.optimizer->lr.value());
+  s.schedule = std::make_unique<runtime::zero::LrSchedule>(config.scheduler, config.optimizer->lr.value());
   return session;
 }
 

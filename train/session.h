@@ -34,16 +34,16 @@ struct Session {
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
 
-  runtime::LaunchInfo launch;
+  runtime::launch::LaunchInfo launch;
   bool rank0 = false;
   models::GptConfig model_config;
-  runtime::Config config;  // resolved; strata.device_memory is the device's budget
+  runtime::config::Config config;  // resolved; strata.device_memory is the device's budget
   std::string trace_path;  // where the tracer writes: --trace, else strata.trace; empty = none
 
-  std::unique_ptr<runtime::Tracer> tracer;  // busy-time accounting always on
-  std::unique_ptr<runtime::Device> device;
-  std::unique_ptr<runtime::Communicator> comm;
-  std::unique_ptr<runtime::Stream> compute;
+  std::unique_ptr<runtime::trace::Tracer> tracer;  // busy-time accounting always on
+  std::unique_ptr<runtime::device::Device> device;
+  std::unique_ptr<runtime::comm::Communicator> comm;
+  std::unique_ptr<runtime::device::Stream> compute;
 
   // Data and shapes: B sequences of T tokens per micro-batch, gas micro-batches per step.
   models::TokenData data;
@@ -54,10 +54,10 @@ struct Session {
 
   DType dtype = DType::f32;  // compute dtype
   models::GptLayout layout;
-  runtime::EngineSetup setup;
-  std::unique_ptr<runtime::ZeroEngine> engine;
+  runtime::zero::EngineSetup setup;
+  std::unique_ptr<runtime::zero::ZeroEngine> engine;
   std::unique_ptr<models::GptModel> model;
-  std::unique_ptr<runtime::LrSchedule> schedule;
+  std::unique_ptr<runtime::zero::LrSchedule> schedule;
 
   // The engine's host tiers the trainer uses: the checkpoint I/O engine, the pinned pool and the
   // swap space (nullptr without NVMe) for the memory reports.

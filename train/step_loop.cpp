@@ -23,10 +23,10 @@ double ms_since(Clock::time_point t) {
 }
 
 // The mean of `value` over the ranks (the same on every rank).
-double mean_over_ranks(runtime::Communicator& comm, runtime::Device& device, runtime::Stream& stream,
+double mean_over_ranks(runtime::comm::Communicator& comm, runtime::device::Device& device, runtime::device::Stream& stream,
                        double value) {
   if (comm.world() == 1) return value;
-  runtime::DeviceBuffer buf = device.allocate(sizeof(float), "loss all-reduce");
+  runtime::device::DeviceBuffer buf = device.allocate(sizeof(float), "loss all-reduce");
   float host = static_cast<float>(value);
   stream.copy_async(buf.data(), &host, sizeof host);
   comm.all_reduce(buf.data(), buf.data(), 1, DType::f32, stream);
@@ -39,14 +39,14 @@ double mean_over_ranks(runtime::Communicator& comm, runtime::Device& device, run
 
 RunTotals run_steps(Session& s, const TrainOptions& o, StartPoint start, Checkpointing* checkpoints, RunState& now) {
   RunTotals totals;
-  runtime::MetricsWriter metrics(s.rank0 ? o.metrics_path : std::string());
-  runtime::Progress progress(o.steps, std::cerr, s.rank0 && runtime::stderr_is_terminal());
-  runtime::BusyTracker busy(*s.tracer);
+  runtime::telemetry::MetricsWriter metrics(s.rank0 ? o.metrics_path : std::string());
+  runtime::telemetry::Progress progress(o.steps, std::cerr, s.rank0 && runtime::telemetry::stderr_is_terminal());
+  runtime::telemetry::BusyTracker busy(*s.tracer);
   const double flops_per_token =
       (o.activation_checkpointing ? 8.0 : 6.0) * static_cast<double>(s.model_config.num_params());
   const std::uint64_t tokens_per_step = static_cast<std::uint64_t>(s.B) * s.T * s.gas * s.comm->world();
   const double theory = collective_theory_bytes(s);
-  runtime::ZeroEngine& engine = *s.engine;
+  runtime::zero::ZeroEngine& engine = *s.engine;
 
   std::vector<std::int32_t> inputs(static_cast<std::size_t>(s.B) * s.T), targets(inputs.size());
   std::uint64_t applied_steps = start.applied_steps;  // the scheduler advances only on steps not skipped (fp16)
@@ -56,7 +56,7 @@ RunTotals run_steps(Session& s, const TrainOptions& o, StartPoint start, Checkpo
   for (std::uint64_t step = start.step; step < o.steps; ++step) {
     const Clock::time_point t0 = Clock::now();
     busy.begin_step();
-    const runtime::LinkBytes bytes_before = link_bytes(engine.counters());
+    const runtime::telemetry::LinkBytes bytes_before = link_bytes(engine.counters());
     const double lr = s.schedule->lr(applied_steps);
     engine.begin_step(lr);
     double loss_sum = 0, forward_ms = 0, backward_ms = 0;
@@ -82,7 +82,7 @@ RunTotals run_steps(Session& s, const TrainOptions& o, StartPoint start, Checkpo
       phases.push_back({"pinned after backward", snap.pinned});
     }
     const Clock::time_point ts = Clock::now();
-    const runtime::StepOutcome outcome = engine.step();
+    const runtime::zero::StepOutcome outcome = engine.step();
     const double optimizer_ms = ms_since(ts);
     if (!outcome.skipped) ++applied_steps;
 
@@ -97,7 +97,7 @@ RunTotals run_steps(Session& s, const TrainOptions& o, StartPoint start, Checkpo
     }
     const double step_ms = ms_since(t0);
 
-    runtime::StepMetrics m;
+    runtime::telemetry::StepMetrics m;
     m.step = step + 1;
     m.loss = mean_over_ranks(*s.comm, *s.device, *s.compute, loss_sum / s.gas);
     m.lr = lr;
@@ -109,7 +109,7 @@ RunTotals run_steps(Session& s, const TrainOptions& o, StartPoint start, Checkpo
     m.skipped = outcome.skipped;
     m.phase_ms = {{"forward", forward_ms}, {"backward", backward_ms}, {"optimizer", optimizer_ms}};
     if (checkpoints != nullptr) m.phase_ms.push_back({"checkpoint", checkpoint_ms});
-    for (const runtime::SaveResult& r : boundary.saves) {
+    for (const runtime::checkpoint::SaveResult& r : boundary.saves) {
       m.checkpoints.push_back({r.step, r.ok, r.bytes, r.write_ms, r.wait_ms, r.publish_ms});
     }
     m.bytes = minus(link_bytes(engine.counters()), bytes_before);
@@ -123,10 +123,10 @@ RunTotals run_steps(Session& s, const TrainOptions& o, StartPoint start, Checkpo
     phases.push_back({"pinned after step", snap.pinned});
     if (s.swap() != nullptr) phases.push_back({"nvme after step", snap.nvme});
     m.memory_at_phase = phases;
-    const runtime::BusyTracker::Result b = busy.end_step();
+    const runtime::telemetry::BusyTracker::Result b = busy.end_step();
     m.busiest = b.busiest;
     m.busiest_ms = b.busiest_ms;
-    m.overlap = runtime::overlap_ratio(step_ms, b.busiest_ms);
+    m.overlap = runtime::telemetry::overlap_ratio(step_ms, b.busiest_ms);
     if (!std::isfinite(m.loss)) {
       throw Error("the loss is " + std::to_string(m.loss) + " at step " + std::to_string(m.step),
                   "optimizer.params.lr", "lower the learning rate, enable gradient_clipping, or use bf16");

@@ -46,7 +46,7 @@ void save_weights(Session& s, const std::string& path) {
 int run_training(const TrainOptions& o) {
   check_options(o);
   // The checkpoint folder is made (and checked for writing) before any training.
-  std::optional<runtime::CheckpointDir> checkpoint_dir = open_checkpoint_dir(o);
+  std::optional<runtime::checkpoint::CheckpointDir> checkpoint_dir = open_checkpoint_dir(o);
 
   const std::unique_ptr<Session> session = make_session(o);
   Session& s = *session;

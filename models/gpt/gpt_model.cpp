@@ -33,7 +33,7 @@ class Carver {
   std::size_t offset_ = 0;
 };
 
-std::byte* at(const runtime::ModuleView& v, const TensorSlot& t) {
+std::byte* at(const runtime::params::ModuleView& v, const TensorSlot& t) {
   return static_cast<std::byte*>(v.data) + t.offset * dtype_size(v.dtype);
 }
 
@@ -61,7 +61,7 @@ struct GptModel::BlockParams {
 
 // The whole reserve(B, T) allocation, carved (see Carver) in a fixed order.
 struct GptModel::Activations {
-  runtime::DeviceBuffer buffer;
+  runtime::device::DeviceBuffer buffer;
   std::vector<void*> residual;     // L + 1 of (BT, C): the input of block l, then the output
   std::vector<BlockActs> blocks;   // L, or 1 with checkpointing (the block being recomputed)
   void* proj;                      // (BT, C)  scratch: a projection before its residual add
@@ -141,7 +141,7 @@ struct GptModel::Activations {
 
 // ---- KV cache -------------------------------------------------------------------------------
 
-GptKvCache::GptKvCache(runtime::Device& device, const GptConfig& config, DType dtype, int batch,
+GptKvCache::GptKvCache(runtime::device::Device& device, const GptConfig& config, DType dtype, int batch,
                        int max_T)
     : batch_(batch), max_T_(max_T) {
   config.validate();
@@ -166,8 +166,8 @@ std::uint64_t GptKvCache::bytes(const GptConfig& config, DType dtype, int batch,
 
 // ---- model ----------------------------------------------------------------------------------
 
-GptModel::GptModel(const GptConfig& config, GptOptions options, runtime::Device& device,
-                   runtime::Stream& compute, runtime::ParamProvider& params)
+GptModel::GptModel(const GptConfig& config, GptOptions options, runtime::device::Device& device,
+                   runtime::device::Stream& compute, runtime::params::ParamProvider& params)
     : config_(config),
       options_(options),
       layout_(GptLayout::build(config)),
@@ -229,8 +229,8 @@ void GptModel::reserve(int B, int T) {
   reserved_T_ = T;
 }
 
-runtime::ModuleView GptModel::acquire(int module) {
-  runtime::ModuleView v = params_.acquire(module);
+runtime::params::ModuleView GptModel::acquire(int module) {
+  runtime::params::ModuleView v = params_.acquire(module);
   STRATA_ASSERT(v.dtype == options_.dtype && v.numel == layout_.modules[static_cast<std::size_t>(module)].numel,
                 "the provider's view does not match the layout");
   if (v.ready != nullptr) compute_.wait(*v.ready);
@@ -242,8 +242,8 @@ void GptModel::release(int module) {
   params_.release(module, *done_);
 }
 
-runtime::ModuleView GptModel::acquire_grads(int module) {
-  runtime::ModuleView v = params_.acquire_grads(module);
+runtime::params::ModuleView GptModel::acquire_grads(int module) {
+  runtime::params::ModuleView v = params_.acquire_grads(module);
   STRATA_ASSERT(v.dtype == options_.dtype && v.numel == layout_.modules[static_cast<std::size_t>(module)].numel,
                 "the provider's gradient view does not match the layout");
   if (v.ready != nullptr) compute_.wait(*v.ready);
@@ -255,7 +255,7 @@ void GptModel::grads_ready(int module) {
   params_.grads_ready(module, *done_);
 }
 
-GptModel::BlockParams GptModel::block_params(const runtime::ModuleView& view) const {
+GptModel::BlockParams GptModel::block_params(const runtime::params::ModuleView& view) const {
   const ModuleLayout& m = layout_.modules[1];  // every block has the same offsets
   BlockParams p{};
   for (int i = 0; i < kBlockTensors; ++i) p.t[i] = at(view, m.tensors[static_cast<std::size_t>(i)]);
@@ -347,14 +347,14 @@ float GptModel::forward(const std::int32_t* inputs, const std::int32_t* targets,
   }
 
   const ModuleLayout& emb_layout = layout_.modules[0];
-  runtime::ModuleView emb = acquire(layout_.embedding_module());
+  runtime::params::ModuleView emb = acquire(layout_.embedding_module());
   ops::embedding_fwd(compute_, s.residual[0], s.inputs, at(emb, emb_layout.tensors[kWte]),
                      at(emb, emb_layout.tensors[kWpe]), B, T, C, 0, dt);
   release(layout_.embedding_module());
 
   for (int l = 0; l < L; ++l) {
     const int m = layout_.block_module(l);
-    runtime::ModuleView view = acquire(m);
+    runtime::params::ModuleView view = acquire(m);
     const BlockActs& a = s.blocks[options_.checkpointing ? 0 : static_cast<std::size_t>(l)];
     block_forward(block_params(view), a, s.residual[static_cast<std::size_t>(l)],
                   s.residual[static_cast<std::size_t>(l) + 1], B, T);
@@ -362,7 +362,7 @@ float GptModel::forward(const std::int32_t* inputs, const std::int32_t* targets,
   }
 
   const ModuleLayout& lnf_layout = layout_.modules.back();
-  runtime::ModuleView lnf = acquire(layout_.final_norm_module());
+  runtime::params::ModuleView lnf = acquire(layout_.final_norm_module());
   ops::layernorm_fwd(compute_, s.lnf, s.lnf_mean, s.lnf_rstd, s.residual.back(),
                      at(lnf, lnf_layout.tensors[kLnfW]), at(lnf, lnf_layout.tensors[kLnfB]),
                      static_cast<std::int64_t>(BT), C, config_.layer_norm_epsilon, dt);
@@ -423,15 +423,15 @@ void GptModel::backward(float loss_scale) {
   ops::softmax_xent_bwd(compute_, s.logits, s.logits, s.targets, BT, V,
                         loss_scale / static_cast<float>(BT), dt);
   const ModuleLayout& emb_layout = layout_.modules[0];
-  runtime::ModuleView gemb = acquire_grads(layout_.embedding_module());
+  runtime::params::ModuleView gemb = acquire_grads(layout_.embedding_module());
   // LM head: dlnf (BT, C) = dlogits @ wte; dwte += dlogits^T @ lnf.
   ops::matmul_bwd(compute_, s.dbtc, at(gemb, emb_layout.tensors[kWte]), nullptr, s.logits, s.lnf,
                   at(head_, emb_layout.tensors[kWte]), BT, C, V, dt);
   release(layout_.embedding_module());
 
   const ModuleLayout& lnf_layout = layout_.modules.back();
-  runtime::ModuleView lnf = acquire(layout_.final_norm_module());
-  runtime::ModuleView glnf = acquire_grads(layout_.final_norm_module());
+  runtime::params::ModuleView lnf = acquire(layout_.final_norm_module());
+  runtime::params::ModuleView glnf = acquire_grads(layout_.final_norm_module());
   compute_.memset_async(s.dres, 0, static_cast<std::size_t>(BT) * static_cast<std::size_t>(C) * dtype_size(dt));
   ops::layernorm_bwd(compute_, s.dres, at(glnf, lnf_layout.tensors[kLnfW]),
                      at(glnf, lnf_layout.tensors[kLnfB]), s.dbtc, s.residual.back(),
@@ -441,8 +441,8 @@ void GptModel::backward(float loss_scale) {
 
   for (int l = L - 1; l >= 0; --l) {
     const int m = layout_.block_module(l);
-    runtime::ModuleView view = acquire(m);
-    runtime::ModuleView grad = acquire_grads(m);
+    runtime::params::ModuleView view = acquire(m);
+    runtime::params::ModuleView grad = acquire_grads(m);
     const BlockParams p = block_params(view);
     const BlockActs& a = s.blocks[options_.checkpointing ? 0 : static_cast<std::size_t>(l)];
     if (options_.checkpointing) {
@@ -485,7 +485,7 @@ void GptModel::forward_decode(GptKvCache& cache, const std::int32_t* tokens, int
                                BT * Cs * es,     BT * Cs * es, BT * 4 * Cs * es,
                                BT * static_cast<std::size_t>(V) * es, BT * sizeof(std::int32_t)};
   for (std::size_t b : sizes) measure.take(b);
-  runtime::DeviceBuffer scratch =
+  runtime::device::DeviceBuffer scratch =
       device_.allocate(measure.bytes(), fmt::format("decoding scratch for {} x {} tokens", B, T_new));
   Carver c(static_cast<std::byte*>(scratch.data()));
   void* x = c.take(sizes[0]);
@@ -500,7 +500,7 @@ void GptModel::forward_decode(GptKvCache& cache, const std::int32_t* tokens, int
   host_tokens_.assign(tokens, tokens + BT);
   compute_.copy_async(tok, host_tokens_.data(), BT * sizeof(std::int32_t));
   const ModuleLayout& emb_layout = layout_.modules[0];
-  runtime::ModuleView emb = acquire(layout_.embedding_module());
+  runtime::params::ModuleView emb = acquire(layout_.embedding_module());
   ops::embedding_fwd(compute_, x, tok, at(emb, emb_layout.tensors[kWte]),
                      at(emb, emb_layout.tensors[kWpe]), B, T_new, C, cache.length(), dt);
   release(layout_.embedding_module());
@@ -522,11 +522,11 @@ void GptModel::forward_decode(GptKvCache& cache, const std::int32_t* tokens, int
     release(m);
   }
   const ModuleLayout& lnf_layout = layout_.modules.back();
-  runtime::ModuleView lnf = acquire(layout_.final_norm_module());
+  runtime::params::ModuleView lnf = acquire(layout_.final_norm_module());
   ops::layernorm_fwd(compute_, ln, nullptr, nullptr, x, at(lnf, lnf_layout.tensors[kLnfW]),
                      at(lnf, lnf_layout.tensors[kLnfB]), N, C, eps, dt);
   release(layout_.final_norm_module());
-  runtime::ModuleView head = acquire(layout_.embedding_module());
+  runtime::params::ModuleView head = acquire(layout_.embedding_module());
   ops::matmul_fwd(compute_, logits, ln, at(head, emb_layout.tensors[kWte]), nullptr, N, C, V, dt);
   release(layout_.embedding_module());
   copy_logits_out(logits, BT * static_cast<std::size_t>(V), logits_out);  // synchronizes

@@ -36,7 +36,7 @@ struct GptOptions {
 // model's dtype, from the device arena.
 class GptKvCache {
  public:
-  GptKvCache(runtime::Device& device, const GptConfig& config, DType dtype, int batch, int max_T);
+  GptKvCache(runtime::device::Device& device, const GptConfig& config, DType dtype, int batch, int max_T);
   int batch() const { return batch_; }
   int max_T() const { return max_T_; }
   int length() const { return length_; }  // positions filled so far
@@ -48,15 +48,15 @@ class GptKvCache {
   int batch_;
   int max_T_;
   int length_ = 0;
-  std::vector<runtime::DeviceBuffer> k_, v_;  // one per layer
+  std::vector<runtime::device::DeviceBuffer> k_, v_;  // one per layer
 };
 
 class GptModel {
  public:
   // `device`, `compute` and `params` are borrowed and must outlive the model. `params` must
   // have the layout's modules (module_numel(m) == layout().modules[m].numel) in options.dtype.
-  GptModel(const GptConfig& config, GptOptions options, runtime::Device& device,
-           runtime::Stream& compute, runtime::ParamProvider& params);
+  GptModel(const GptConfig& config, GptOptions options, runtime::device::Device& device,
+           runtime::device::Stream& compute, runtime::params::ParamProvider& params);
   ~GptModel();
   GptModel(const GptModel&) = delete;
   GptModel& operator=(const GptModel&) = delete;
@@ -100,11 +100,11 @@ class GptModel {
   struct BlockActs;
   struct BlockParams;
 
-  runtime::ModuleView acquire(int module);
+  runtime::params::ModuleView acquire(int module);
   void release(int module);
-  runtime::ModuleView acquire_grads(int module);
+  runtime::params::ModuleView acquire_grads(int module);
   void grads_ready(int module);
-  BlockParams block_params(const runtime::ModuleView& view) const;
+  BlockParams block_params(const runtime::params::ModuleView& view) const;
   void block_forward(const BlockParams& p, const BlockActs& a, const void* res_in, void* res_out,
                      int B, int T);
   void block_backward(const BlockParams& p, const BlockParams& g, const BlockActs& a,
@@ -115,17 +115,17 @@ class GptModel {
   GptConfig config_;
   GptOptions options_;
   GptLayout layout_;
-  runtime::Device& device_;
-  runtime::Stream& compute_;
-  runtime::ParamProvider& params_;
-  std::unique_ptr<runtime::Event> done_;  // recorded before each release / grads_ready
+  runtime::device::Device& device_;
+  runtime::device::Stream& compute_;
+  runtime::params::ParamProvider& params_;
+  std::unique_ptr<runtime::device::Event> done_;  // recorded before each release / grads_ready
 
   std::unique_ptr<Activations> acts_;
   int reserved_B_ = 0, reserved_T_ = 0;
   // The last forward, for backward.
   int B_ = 0, T_ = 0;
   bool backward_ready_ = false;
-  runtime::ModuleView head_;  // module 0 held from the LM head's forward to its backward
+  runtime::params::ModuleView head_;  // module 0 held from the LM head's forward to its backward
   std::vector<std::int32_t> host_tokens_;  // inputs then targets, kept until the copy ran
   std::vector<float> host_losses_;
   std::vector<std::uint16_t> host_half_;  // staging for half-precision logits

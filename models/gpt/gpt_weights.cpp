@@ -166,7 +166,7 @@ void write_hf_weights(const std::string& path, const GptConfig& config,
   writer.write(path);
 }
 
-void copy_to_device(runtime::Stream& stream, void* dst, DType dtype, const float* src,
+void copy_to_device(runtime::device::Stream& stream, void* dst, DType dtype, const float* src,
                     std::size_t n) {
   if (dtype == DType::f32) {
     stream.copy_async(dst, src, n * sizeof(float));
@@ -179,7 +179,7 @@ void copy_to_device(runtime::Stream& stream, void* dst, DType dtype, const float
   stream.synchronize();
 }
 
-void copy_from_device(runtime::Stream& stream, float* dst, const void* src, DType dtype,
+void copy_from_device(runtime::device::Stream& stream, float* dst, const void* src, DType dtype,
                       std::size_t n) {
   if (dtype == DType::f32) {
     stream.copy_async(dst, src, n * sizeof(float));

@@ -53,9 +53,9 @@ void write_hf_weights(const std::string& path, const GptConfig& config,
 std::vector<float> to_hf_layout(const TensorSlot& tensor, const float* module_data);
 
 // Blocking copies between host fp32 and device memory in `dtype` (converted on the host).
-void copy_to_device(runtime::Stream& stream, void* dst, DType dtype, const float* src,
+void copy_to_device(runtime::device::Stream& stream, void* dst, DType dtype, const float* src,
                     std::size_t n);
-void copy_from_device(runtime::Stream& stream, float* dst, const void* src, DType dtype,
+void copy_from_device(runtime::device::Stream& stream, float* dst, const void* src, DType dtype,
                       std::size_t n);
 
 }  // namespace strata::models

@@ -16,7 +16,7 @@
 #include "core/error.h"
 #include "core/log.h"
 
-namespace strata::runtime {
+namespace strata::runtime::checkpoint {
 namespace fs = std::filesystem;
 
 namespace {
@@ -275,4 +275,4 @@ std::string resolve_checkpoint(const std::string& path) {
   return target;
 }
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::checkpoint

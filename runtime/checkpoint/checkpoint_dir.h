@@ -20,7 +20,7 @@
 
 #include "runtime/checkpoint/crash_points.h"
 
-namespace strata::runtime {
+namespace strata::runtime::checkpoint {
 
 inline constexpr const char* kManifestFile = "manifest.json";
 inline constexpr const char* kMetaFile = "meta.json";
@@ -82,4 +82,4 @@ std::vector<std::string> checkpoint_leftovers(const std::string& dir);
 // else the folder `path/latest` names. Throws strata::Error saying what was found instead.
 std::string resolve_checkpoint(const std::string& path);
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::checkpoint

@@ -12,7 +12,7 @@
 #include "runtime/checkpoint/checkpoint_dir.h"
 #include "runtime/checkpoint/shard_file.h"
 
-namespace strata::runtime {
+namespace strata::runtime::checkpoint {
 namespace {
 
 
@@ -27,19 +27,19 @@ void check_layout(const ShardLayout& l, const std::string& path, int shard, int 
     throw foreign(path, "it holds shard " + std::to_string(l.shard) + " of " + std::to_string(l.shards) +
                             ", expected shard " + std::to_string(shard) + " of " + std::to_string(shards));
   }
-  if (l.entries.size() != names.size() * kOptimStates) {
-    throw foreign(path, std::to_string(l.entries.size() / kOptimStates) + " modules, expected " +
+  if (l.entries.size() != names.size() * tiers::kOptimStates) {
+    throw foreign(path, std::to_string(l.entries.size() / tiers::kOptimStates) + " modules, expected " +
                             std::to_string(names.size()));
   }
   for (std::size_t m = 0; m < names.size(); ++m) {
-    for (int k = 0; k < kOptimStates; ++k) {
-      const ShardEntry& e = l.entries[m * kOptimStates + static_cast<std::size_t>(k)];
-      if (e.module != static_cast<int>(m) || e.state != static_cast<OptimState>(k) || e.name != names[m] ||
+    for (int k = 0; k < tiers::kOptimStates; ++k) {
+      const ShardEntry& e = l.entries[m * tiers::kOptimStates + static_cast<std::size_t>(k)];
+      if (e.module != static_cast<int>(m) || e.state != static_cast<tiers::OptimState>(k) || e.name != names[m] ||
           (!shard_numels.empty() && e.numel != shard_numels[m])) {
-        throw foreign(path, "its entry " + std::to_string(m * kOptimStates + static_cast<std::size_t>(k)) + " is " +
+        throw foreign(path, "its entry " + std::to_string(m * tiers::kOptimStates + static_cast<std::size_t>(k)) + " is " +
                                 e.name + "/" + optim_state_name(e.state) + " of " + std::to_string(e.numel) +
                                 " elements, expected " + names[m] + "/" +
-                                optim_state_name(static_cast<OptimState>(k)));
+                                optim_state_name(static_cast<tiers::OptimState>(k)));
       }
     }
   }
@@ -72,7 +72,7 @@ CheckpointFiles open_checkpoint(const std::string& path) {
   return c;
 }
 
-void load_states(const CheckpointFiles& c, ZeroEngine& engine, offload::AioEngine& io) {
+void load_states(const CheckpointFiles& c, zero::ZeroEngine& engine, offload::AioEngine& io) {
   if (c.manifest.shards != engine.shards()) {
     throw Error("the checkpoint " + c.path + " has " + std::to_string(c.manifest.shards) +
                     " shard files; this run has " + std::to_string(engine.shards()),
@@ -91,11 +91,11 @@ void load_states(const CheckpointFiles& c, ZeroEngine& engine, offload::AioEngin
   check_layout(reader.layout(), path, engine.shard_index(), engine.shards(), names, shard_numels);
   for (int m = 0; m < engine.module_count(); ++m) {
     const std::size_t numel = engine.shard_numel(m);
-    for (int k = 0; k < kOptimStates; ++k) {
+    for (int k = 0; k < tiers::kOptimStates; ++k) {
       for (std::size_t off = 0; off < numel; off += chunk) {
         const std::size_t n = std::min(chunk, numel - off);
         const float* values = reader.read(n * 4, off + n == numel);
-        engine.write_state(m, static_cast<OptimState>(k), off, n, values);
+        engine.write_state(m, static_cast<tiers::OptimState>(k), off, n, values);
       }
     }
   }
@@ -114,7 +114,7 @@ struct CheckpointStates::Shard {
   }
 };
 
-CheckpointStates::CheckpointStates(const CheckpointFiles& c, OptimState state) : state_(state) {
+CheckpointStates::CheckpointStates(const CheckpointFiles& c, tiers::OptimState state) : state_(state) {
   const std::string manifest_path = c.path + "/" + kManifestFile;
   const int shards = c.manifest.shards;
   for (int s = 0; s < shards; ++s) {
@@ -126,7 +126,7 @@ CheckpointStates::CheckpointStates(const CheckpointFiles& c, OptimState state) :
     f.layout = ShardLayout::read(f.fd, f.path);
     shards_.push_back(std::move(f));
   }
-  for (std::size_t i = 0; i < shards_[0].layout.entries.size(); i += kOptimStates) {
+  for (std::size_t i = 0; i < shards_[0].layout.entries.size(); i += tiers::kOptimStates) {
     names_.push_back(shards_[0].layout.entries[i].name);
   }
   for (int s = 0; s < shards; ++s) {
@@ -162,4 +162,4 @@ const float* CheckpointStates::read(int module) {
   return values_.data();
 }
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::checkpoint

@@ -14,7 +14,7 @@
 #include "runtime/checkpoint/manifest.h"
 #include "runtime/zero/engine.h"
 
-namespace strata::runtime {
+namespace strata::runtime::checkpoint {
 
 struct CheckpointFiles {
   std::string path;       // the checkpoint folder (step-NNNNNNNN)
@@ -28,14 +28,14 @@ CheckpointFiles open_checkpoint(const std::string& path);
 // Loads this rank's shard into the engine. The checkpoint must have as many shards as the
 // engine and the same modules (names, sizes); the callers check the model and world in meta.json
 // first, so a mismatch here means a damaged or foreign file (named in the error).
-void load_states(const CheckpointFiles& checkpoint, ZeroEngine& engine, offload::AioEngine& io);
+void load_states(const CheckpointFiles& checkpoint, zero::ZeroEngine& engine, offload::AioEngine& io);
 
 // One optimizer state of a checkpoint (the fp32 master by default), all shards joined and cut
 // at each module's size: what `strata convert` exports. Verifies every shard file's checksum
 // when opened.
 class CheckpointStates {
  public:
-  explicit CheckpointStates(const CheckpointFiles& checkpoint, OptimState state = OptimState::master);
+  explicit CheckpointStates(const CheckpointFiles& checkpoint, tiers::OptimState state = tiers::OptimState::master);
   ~CheckpointStates();
   CheckpointStates(const CheckpointStates&) = delete;
   CheckpointStates& operator=(const CheckpointStates&) = delete;
@@ -51,7 +51,7 @@ class CheckpointStates {
   std::vector<Shard> shards_;
   std::vector<std::string> names_;
   std::vector<float> values_;
-  OptimState state_;
+  tiers::OptimState state_;
 };
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::checkpoint

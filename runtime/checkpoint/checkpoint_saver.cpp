@@ -14,11 +14,11 @@
 #include "core/log.h"
 #include "runtime/checkpoint/shard_file.h"
 
-namespace strata::runtime {
+namespace strata::runtime::checkpoint {
 namespace {
 
 
-std::vector<ShardModule> shard_modules(const ZeroEngine& engine) {
+std::vector<ShardModule> shard_modules(const zero::ZeroEngine& engine) {
   std::vector<ShardModule> modules;
   for (int m = 0; m < engine.module_count(); ++m) {
     modules.push_back({engine.module_name(m), engine.module_numel(m), engine.shard_numel(m)});
@@ -28,8 +28,8 @@ std::vector<ShardModule> shard_modules(const ZeroEngine& engine) {
 
 }  // namespace
 
-CheckpointSaver::CheckpointSaver(CheckpointDir dir, int keep_last, ZeroEngine& engine, Device& device,
-                                 Communicator& comm, offload::AioEngine& io, CrashPoints& crash)
+CheckpointSaver::CheckpointSaver(CheckpointDir dir, int keep_last, zero::ZeroEngine& engine, device::Device& device,
+                                 comm::Communicator& comm, offload::AioEngine& io, CrashPoints& crash)
     : dir_(std::move(dir)), keep_last_(keep_last), engine_(engine), device_(device), comm_(comm), io_(io),
       crash_(crash) {
   if (keep_last < 0) {
@@ -107,11 +107,11 @@ void CheckpointSaver::write_shard(std::uint64_t step) {
                            &crash_);
     for (int m = 0; m < engine_.module_count(); ++m) {
       const std::size_t numel = engine_.shard_numel(m);
-      for (int k = 0; k < kOptimStates; ++k) {
+      for (int k = 0; k < tiers::kOptimStates; ++k) {
         for (std::size_t off = 0; off < numel; off += chunk) {
           const std::size_t n = std::min(chunk, numel - off);
           float* buf = writer.buffer();
-          engine_.read_state(m, static_cast<OptimState>(k), off, n, buf);
+          engine_.read_state(m, static_cast<tiers::OptimState>(k), off, n, buf);
           writer.submit(n * 4, off + n == numel);
         }
       }
@@ -150,7 +150,7 @@ bool CheckpointSaver::agree(bool ok_here, std::uint64_t bytes, std::uint64_t xxh
   if (world == 1) {
     std::memcpy(all.data(), mine, sizeof mine);
   } else {
-    DeviceBuffer buf = device_.allocate(all.size() * 4, "checkpoint agreement");
+    device::DeviceBuffer buf = device_.allocate(all.size() * 4, "checkpoint agreement");
     std::uint32_t* slot = buf.as<std::uint32_t>() + static_cast<std::size_t>(comm_.rank()) * kWords;
     stream_->copy_async(slot, mine, sizeof mine);
     comm_.all_gather(slot, buf.data(), kWords, DType::f32, *stream_);
@@ -211,10 +211,10 @@ std::optional<SaveResult> CheckpointSaver::finish() {
     close_meta();
   }
   // Rank 0's publish may have failed after every shard was written: every rank learns it.
-  r.ok = !any_rank(comm_, device_, *stream_, !ok);
+  r.ok = !comm::any_rank(comm_, device_, *stream_, !ok);
   if (!r.ok && r.error.empty()) r.error = "rank 0 could not publish the checkpoint (see its log)";
   r.publish_ms = std::chrono::duration<double, std::milli>(Clock::now() - t1).count();
   return r;
 }
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::checkpoint

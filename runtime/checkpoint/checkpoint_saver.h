@@ -28,7 +28,7 @@
 #include "runtime/device/device.h"
 #include "runtime/zero/engine.h"
 
-namespace strata::runtime {
+namespace strata::runtime::checkpoint {
 
 struct SaveResult {
   bool ok = false;
@@ -45,7 +45,7 @@ class CheckpointSaver {
  public:
   // All borrowed; they must outlive the saver. keep_last: complete checkpoints kept (0 = all).
   // Reports and removes what earlier runs left unfinished in the folder (rank 0).
-  CheckpointSaver(CheckpointDir dir, int keep_last, ZeroEngine& engine, Device& device, Communicator& comm,
+  CheckpointSaver(CheckpointDir dir, int keep_last, zero::ZeroEngine& engine, device::Device& device, comm::Communicator& comm,
                   offload::AioEngine& io, CrashPoints& crash);
   ~CheckpointSaver();  // waits for a shard write in flight; publishes nothing
   CheckpointSaver(const CheckpointSaver&) = delete;
@@ -68,12 +68,12 @@ class CheckpointSaver {
 
   CheckpointDir dir_;
   int keep_last_;
-  ZeroEngine& engine_;
-  Device& device_;
-  Communicator& comm_;
+  zero::ZeroEngine& engine_;
+  device::Device& device_;
+  comm::Communicator& comm_;
   offload::AioEngine& io_;
   CrashPoints& crash_;
-  std::unique_ptr<Stream> stream_;  // the gather of sizes and checksums
+  std::unique_ptr<device::Stream> stream_;  // the gather of sizes and checksums
   std::future<void> cleanup_;       // rank 0: removing old checkpoints, off the trainer thread
 
   bool in_flight_ = false;
@@ -89,4 +89,4 @@ class CheckpointSaver {
   double write_ms_ = 0;
 };
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::checkpoint

@@ -10,7 +10,7 @@
 
 #include "core/error.h"
 
-namespace strata::runtime {
+namespace strata::runtime::checkpoint {
 
 CrashPoints CrashPoints::from_environment() {
   const char* v = std::getenv("STRATA_CRASH_AT");
@@ -34,4 +34,4 @@ void CrashPoints::hit(std::string_view what) {
   ::pause();
 }
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::checkpoint

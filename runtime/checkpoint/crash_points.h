@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <string_view>
 
-namespace strata::runtime {
+namespace strata::runtime::checkpoint {
 
 class CrashPoints {
  public:
@@ -27,4 +27,4 @@ class CrashPoints {
   std::atomic<std::uint64_t> hits_{0};
 };
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::checkpoint

@@ -12,7 +12,7 @@
 
 #include "core/error.h"
 
-namespace strata::runtime {
+namespace strata::runtime::checkpoint {
 namespace {
 
 using nlohmann::json;
@@ -144,4 +144,4 @@ void verify_file(const std::string& path, const ManifestFile& expected) {
   }
 }
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::checkpoint

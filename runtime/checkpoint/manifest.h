@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-namespace strata::runtime {
+namespace strata::runtime::checkpoint {
 
 struct ManifestFile {
   std::string name;         // relative to the checkpoint folder
@@ -53,4 +53,4 @@ std::string xxh3_hex(std::uint64_t value);  // 16 lower-case hex digits
 // throws strata::Error naming the file otherwise.
 void verify_file(const std::string& path, const ManifestFile& expected);
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::checkpoint

@@ -13,7 +13,7 @@
 
 #include "core/error.h"
 
-namespace strata::runtime {
+namespace strata::runtime::checkpoint {
 namespace {
 
 using nlohmann::json;
@@ -28,9 +28,9 @@ Error damaged(const std::string& path, const std::string& why) {
   return Error("checkpoint file " + path + " is damaged: " + why, path, "resume from an earlier checkpoint");
 }
 
-OptimState state_from_name(const std::string& s, const std::string& path) {
-  for (int k = 0; k < kOptimStates; ++k) {
-    if (s == optim_state_name(static_cast<OptimState>(k))) return static_cast<OptimState>(k);
+tiers::OptimState state_from_name(const std::string& s, const std::string& path) {
+  for (int k = 0; k < tiers::kOptimStates; ++k) {
+    if (s == optim_state_name(static_cast<tiers::OptimState>(k))) return static_cast<tiers::OptimState>(k);
   }
   throw damaged(path, "unknown state \"" + s + "\"");
 }
@@ -46,11 +46,11 @@ json header_json(const ShardLayout& l) {
 
 }  // namespace
 
-const char* optim_state_name(OptimState s) {
+const char* optim_state_name(tiers::OptimState s) {
   switch (s) {
-    case OptimState::master: return "master";
-    case OptimState::exp_avg: return "exp_avg";
-    case OptimState::exp_avg_sq: return "exp_avg_sq";
+    case tiers::OptimState::master: return "master";
+    case tiers::OptimState::exp_avg: return "exp_avg";
+    case tiers::OptimState::exp_avg_sq: return "exp_avg_sq";
   }
   return "?";
 }
@@ -69,8 +69,8 @@ ShardLayout ShardLayout::make(int shard, int shards, const std::vector<ShardModu
     const ShardModule& mod = modules[m];
     const std::uint64_t begin = static_cast<std::uint64_t>(shard) * mod.shard_numel;
     const std::uint64_t real = begin >= mod.numel ? 0 : std::min(mod.shard_numel, mod.numel - begin);
-    for (int k = 0; k < kOptimStates; ++k) {
-      l.entries.push_back({static_cast<int>(m), mod.name, static_cast<OptimState>(k), mod.shard_numel, real, 0});
+    for (int k = 0; k < tiers::kOptimStates; ++k) {
+      l.entries.push_back({static_cast<int>(m), mod.name, static_cast<tiers::OptimState>(k), mod.shard_numel, real, 0});
     }
   }
   // The header's size depends on the offsets' digits: lay out with a guess, then grow.
@@ -139,8 +139,8 @@ ShardLayout ShardLayout::read(int fd, const std::string& path) {
   return l;
 }
 
-const ShardEntry& ShardLayout::entry(int module, OptimState state) const {
-  const std::size_t i = static_cast<std::size_t>(module) * kOptimStates + static_cast<std::size_t>(state);
+const ShardEntry& ShardLayout::entry(int module, tiers::OptimState state) const {
+  const std::size_t i = static_cast<std::size_t>(module) * tiers::kOptimStates + static_cast<std::size_t>(state);
   STRATA_ASSERT(i < entries.size() && entries[i].module == module && entries[i].state == state,
                 "shard layout entry out of order");
   return entries[i];
@@ -274,4 +274,4 @@ void ShardFileReader::finish() {
   }
 }
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::checkpoint

@@ -28,9 +28,9 @@
 #include "runtime/checkpoint/manifest.h"
 #include "runtime/tiers/tier.h"  // OptimState
 
-namespace strata::runtime {
+namespace strata::runtime::checkpoint {
 
-const char* optim_state_name(OptimState s);  // "master" | "exp_avg" | "exp_avg_sq"
+const char* optim_state_name(tiers::OptimState s);  // "master" | "exp_avg" | "exp_avg_sq"
 
 struct ShardModule {
   std::string name;
@@ -41,7 +41,7 @@ struct ShardModule {
 struct ShardEntry {
   int module = 0;
   std::string name;
-  OptimState state = OptimState::master;
+  tiers::OptimState state = tiers::OptimState::master;
   std::uint64_t numel = 0;       // shard_numel
   std::uint64_t real_numel = 0;  // of which the module's own
   std::uint64_t offset = 0;      // bytes from the file's start (4096-aligned)
@@ -58,7 +58,7 @@ struct ShardLayout {
   std::string header() const;  // header_bytes bytes
   // Reads and checks the header of an open file; throws strata::Error naming `path`.
   static ShardLayout read(int fd, const std::string& path);
-  const ShardEntry& entry(int module, OptimState state) const;
+  const ShardEntry& entry(int module, tiers::OptimState state) const;
 };
 
 std::string shard_file_name(int shard, int shards);  // "shard-00000-of-00002.bin"
@@ -127,4 +127,4 @@ class ShardFileReader {
   Xxh3Stream hash_;
 };
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::checkpoint

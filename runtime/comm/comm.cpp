@@ -11,7 +11,7 @@
 #include "runtime/launch/launch.h"
 #include "runtime/device/device.h"
 
-namespace strata::runtime {
+namespace strata::runtime::comm {
 namespace {
 
 // [a, a + a_bytes) and [b, b + b_bytes) share a byte.
@@ -44,26 +44,26 @@ class SingleCommunicator final : public Communicator {
 
  protected:
   void do_all_gather(const void* send, void* recv, std::size_t count, DType dtype,
-                     Stream& stream) override {
+                     device::Stream& stream) override {
     copy(send, recv, count, dtype, stream);
   }
   void do_reduce_scatter(const void* send, void* recv, std::size_t count, DType dtype, ReduceOp,
-                         Stream& stream) override {
+                         device::Stream& stream) override {
     copy(send, recv, count, dtype, stream);
   }
   void do_all_reduce(const void* in, void* out, std::size_t count, DType dtype, ReduceOp,
-                     Stream& stream) override {
+                     device::Stream& stream) override {
     copy(in, out, count, dtype, stream);
   }
-  void do_broadcast(void*, std::size_t, DType, int, Stream&) override {}
+  void do_broadcast(void*, std::size_t, DType, int, device::Stream&) override {}
 
  private:
-  static void copy(const void* src, void* dst, std::size_t count, DType dtype, Stream& stream) {
+  static void copy(const void* src, void* dst, std::size_t count, DType dtype, device::Stream& stream) {
     if (src != dst) stream.copy_async(dst, src, count * dtype_size(dtype));
   }
 };
 
-Error no_mpi_error(const LaunchInfo& launch, std::string_view wanted) {
+Error no_mpi_error(const launch::LaunchInfo& launch, std::string_view wanted) {
   std::string what = "this build of strata has no MPI, which " + std::string(wanted) + " needs";
   if (launch.under_mpirun) {
     what += " (started by " + launch.launcher + " as rank " + std::to_string(launch.rank) + " of " +
@@ -76,8 +76,8 @@ Error no_mpi_error(const LaunchInfo& launch, std::string_view wanted) {
 
 }  // namespace
 
-CommBackend resolve_comm_backend(CommBackend wanted, Backend device, const LaunchInfo& launch) {
-  const bool cuda = device == Backend::cuda;
+CommBackend resolve_comm_backend(CommBackend wanted, device::Backend device, const launch::LaunchInfo& launch) {
+  const bool cuda = device == device::Backend::cuda;
   if (wanted == CommBackend::automatic) {
     if (!launch.under_mpirun) return CommBackend::single;
     if (!launch.mpi_compiled && launch.world > 1) {
@@ -175,7 +175,7 @@ bool comm_backend_compiled(CommBackend backend) {
 }
 
 void Communicator::all_gather(const void* send, void* recv, std::size_t count_per_rank, DType dtype,
-                              Stream& stream) {
+                              device::Stream& stream) {
   const std::size_t part = total_bytes(count_per_rank, 1, dtype);
   const std::size_t all = total_bytes(count_per_rank, world(), dtype);
   STRATA_ASSERT(send == offset(recv, static_cast<std::size_t>(rank()) * part) ||
@@ -186,7 +186,7 @@ void Communicator::all_gather(const void* send, void* recv, std::size_t count_pe
 }
 
 void Communicator::reduce_scatter(const void* send, void* recv, std::size_t count_per_rank,
-                                  DType dtype, Stream& stream, ReduceOp op) {
+                                  DType dtype, device::Stream& stream, ReduceOp op) {
   const std::size_t part = total_bytes(count_per_rank, 1, dtype);
   const std::size_t all = total_bytes(count_per_rank, world(), dtype);
   STRATA_ASSERT(recv == offset(send, static_cast<std::size_t>(rank()) * part) ||
@@ -197,7 +197,7 @@ void Communicator::reduce_scatter(const void* send, void* recv, std::size_t coun
 }
 
 void Communicator::all_reduce(const void* in, void* out, std::size_t count, DType dtype,
-                              Stream& stream, ReduceOp op) {
+                              device::Stream& stream, ReduceOp op) {
   const std::size_t bytes = total_bytes(count, 1, dtype);
   STRATA_ASSERT(in == out || !overlaps(in, bytes, out, bytes),
                 "all_reduce: in and out overlap without being equal");
@@ -205,7 +205,7 @@ void Communicator::all_reduce(const void* in, void* out, std::size_t count, DTyp
   do_all_reduce(in, out, count, dtype, op, stream);
 }
 
-void Communicator::broadcast(void* buf, std::size_t count, DType dtype, int root, Stream& stream) {
+void Communicator::broadcast(void* buf, std::size_t count, DType dtype, int root, device::Stream& stream) {
   STRATA_ASSERT(root >= 0 && root < world(), "broadcast: root is not a rank");
   total_bytes(count, 1, dtype);
   if (count == 0) return;
@@ -216,8 +216,8 @@ std::unique_ptr<Communicator> create_single_communicator() {
   return std::make_unique<SingleCommunicator>();
 }
 
-std::unique_ptr<Communicator> create_communicator(Device& device, const CommOptions& options) {
-  const LaunchInfo launch = detect_launch();
+std::unique_ptr<Communicator> create_communicator(device::Device& device, const CommOptions& options) {
+  const launch::LaunchInfo launch = launch::detect_launch();
   const CommBackend backend = resolve_comm_backend(options.backend, device.backend(), launch);
   std::unique_ptr<Communicator> comm;
   switch (backend) {
@@ -242,9 +242,9 @@ std::unique_ptr<Communicator> create_communicator(Device& device, const CommOpti
   return comm;
 }
 
-bool any_rank(Communicator& comm, Device& device, Stream& stream, bool flag) {
+bool any_rank(Communicator& comm, device::Device& device, device::Stream& stream, bool flag) {
   if (comm.world() == 1) return flag;
-  DeviceBuffer buf = device.allocate(sizeof(float), "any_rank flag");
+  device::DeviceBuffer buf = device.allocate(sizeof(float), "any_rank flag");
   float value = flag ? 1.0f : 0.0f;
   stream.copy_async(buf.data(), &value, sizeof value);
   comm.all_reduce(buf.data(), buf.data(), 1, DType::f32, stream, ReduceOp::max);
@@ -253,4 +253,4 @@ bool any_rank(Communicator& comm, Device& device, Stream& stream, bool flag) {
   return value != 0.0f;
 }
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::comm

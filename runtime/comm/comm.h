@@ -58,11 +58,10 @@
 #include <string_view>
 
 #include "core/dtype.h"
+#include "runtime/device/device.h"
 
-namespace strata::runtime {
+namespace strata::runtime::comm {
 
-class Device;
-class Stream;
 
 enum class ReduceOp { sum, max };
 
@@ -96,12 +95,12 @@ class Communicator {
 
   // See the layouts above. These check the arguments, then enqueue on `stream`.
   void all_gather(const void* send, void* recv, std::size_t count_per_rank, DType dtype,
-                  Stream& stream);
+                  device::Stream& stream);
   void reduce_scatter(const void* send, void* recv, std::size_t count_per_rank, DType dtype,
-                      Stream& stream, ReduceOp op = ReduceOp::sum);
-  void all_reduce(const void* in, void* out, std::size_t count, DType dtype, Stream& stream,
+                      device::Stream& stream, ReduceOp op = ReduceOp::sum);
+  void all_reduce(const void* in, void* out, std::size_t count, DType dtype, device::Stream& stream,
                   ReduceOp op = ReduceOp::sum);
-  void broadcast(void* buf, std::size_t count, DType dtype, int root, Stream& stream);
+  void broadcast(void* buf, std::size_t count, DType dtype, int root, device::Stream& stream);
 
   // Synchronous: returns once every rank has called it, after this rank's collectives issued
   // before it (mpi backend); on nccl, a one-element all-reduce on an internal stream.
@@ -112,23 +111,23 @@ class Communicator {
 
   // Called with checked arguments and count > 0.
   virtual void do_all_gather(const void* send, void* recv, std::size_t count_per_rank, DType dtype,
-                             Stream& stream) = 0;
+                             device::Stream& stream) = 0;
   virtual void do_reduce_scatter(const void* send, void* recv, std::size_t count_per_rank,
-                                 DType dtype, ReduceOp op, Stream& stream) = 0;
+                                 DType dtype, ReduceOp op, device::Stream& stream) = 0;
   virtual void do_all_reduce(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op,
-                             Stream& stream) = 0;
+                             device::Stream& stream) = 0;
   virtual void do_broadcast(void* buf, std::size_t count, DType dtype, int root,
-                            Stream& stream) = 0;
+                            device::Stream& stream) = 0;
 };
 
 // Picks and creates the backend (see above). Throws strata::Error, saying what to do, when
 // the choice cannot work: nccl on the host device, mpi on a cuda device, a backend this build
 // lacks, or mpirun with several ranks and a build without MPI.
-std::unique_ptr<Communicator> create_communicator(Device& device, const CommOptions& options = {});
+std::unique_ptr<Communicator> create_communicator(device::Device& device, const CommOptions& options = {});
 
 // Collective: true on every rank when `flag` is true on any (a one-element max all-reduce on
 // `stream`, synchronized). With one rank, `flag`. For decisions every rank must take alike (stop
 // after this step; a checkpoint failed on some rank).
-bool any_rank(Communicator& comm, Device& device, Stream& stream, bool flag);
+bool any_rank(Communicator& comm, device::Device& device, device::Stream& stream, bool flag);
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::comm

@@ -8,22 +8,22 @@
 #include "runtime/launch/launch.h"
 #include "runtime/device/device.h"
 
-namespace strata::runtime {
+namespace strata::runtime::comm {
 
 // Turns CommOptions::backend into the backend to build for this device and launch, or throws
 // strata::Error saying why it cannot work. Whether MPI is built in is read from
 // launch.mpi_compiled (detect_launch() sets it from the build), so tests can pose as a build
 // without MPI.
-CommBackend resolve_comm_backend(CommBackend wanted, Backend device, const LaunchInfo& launch);
+CommBackend resolve_comm_backend(CommBackend wanted, device::Backend device, const launch::LaunchInfo& launch);
 
 std::unique_ptr<Communicator> create_single_communicator();
 #ifdef STRATA_HAVE_MPI
-std::unique_ptr<Communicator> create_mpi_communicator(const LaunchInfo& launch,
+std::unique_ptr<Communicator> create_mpi_communicator(const launch::LaunchInfo& launch,
                                                       const CommOptions& options);  // mpi_comm.cpp
 #endif
 #ifdef STRATA_HAVE_CUDA
-std::unique_ptr<Communicator> create_nccl_communicator(Device& device,
-                                                       const LaunchInfo& launch);  // nccl_comm.cpp
+std::unique_ptr<Communicator> create_nccl_communicator(device::Device& device,
+                                                       const launch::LaunchInfo& launch);  // nccl_comm.cpp
 #endif
 
 // out[i] = op(chunk 0 [i], chunk 1 [i], ..., chunk n-1 [i]) where chunk k starts at
@@ -33,4 +33,4 @@ std::unique_ptr<Communicator> create_nccl_communicator(Device& device,
 void reduce_in_order(const void* chunks, std::size_t n, std::size_t count, DType dtype, ReduceOp op,
                      void* out);
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::comm

@@ -25,7 +25,7 @@
 #include "runtime/comm/sequencer.h"
 #include "runtime/device/device.h"
 
-namespace strata::runtime {
+namespace strata::runtime::comm {
 namespace {
 
 // W times a piece, and every displacement within it, must be an int.
@@ -71,7 +71,7 @@ class StridedBlock {
 
 class MpiCommunicator final : public Communicator {
  public:
-  MpiCommunicator(const LaunchInfo& launch, const CommOptions& options)
+  MpiCommunicator(const launch::LaunchInfo& launch, const CommOptions& options)
       : piece_bytes_(options.mpi_piece_bytes) {
     // A private copy of MPI_COMM_WORLD, so that no other MPI user's collectives can be matched
     // with ours; errors come back as codes (mpi_check) instead of aborting the process.
@@ -114,7 +114,7 @@ class MpiCommunicator final : public Communicator {
 
  protected:
   void do_all_gather(const void* send, void* recv, std::size_t count, DType dtype,
-                     Stream& stream) override {
+                     device::Stream& stream) override {
     const std::size_t elem = dtype_size(dtype);
     const bool in_place = send == at(recv, static_cast<std::size_t>(rank_) * count * elem);
     enqueue(stream, "all_gather", [=, this] {
@@ -131,7 +131,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   void do_reduce_scatter(const void* send, void* recv, std::size_t count, DType dtype, ReduceOp op,
-                         Stream& stream) override {
+                         device::Stream& stream) override {
     enqueue(stream, "reduce_scatter", [=, this] {
       const std::size_t elem = dtype_size(dtype);
       const auto world = static_cast<std::size_t>(world_);
@@ -153,7 +153,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   void do_all_reduce(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op,
-                     Stream& stream) override {
+                     device::Stream& stream) override {
     enqueue(stream, "all_reduce", [=, this] {
       const std::size_t elem = dtype_size(dtype);
       const auto world = static_cast<std::size_t>(world_);
@@ -196,7 +196,7 @@ class MpiCommunicator final : public Communicator {
     });
   }
 
-  void do_broadcast(void* buf, std::size_t count, DType dtype, int root, Stream& stream) override {
+  void do_broadcast(void* buf, std::size_t count, DType dtype, int root, device::Stream& stream) override {
     enqueue(stream, "broadcast", [=, this] {
       const std::size_t elem = dtype_size(dtype);
       const std::size_t piece = piece_elements(dtype);
@@ -218,7 +218,7 @@ class MpiCommunicator final : public Communicator {
 
   // Takes a ticket now (issue order) and runs `body` in ticket order on the stream's thread.
   // `name` (a literal) labels the collective in a trace.
-  void enqueue(Stream& stream, const char* name, std::function<void()> body) {
+  void enqueue(device::Stream& stream, const char* name, std::function<void()> body) {
     auto guard = std::make_shared<TicketGuard>(sequencer_, sequencer_.take());
     stream.host_task([guard, body = std::move(body)] { guard->run(body); }, name);
   }
@@ -245,9 +245,9 @@ class MpiCommunicator final : public Communicator {
 
 }  // namespace
 
-std::unique_ptr<Communicator> create_mpi_communicator(const LaunchInfo& launch,
+std::unique_ptr<Communicator> create_mpi_communicator(const launch::LaunchInfo& launch,
                                                       const CommOptions& options) {
   return std::make_unique<MpiCommunicator>(launch, options);
 }
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::comm

@@ -9,7 +9,7 @@
 #include "core/error.h"
 #include "core/log.h"
 
-namespace strata::runtime {
+namespace strata::runtime::comm {
 namespace {
 
 struct MpiProcess {
@@ -132,4 +132,4 @@ void MpiSession::wait(MPI_Request& request, const char* call) const {
   }
 }
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::comm

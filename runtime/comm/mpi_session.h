@@ -21,7 +21,7 @@
 
 #include <mutex>
 
-namespace strata::runtime {
+namespace strata::runtime::comm {
 
 // Throws strata::Error naming `call` and MPI's message when rc is not MPI_SUCCESS.
 void mpi_check(int rc, const char* call);
@@ -46,4 +46,4 @@ class MpiSession {
   void wait(MPI_Request& request, const char* call) const;
 };
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::comm

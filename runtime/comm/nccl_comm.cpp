@@ -14,7 +14,7 @@
 #include "runtime/comm/mpi_session.h"
 #endif
 
-namespace strata::runtime {
+namespace strata::runtime::comm {
 namespace {
 
 ncclDataType_t nccl_type(DType dtype) {
@@ -31,7 +31,7 @@ ncclDataType_t nccl_type(DType dtype) {
 
 ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::sum ? ncclSum : ncclMax; }
 
-cudaStream_t cuda_stream(Stream& stream) {
+cudaStream_t cuda_stream(device::Stream& stream) {
   auto* handle = static_cast<cudaStream_t>(stream.native_handle());
   STRATA_ASSERT(handle != nullptr, "nccl collectives need a stream of the cuda device");
   return handle;
@@ -54,7 +54,7 @@ class DeviceScope {
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(Device& device, const LaunchInfo& launch)
+  NcclCommunicator(device::Device& device, const launch::LaunchInfo& launch)
       : rank_(launch.under_mpirun ? launch.rank : 0),
         world_(launch.under_mpirun ? launch.world : 1) {
     // barrier()'s operand, and the way to learn which GPU the Device uses: NCCL binds a
@@ -110,21 +110,21 @@ class NcclCommunicator final : public Communicator {
 
  protected:
   void do_all_gather(const void* send, void* recv, std::size_t count, DType dtype,
-                     Stream& stream) override {
+                     device::Stream& stream) override {
     // NCCL's in-place rule is ours: send == recv + rank * count.
     NCCL_CHECK(ncclAllGather(send, recv, count, nccl_type(dtype), comm_, cuda_stream(stream)));
   }
   void do_reduce_scatter(const void* send, void* recv, std::size_t count, DType dtype, ReduceOp op,
-                         Stream& stream) override {
+                         device::Stream& stream) override {
     NCCL_CHECK(ncclReduceScatter(send, recv, count, nccl_type(dtype), nccl_op(op), comm_,
                                  cuda_stream(stream)));
   }
   void do_all_reduce(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op,
-                     Stream& stream) override {
+                     device::Stream& stream) override {
     NCCL_CHECK(
         ncclAllReduce(in, out, count, nccl_type(dtype), nccl_op(op), comm_, cuda_stream(stream)));
   }
-  void do_broadcast(void* buf, std::size_t count, DType dtype, int root, Stream& stream) override {
+  void do_broadcast(void* buf, std::size_t count, DType dtype, int root, device::Stream& stream) override {
     NCCL_CHECK(ncclBroadcast(buf, buf, count, nccl_type(dtype), root, comm_, cuda_stream(stream)));
   }
 
@@ -165,15 +165,15 @@ class NcclCommunicator final : public Communicator {
 #endif
   int rank_;
   int world_;
-  DeviceBuffer flag_;
-  std::unique_ptr<Stream> barrier_stream_;
+  device::DeviceBuffer flag_;
+  std::unique_ptr<device::Stream> barrier_stream_;
   ncclComm_t comm_ = nullptr;
 };
 
 }  // namespace
 
-std::unique_ptr<Communicator> create_nccl_communicator(Device& device, const LaunchInfo& launch) {
+std::unique_ptr<Communicator> create_nccl_communicator(device::Device& device, const launch::LaunchInfo& launch) {
   return std::make_unique<NcclCommunicator>(device, launch);
 }
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::comm

@@ -11,7 +11,7 @@
 #include "core/error.h"
 #include "runtime/comm/comm_impl.h"
 
-namespace strata::runtime {
+namespace strata::runtime::comm {
 namespace {
 
 constexpr std::size_t kBlock = 2048;  // 8 KiB of fp32 accumulator: stays in L1
@@ -50,4 +50,4 @@ void reduce_in_order(const void* chunks, std::size_t n, std::size_t count, DType
   }
 }
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::comm

@@ -4,7 +4,7 @@
 
 #include "core/error.h"
 
-namespace strata::runtime {
+namespace strata::runtime::comm {
 
 std::uint64_t Sequencer::take() {
   std::lock_guard lock(mutex_);
@@ -73,4 +73,4 @@ bool Sequencer::broken() const {
   return !broken_.empty();
 }
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::comm

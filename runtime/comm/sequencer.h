@@ -23,7 +23,7 @@
 #include <set>
 #include <string>
 
-namespace strata::runtime {
+namespace strata::runtime::comm {
 
 class Sequencer {
  public:
@@ -76,4 +76,4 @@ class TicketGuard {
   bool ran_ = false;
 };
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::comm

@@ -25,7 +25,7 @@
 #include "core/error.h"
 #include "core/units.h"
 
-namespace strata::runtime {
+namespace strata::runtime::config {
 
 // A value the file may leave to the runtime by writing "auto", as Hugging Face's DeepSpeed
 // integration does. Default-constructed is "auto"; assigning a T makes it concrete.
@@ -269,4 +269,4 @@ std::string config_to_json(const Config& config);
 // Logs config_to_json(config) at info level: the engine calls it at start.
 void log_config(const Config& config);
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::config

@@ -19,7 +19,7 @@
 
 #include "runtime/config/config.h"
 
-namespace strata::runtime::detail {
+namespace strata::runtime::config::detail {
 
 // A range rule, checked once the value is concrete (not "auto", not absent).
 struct Range {
@@ -241,4 +241,4 @@ constexpr const auto& fields_of(std::type_identity<StrataConfig>) { return kStra
 template <typename T>
 concept Section = requires { fields_of(std::type_identity<T>{}); };
 
-}  // namespace strata::runtime::detail
+}  // namespace strata::runtime::config::detail

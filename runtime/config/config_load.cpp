@@ -13,7 +13,7 @@
 #include "core/log.h"
 #include "runtime/config/json_reader.h"
 
-namespace strata::runtime {
+namespace strata::runtime::config {
 namespace {
 
 using detail::Json;
@@ -154,4 +154,4 @@ ParsedConfig load_config_file(const std::string& path, std::span<const std::stri
   return parse_config(text, path, overrides);
 }
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::config

@@ -6,7 +6,7 @@
 
 #include "runtime/config/json_reader.h"
 
-namespace strata::runtime::detail {
+namespace strata::runtime::config::detail {
 namespace {
 
 constexpr std::string_view kOverrideForm =
@@ -97,4 +97,4 @@ std::string apply_override(Json& root, std::string_view text) {
   return path;
 }
 
-}  // namespace strata::runtime::detail
+}  // namespace strata::runtime::config::detail

@@ -10,7 +10,7 @@
 #include "runtime/config/config_fields.h"
 #include "runtime/config/json_reader.h"
 
-namespace strata::runtime::detail {
+namespace strata::runtime::config::detail {
 namespace {
 
 // DeepSpeed accepts some keys under two names (pydantic field name and alias). Reads
@@ -247,4 +247,4 @@ Config config_from_json(const Json& root, std::vector<ConfigWarning>* warnings) 
   return config;
 }
 
-}  // namespace strata::runtime::detail
+}  // namespace strata::runtime::config::detail

@@ -7,7 +7,7 @@
 #include "runtime/config/config_fields.h"
 #include "runtime/config/json_reader.h"
 
-namespace strata::runtime {
+namespace strata::runtime::config {
 
 std::string_view to_string(OffloadDevice value) {
   switch (value) {
@@ -151,4 +151,4 @@ void log_config(const Config& config) {
   log::info("config (resolved):\n{}", config_to_json(config));
 }
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::config

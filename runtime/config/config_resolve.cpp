@@ -9,7 +9,7 @@
 
 #include "runtime/config/config_fields.h"
 
-namespace strata::runtime {
+namespace strata::runtime::config {
 namespace {
 
 using Batch = std::optional<AutoOr<std::uint64_t>>;
@@ -185,4 +185,4 @@ std::vector<std::string> unresolved_auto_keys(const Config& c) {
   return keys;
 }
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::config

@@ -11,7 +11,7 @@
 
 #include "runtime/config/config_fields.h"
 
-namespace strata::runtime {
+namespace strata::runtime::config {
 namespace {
 
 constexpr std::string_view kFixHint =
@@ -211,4 +211,4 @@ std::vector<ConfigWarning> validate_config(const Config& config) {
   return warnings;
 }
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::config

@@ -8,7 +8,7 @@
 
 #include <fmt/format.h>
 
-namespace strata::runtime::detail {
+namespace strata::runtime::config::detail {
 namespace {
 
 // 2^64 as a double: the first value that does not fit in std::uint64_t.
@@ -269,4 +269,4 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
   return (row[b.size()] + 1) / 2;
 }
 
-}  // namespace strata::runtime::detail
+}  // namespace strata::runtime::config::detail

@@ -15,7 +15,7 @@
 
 #include "runtime/config/config.h"
 
-namespace strata::runtime::detail {
+namespace strata::runtime::config::detail {
 
 // Ordered so that warnings and the printed config follow the file's order.
 using Json = nlohmann::ordered_json;
@@ -167,4 +167,4 @@ Json config_to_json_value(const Config& config);
 // message form ("optimizer.params.betas[0]"). Throws Error quoting the override.
 std::string apply_override(Json& root, std::string_view override_text);
 
-}  // namespace strata::runtime::detail
+}  // namespace strata::runtime::config::detail

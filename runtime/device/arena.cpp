@@ -6,7 +6,7 @@
 
 #include "core/units.h"
 
-namespace strata::runtime {
+namespace strata::runtime::device {
 namespace {
 
 std::uint64_t round_up(std::uint64_t x, std::uint64_t a) { return (x + a - 1) / a * a; }
@@ -170,4 +170,4 @@ std::string Arena::usage_table(const ArenaStats& own) const {
   return out;
 }
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::device

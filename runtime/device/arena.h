@@ -14,7 +14,7 @@
 
 #include "core/error.h"
 
-namespace strata::runtime {
+namespace strata::runtime::device {
 
 class Arena;
 
@@ -107,4 +107,4 @@ class Arena {
   std::vector<std::function<TierUsage()>> other_tiers_;
 };
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::device

@@ -18,7 +18,7 @@
 #include "runtime/device/device.h"
 #include "runtime/device/stream_registry.h"
 
-namespace strata::runtime {
+namespace strata::runtime::device {
 namespace {
 
 // Where a stream keeps the first failure of its host tasks. Written on CUDA's callback
@@ -213,7 +213,7 @@ std::unique_ptr<Device> create_cuda_device(const DeviceOptions& options) {
   CudaAvailability cuda = cuda_availability();
   const int count = static_cast<int>(cuda.devices.size());
   // One process per GPU: by default rank k on a machine takes GPU k (modulo the count).
-  const int ordinal = options.ordinal >= 0 ? options.ordinal : detect_launch().local_rank % count;
+  const int ordinal = options.ordinal >= 0 ? options.ordinal : launch::detect_launch().local_rank % count;
   if (ordinal >= count) {
     throw Error(fmt::format("CUDA device {} does not exist ({} found)", ordinal, count),
                 "device ordinal", "pick a device between 0 and the count minus one");
@@ -241,4 +241,4 @@ std::unique_ptr<Device> create_cuda_device(const DeviceOptions& options) {
   return std::make_unique<CudaDevice>(ordinal, budget, info.name);
 }
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::device

@@ -8,7 +8,7 @@
 
 #include "runtime/device/device.h"
 
-namespace strata::runtime {
+namespace strata::runtime::device {
 namespace {
 
 // nvmlMemory_t (v1): what nvmlDeviceGetMemoryInfo fills.
@@ -106,4 +106,4 @@ CudaAvailability cuda_availability() {
   return a;
 }
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::device

@@ -4,7 +4,7 @@
 #include "core/log.h"
 #include "runtime/device/host_device.h"
 
-namespace strata::runtime {
+namespace strata::runtime::device {
 
 #ifdef STRATA_HAVE_CUDA
 std::unique_ptr<Device> create_cuda_device(const DeviceOptions& options);  // cuda_device.cpp
@@ -48,4 +48,4 @@ std::unique_ptr<Device> Device::create(const DeviceOptions& options) {
 #endif
 }
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::device

@@ -24,10 +24,10 @@
 
 #include "core/error.h"
 #include "runtime/device/arena.h"
+#include "runtime/trace/trace.h"
 
-namespace strata::runtime {
+namespace strata::runtime::device {
 
-class Tracer;  // runtime/trace/trace.h
 
 enum class Backend { host, cuda };
 std::string_view backend_name(Backend backend);
@@ -45,7 +45,7 @@ struct DeviceOptions {
   // Borrowed; must outlive the device. When enabled, the host backend records one span per
   // piece of stream work (copies with their bytes, host tasks by name) on the stream's track.
   // The cuda backend does not trace stream work yet (it would need timing events).
-  Tracer* tracer = nullptr;
+  trace::Tracer* tracer = nullptr;
 };
 
 class Stream;
@@ -167,4 +167,4 @@ struct CudaAvailability {
 };
 CudaAvailability cuda_availability();
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::device

@@ -2,7 +2,7 @@
 
 #include <utility>
 
-namespace strata::runtime {
+namespace strata::runtime::device {
 
 DevicePool::DevicePool(Device& device, std::uint64_t region_bytes, const std::string& name)
     : device_(device) {
@@ -77,4 +77,4 @@ void DevicePool::drain() {
   }
 }
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::device

@@ -27,7 +27,7 @@
 
 #include "runtime/device/device.h"
 
-namespace strata::runtime {
+namespace strata::runtime::device {
 
 class DevicePool {
  public:
@@ -65,4 +65,4 @@ class DevicePool {
   std::vector<std::unique_ptr<Event>> spare_events_;
 };
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::device

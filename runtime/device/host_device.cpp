@@ -33,7 +33,7 @@
 #include "runtime/device/stream_registry.h"
 #include "runtime/trace/trace.h"
 
-namespace strata::runtime {
+namespace strata::runtime::device {
 namespace {
 
 class HostEvent;
@@ -41,7 +41,7 @@ class HostEvent;
 class HostStream final : public Stream {
  public:
   // host_threads > 0: the OpenMP team size of the host ops this stream runs (its worker's).
-  HostStream(std::string name, Tracer* tracer, int host_threads,
+  HostStream(std::string name, trace::Tracer* tracer, int host_threads,
              std::function<void(HostStream*, bool)> registry)
       : name_(std::move(name)),
         tracer_(tracer != nullptr && tracer->enabled() ? tracer : nullptr),
@@ -146,10 +146,10 @@ class HostStream final : public Stream {
       if (skip) task.fn = nullptr;
       if (task.fn) {
         try {
-          const std::int64_t start_ns = tracer_ != nullptr ? Tracer::now_ns() : 0;
+          const std::int64_t start_ns = tracer_ != nullptr ? trace::Tracer::now_ns() : 0;
           task.fn();
           if (tracer_ != nullptr && task.name != nullptr) {
-            tracer_->record(task.name, name_, start_ns, Tracer::now_ns(), task.bytes);
+            tracer_->record(task.name, name_, start_ns, trace::Tracer::now_ns(), task.bytes);
           }
         } catch (...) {
           std::string what = "unknown exception";
@@ -176,7 +176,7 @@ class HostStream final : public Stream {
   }
 
   const std::string name_;
-  Tracer* const tracer_;  // null when tracing is off
+  trace::Tracer* const tracer_;  // null when tracing is off
   std::function<void(HostStream*, bool)> registry_;
   std::mutex mutex_;
   std::condition_variable work_ready_;
@@ -294,7 +294,7 @@ class HostMapping {
 
 class HostDevice final : public Device {
  public:
-  HostDevice(std::uint64_t budget_bytes, Tracer* tracer, int host_threads)
+  HostDevice(std::uint64_t budget_bytes, trace::Tracer* tracer, int host_threads)
       : mapping_(budget_bytes),
         arena_(mapping_.data(), budget_bytes, "device"),
         tracer_(tracer),
@@ -327,7 +327,7 @@ class HostDevice final : public Device {
  private:
   HostMapping mapping_;
   Arena arena_;
-  Tracer* tracer_;
+  trace::Tracer* tracer_;
   int host_threads_;  // DeviceOptions::host_threads
   StreamRegistry<HostStream> streams_;
 };
@@ -342,4 +342,4 @@ std::unique_ptr<Device> create_host_device(const DeviceOptions& options) {
   return std::make_unique<HostDevice>(budget, options.tracer, options.host_threads);
 }
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::device

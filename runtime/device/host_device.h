@@ -4,10 +4,10 @@
 
 #include "runtime/device/device.h"
 
-namespace strata::runtime {
+namespace strata::runtime::device {
 
 inline constexpr std::uint64_t kDefaultHostDeviceBytes = std::uint64_t{512} << 20;
 
 std::unique_ptr<Device> create_host_device(const DeviceOptions& options);
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::device

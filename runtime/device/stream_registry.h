@@ -7,7 +7,7 @@
 #include <mutex>
 #include <set>
 
-namespace strata::runtime {
+namespace strata::runtime::device {
 
 template <typename StreamT>
 class StreamRegistry {
@@ -50,4 +50,4 @@ class StreamRegistry {
   std::set<StreamT*> streams_;
 };
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::device

@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 
-namespace strata::runtime {
+namespace strata::runtime::launch {
 namespace {
 
 // Reads a non-negative integer environment variable; -1 when absent, throws when malformed.
@@ -58,4 +58,4 @@ LaunchInfo detect_launch() {
   return info;
 }
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::launch

@@ -3,7 +3,7 @@
 // Read from the launcher's environment, before MPI is initialized.
 #include <string>
 
-namespace strata::runtime {
+namespace strata::runtime::launch {
 
 struct LaunchInfo {
   bool mpi_compiled = false;  // this build has the MPI communicator
@@ -19,4 +19,4 @@ struct LaunchInfo {
 // single-rank run. Malformed values are errors naming the variable.
 LaunchInfo detect_launch();
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::launch

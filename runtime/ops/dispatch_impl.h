@@ -10,7 +10,7 @@
 
 namespace strata::runtime::ops {
 
-inline cudaStream_t cuda_stream(const Stream& s) { return static_cast<cudaStream_t>(s.native_handle()); }
+inline cudaStream_t cuda_stream(const device::Stream& s) { return static_cast<cudaStream_t>(s.native_handle()); }
 
 }  // namespace strata::runtime::ops
 

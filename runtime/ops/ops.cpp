@@ -20,7 +20,7 @@ namespace kh = strata::kernels::host;
 
 }  // namespace
 
-void embedding_fwd(Stream& s, void* out, const std::int32_t* tokens, const void* wte,
+void embedding_fwd(device::Stream& s, void* out, const std::int32_t* tokens, const void* wte,
                    const void* wpe, int B, int T, int C, int pos_offset, DType dtype) {
   if (cudaStream_t cs = cuda_stream(s)) {
     CUDA_OP(kc::embedding_fwd(out, tokens, wte, wpe, B, T, C, pos_offset, dtype, cs));
@@ -30,7 +30,7 @@ void embedding_fwd(Stream& s, void* out, const std::int32_t* tokens, const void*
               "embedding_fwd");
 }
 
-void embedding_bwd(Stream& s, void* dwte, void* dwpe, const void* dout,
+void embedding_bwd(device::Stream& s, void* dwte, void* dwpe, const void* dout,
                    const std::int32_t* tokens, int B, int T, int C, DType dtype) {
   if (cudaStream_t cs = cuda_stream(s)) {
     CUDA_OP(kc::embedding_bwd(dwte, dwpe, dout, tokens, B, T, C, dtype, cs));
@@ -40,7 +40,7 @@ void embedding_bwd(Stream& s, void* dwte, void* dwpe, const void* dout,
               "embedding_bwd");
 }
 
-void layernorm_fwd(Stream& s, void* out, float* mean, float* rstd, const void* inp,
+void layernorm_fwd(device::Stream& s, void* out, float* mean, float* rstd, const void* inp,
                    const void* weight, const void* bias, std::int64_t N, int C, float eps,
                    DType dtype) {
   if (cudaStream_t cs = cuda_stream(s)) {
@@ -51,7 +51,7 @@ void layernorm_fwd(Stream& s, void* out, float* mean, float* rstd, const void* i
               "layernorm_fwd");
 }
 
-void layernorm_bwd(Stream& s, void* dinp, void* dweight, void* dbias, const void* dout,
+void layernorm_bwd(device::Stream& s, void* dinp, void* dweight, void* dbias, const void* dout,
                    const void* inp, const void* weight, const float* mean, const float* rstd,
                    std::int64_t N, int C, DType dtype) {
   if (cudaStream_t cs = cuda_stream(s)) {
@@ -66,7 +66,7 @@ void layernorm_bwd(Stream& s, void* dinp, void* dweight, void* dbias, const void
       "layernorm_bwd");
 }
 
-void matmul_fwd(Stream& s, void* out, const void* inp, const void* weight, const void* bias,
+void matmul_fwd(device::Stream& s, void* out, const void* inp, const void* weight, const void* bias,
                 std::int64_t N, int C, int OC, DType dtype) {
   if (cudaStream_t cs = cuda_stream(s)) {
     CUDA_OP(kc::matmul_fwd(out, inp, weight, bias, N, C, OC, dtype, cs));
@@ -75,7 +75,7 @@ void matmul_fwd(Stream& s, void* out, const void* inp, const void* weight, const
   s.host_task([=] { kh::matmul_fwd(out, inp, weight, bias, N, C, OC, dtype); }, "matmul_fwd");
 }
 
-void matmul_bwd(Stream& s, void* dinp, void* dweight, void* dbias, const void* dout,
+void matmul_bwd(device::Stream& s, void* dinp, void* dweight, void* dbias, const void* dout,
                 const void* inp, const void* weight, std::int64_t N, int C, int OC,
                 DType dtype) {
   if (cudaStream_t cs = cuda_stream(s)) {
@@ -86,7 +86,7 @@ void matmul_bwd(Stream& s, void* dinp, void* dweight, void* dbias, const void* d
               "matmul_bwd");
 }
 
-void attention_fwd(Stream& s, void* out, float* lse, const void* qkv, int B, int T, int C,
+void attention_fwd(device::Stream& s, void* out, float* lse, const void* qkv, int B, int T, int C,
                    int NH, DType dtype) {
   if (cudaStream_t cs = cuda_stream(s)) {
     CUDA_OP(kc::attention_fwd(out, lse, qkv, B, T, C, NH, dtype, cs));
@@ -95,7 +95,7 @@ void attention_fwd(Stream& s, void* out, float* lse, const void* qkv, int B, int
   s.host_task([=] { kh::attention_fwd(out, lse, qkv, B, T, C, NH, dtype); }, "attention_fwd");
 }
 
-void attention_bwd(Stream& s, void* dqkv, const void* dout, const void* qkv, const void* out,
+void attention_bwd(device::Stream& s, void* dqkv, const void* dout, const void* qkv, const void* out,
                    const float* lse, int B, int T, int C, int NH, DType dtype) {
   if (cudaStream_t cs = cuda_stream(s)) {
     CUDA_OP(kc::attention_bwd(dqkv, dout, qkv, out, lse, B, T, C, NH, dtype, cs));
@@ -105,7 +105,7 @@ void attention_bwd(Stream& s, void* dqkv, const void* dout, const void* qkv, con
               "attention_bwd");
 }
 
-void attention_decode(Stream& s, void* out, void* k_cache, void* v_cache, const void* qkv,
+void attention_decode(device::Stream& s, void* out, void* k_cache, void* v_cache, const void* qkv,
                       int B, int T_new, int past, int max_T, int C, int NH, DType dtype) {
   if (cudaStream_t cs = cuda_stream(s)) {
     CUDA_OP(kc::attention_decode(out, k_cache, v_cache, qkv, B, T_new, past, max_T, C, NH, dtype,
@@ -119,7 +119,7 @@ void attention_decode(Stream& s, void* out, void* k_cache, void* v_cache, const 
       "attention_decode");
 }
 
-void gelu_fwd(Stream& s, void* out, const void* inp, std::int64_t n, DType dtype) {
+void gelu_fwd(device::Stream& s, void* out, const void* inp, std::int64_t n, DType dtype) {
   if (cudaStream_t cs = cuda_stream(s)) {
     CUDA_OP(kc::gelu_fwd(out, inp, n, dtype, cs));
     return;
@@ -127,7 +127,7 @@ void gelu_fwd(Stream& s, void* out, const void* inp, std::int64_t n, DType dtype
   s.host_task([=] { kh::gelu_fwd(out, inp, n, dtype); }, "gelu_fwd");
 }
 
-void gelu_bwd(Stream& s, void* dinp, const void* inp, const void* dout, std::int64_t n,
+void gelu_bwd(device::Stream& s, void* dinp, const void* inp, const void* dout, std::int64_t n,
               DType dtype) {
   if (cudaStream_t cs = cuda_stream(s)) {
     CUDA_OP(kc::gelu_bwd(dinp, inp, dout, n, dtype, cs));
@@ -136,7 +136,7 @@ void gelu_bwd(Stream& s, void* dinp, const void* inp, const void* dout, std::int
   s.host_task([=] { kh::gelu_bwd(dinp, inp, dout, n, dtype); }, "gelu_bwd");
 }
 
-void residual_fwd(Stream& s, void* out, const void* a, const void* b, std::int64_t n,
+void residual_fwd(device::Stream& s, void* out, const void* a, const void* b, std::int64_t n,
                   DType dtype) {
   if (cudaStream_t cs = cuda_stream(s)) {
     CUDA_OP(kc::residual_fwd(out, a, b, n, dtype, cs));
@@ -145,7 +145,7 @@ void residual_fwd(Stream& s, void* out, const void* a, const void* b, std::int64
   s.host_task([=] { kh::residual_fwd(out, a, b, n, dtype); }, "residual_fwd");
 }
 
-void softmax_xent_fwd(Stream& s, float* losses, const void* logits,
+void softmax_xent_fwd(device::Stream& s, float* losses, const void* logits,
                       const std::int32_t* targets, std::int64_t N, int V, DType dtype) {
   if (cudaStream_t cs = cuda_stream(s)) {
     CUDA_OP(kc::softmax_xent_fwd(losses, logits, targets, N, V, dtype, cs));
@@ -155,7 +155,7 @@ void softmax_xent_fwd(Stream& s, float* losses, const void* logits,
               "softmax_xent_fwd");
 }
 
-void softmax_xent_bwd(Stream& s, void* dlogits, const void* logits,
+void softmax_xent_bwd(device::Stream& s, void* dlogits, const void* logits,
                       const std::int32_t* targets, std::int64_t N, int V, float dloss,
                       DType dtype) {
   if (cudaStream_t cs = cuda_stream(s)) {
@@ -166,7 +166,7 @@ void softmax_xent_bwd(Stream& s, void* dlogits, const void* logits,
               "softmax_xent_bwd");
 }
 
-void cast(Stream& s, const void* src, DType src_dtype, void* dst, DType dst_dtype,
+void cast(device::Stream& s, const void* src, DType src_dtype, void* dst, DType dst_dtype,
           std::size_t n) {
   if (cudaStream_t cs = cuda_stream(s)) {
     CUDA_OP(kc::cast(src, src_dtype, dst, dst_dtype, n, cs));

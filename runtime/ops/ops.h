@@ -13,44 +13,44 @@
 
 namespace strata::runtime::ops {
 
-void embedding_fwd(Stream& s, void* out, const std::int32_t* tokens, const void* wte,
+void embedding_fwd(device::Stream& s, void* out, const std::int32_t* tokens, const void* wte,
                    const void* wpe, int B, int T, int C, int pos_offset, DType dtype);
-void embedding_bwd(Stream& s, void* dwte, void* dwpe, const void* dout,
+void embedding_bwd(device::Stream& s, void* dwte, void* dwpe, const void* dout,
                    const std::int32_t* tokens, int B, int T, int C, DType dtype);
 
-void layernorm_fwd(Stream& s, void* out, float* mean, float* rstd, const void* inp,
+void layernorm_fwd(device::Stream& s, void* out, float* mean, float* rstd, const void* inp,
                    const void* weight, const void* bias, std::int64_t N, int C, float eps,
                    DType dtype);
-void layernorm_bwd(Stream& s, void* dinp, void* dweight, void* dbias, const void* dout,
+void layernorm_bwd(device::Stream& s, void* dinp, void* dweight, void* dbias, const void* dout,
                    const void* inp, const void* weight, const float* mean, const float* rstd,
                    std::int64_t N, int C, DType dtype);
 
-void matmul_fwd(Stream& s, void* out, const void* inp, const void* weight, const void* bias,
+void matmul_fwd(device::Stream& s, void* out, const void* inp, const void* weight, const void* bias,
                 std::int64_t N, int C, int OC, DType dtype);
-void matmul_bwd(Stream& s, void* dinp, void* dweight, void* dbias, const void* dout,
+void matmul_bwd(device::Stream& s, void* dinp, void* dweight, void* dbias, const void* dout,
                 const void* inp, const void* weight, std::int64_t N, int C, int OC,
                 DType dtype);
 
-void attention_fwd(Stream& s, void* out, float* lse, const void* qkv, int B, int T, int C,
+void attention_fwd(device::Stream& s, void* out, float* lse, const void* qkv, int B, int T, int C,
                    int NH, DType dtype);
-void attention_bwd(Stream& s, void* dqkv, const void* dout, const void* qkv, const void* out,
+void attention_bwd(device::Stream& s, void* dqkv, const void* dout, const void* qkv, const void* out,
                    const float* lse, int B, int T, int C, int NH, DType dtype);
-void attention_decode(Stream& s, void* out, void* k_cache, void* v_cache, const void* qkv,
+void attention_decode(device::Stream& s, void* out, void* k_cache, void* v_cache, const void* qkv,
                       int B, int T_new, int past, int max_T, int C, int NH, DType dtype);
 
-void gelu_fwd(Stream& s, void* out, const void* inp, std::int64_t n, DType dtype);
-void gelu_bwd(Stream& s, void* dinp, const void* inp, const void* dout, std::int64_t n,
+void gelu_fwd(device::Stream& s, void* out, const void* inp, std::int64_t n, DType dtype);
+void gelu_bwd(device::Stream& s, void* dinp, const void* inp, const void* dout, std::int64_t n,
               DType dtype);
-void residual_fwd(Stream& s, void* out, const void* a, const void* b, std::int64_t n,
+void residual_fwd(device::Stream& s, void* out, const void* a, const void* b, std::int64_t n,
                   DType dtype);
 
-void softmax_xent_fwd(Stream& s, float* losses, const void* logits,
+void softmax_xent_fwd(device::Stream& s, float* losses, const void* logits,
                       const std::int32_t* targets, std::int64_t N, int V, DType dtype);
-void softmax_xent_bwd(Stream& s, void* dlogits, const void* logits,
+void softmax_xent_bwd(device::Stream& s, void* dlogits, const void* logits,
                       const std::int32_t* targets, std::int64_t N, int V, float dloss,
                       DType dtype);
 
-void cast(Stream& s, const void* src, DType src_dtype, void* dst, DType dst_dtype,
+void cast(device::Stream& s, const void* src, DType src_dtype, void* dst, DType dst_dtype,
           std::size_t n);
 
 }  // namespace strata::runtime::ops

@@ -61,7 +61,7 @@ std::size_t optim_scratch_bytes(std::size_t n) {
   return kPartialsAt + kernels::cuda::grad_sq_norm_partials(n) * sizeof(double);
 }
 
-void accumulate_grads(Stream& s, float* acc, const void* x, DType dtype, std::size_t n, int threads) {
+void accumulate_grads(device::Stream& s, float* acc, const void* x, DType dtype, std::size_t n, int threads) {
   if (cudaStream_t cs = cuda_stream(s)) {
     CUDA_OP(kc::accumulate_grads(acc, x, dtype, n, cs));
     return;
@@ -70,7 +70,7 @@ void accumulate_grads(Stream& s, float* acc, const void* x, DType dtype, std::si
               "accumulate grads");
 }
 
-void grad_sq_norm(Stream& s, const float* x, std::size_t n, float scale, double* out,
+void grad_sq_norm(device::Stream& s, const float* x, std::size_t n, float scale, double* out,
                   void* device_scratch, int threads) {
   if (cudaStream_t cs = cuda_stream(s)) {
     CUDA_OP(kc::grad_sq_norm(x, n, scale, scratch_at<double>(device_scratch, kNormAt),
@@ -82,7 +82,7 @@ void grad_sq_norm(Stream& s, const float* x, std::size_t n, float scale, double*
               "grad norm");
 }
 
-void all_finite(Stream& s, const float* x, std::size_t n, int* out, void* device_scratch,
+void all_finite(device::Stream& s, const float* x, std::size_t n, int* out, void* device_scratch,
                 int threads) {
   if (cudaStream_t cs = cuda_stream(s)) {
     CUDA_OP(kc::all_finite(x, n, scratch_at<int>(device_scratch, kFlagAt), cs));
@@ -93,7 +93,7 @@ void all_finite(Stream& s, const float* x, std::size_t n, int* out, void* device
               "finite check");
 }
 
-void adam_step(Stream& s, const cpu_adam::AdamHyper& hyper, std::int64_t step,
+void adam_step(device::Stream& s, const cpu_adam::AdamHyper& hyper, std::int64_t step,
                const cpu_adam::AdamShard& shard, float grad_scale, int threads) {
   if (cudaStream_t cs = cuda_stream(s)) {
     CUDA_OP(kc::adamw(shard.params, shard.grads, shard.grad_dtype, shard.exp_avg,

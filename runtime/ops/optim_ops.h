@@ -32,16 +32,16 @@ namespace strata::runtime::ops {
 std::size_t optim_scratch_bytes(std::size_t n);
 
 // acc[i] += x[i] in fp32 (x in `dtype`).
-void accumulate_grads(Stream& s, float* acc, const void* x, DType dtype, std::size_t n, int threads);
+void accumulate_grads(device::Stream& s, float* acc, const void* x, DType dtype, std::size_t n, int threads);
 // *out (host memory) = sum of (x[i] * scale)^2, in double.
-void grad_sq_norm(Stream& s, const float* x, std::size_t n, float scale, double* out,
+void grad_sq_norm(device::Stream& s, const float* x, std::size_t n, float scale, double* out,
                   void* device_scratch, int threads);
 // *out (host memory) = 1 when every x[i] is finite, else 0.
-void all_finite(Stream& s, const float* x, std::size_t n, int* out, void* device_scratch,
+void all_finite(device::Stream& s, const float* x, std::size_t n, int* out, void* device_scratch,
                 int threads);
 // One Adam / AdamW step on device-resident states (cpu_adam::adam_step's contract; the shard's
 // pointers are device memory, params_out / out_dtype included).
-void adam_step(Stream& s, const cpu_adam::AdamHyper& hyper, std::int64_t step,
+void adam_step(device::Stream& s, const cpu_adam::AdamHyper& hyper, std::int64_t step,
                const cpu_adam::AdamShard& shard, float grad_scale, int threads);
 
 }  // namespace strata::runtime::ops

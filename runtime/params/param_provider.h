@@ -19,14 +19,14 @@
 #include "core/dtype.h"
 #include "runtime/device/device.h"
 
-namespace strata::runtime {
+namespace strata::runtime::params {
 
 // A module's full parameters or gradient buffer in device memory.
 struct ModuleView {
   void* data = nullptr;          // numel elements of dtype, device memory
   std::size_t numel = 0;
   DType dtype = DType::f32;
-  const Event* ready = nullptr;  // wait on it before use; nullptr = usable now
+  const device::Event* ready = nullptr;  // wait on it before use; nullptr = usable now
 };
 
 class ParamProvider {
@@ -37,9 +37,9 @@ class ParamProvider {
   virtual std::size_t module_numel(int module) const = 0;
 
   virtual ModuleView acquire(int module) = 0;
-  virtual void release(int module, const Event& done) = 0;
+  virtual void release(int module, const device::Event& done) = 0;
   virtual ModuleView acquire_grads(int module) = 0;
-  virtual void grads_ready(int module, const Event& done) = 0;
+  virtual void grads_ready(int module, const device::Event& done) = 0;
 
  protected:
   ParamProvider() = default;
@@ -47,4 +47,4 @@ class ParamProvider {
   ParamProvider& operator=(const ParamProvider&) = delete;
 };
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::params

@@ -7,14 +7,14 @@
 
 #include "core/error.h"
 
-namespace strata::runtime {
+namespace strata::runtime::params {
 
-ResidentParams::ResidentParams(Device& device, const std::vector<std::size_t>& module_numels,
+ResidentParams::ResidentParams(device::Device& device, const std::vector<std::size_t>& module_numels,
                                const std::vector<std::string>& names, DType dtype,
                                bool with_grads)
     : dtype_(dtype), numels_(module_numels), counts_(module_numels.size()) {
   STRATA_ASSERT(names.size() == module_numels.size(), "one name per module");
-  std::unique_ptr<Stream> stream = device.create_stream("resident-params-init");
+  std::unique_ptr<device::Stream> stream = device.create_stream("resident-params-init");
   for (std::size_t m = 0; m < numels_.size(); ++m) {
     const std::size_t bytes = numels_[m] * dtype_size(dtype);
     params_.push_back(device.allocate(bytes, fmt::format("parameters of {}", names[m])));
@@ -42,7 +42,7 @@ ModuleView ResidentParams::acquire(int module) {
   return {params(module), module_numel(module), dtype_, nullptr};
 }
 
-void ResidentParams::release(int module, const Event& /*done*/) {
+void ResidentParams::release(int module, const device::Event& /*done*/) {
   check_module(module);
   ++counts_[static_cast<std::size_t>(module)].releases;
 }
@@ -54,7 +54,7 @@ ModuleView ResidentParams::acquire_grads(int module) {
   return {grads(module), module_numel(module), dtype_, nullptr};
 }
 
-void ResidentParams::grads_ready(int module, const Event& /*done*/) {
+void ResidentParams::grads_ready(int module, const device::Event& /*done*/) {
   check_module(module);
   ++counts_[static_cast<std::size_t>(module)].grads_ready;
 }
@@ -70,7 +70,7 @@ void* ResidentParams::grads(int module) const {
   return grads_[static_cast<std::size_t>(module)].data();
 }
 
-void ResidentParams::zero_grads(Stream& stream) {
+void ResidentParams::zero_grads(device::Stream& stream) {
   for (std::size_t m = 0; m < grads_.size(); ++m) {
     stream.memset_async(grads_[m].data(), 0, grads_[m].bytes());
   }
@@ -81,4 +81,4 @@ const ResidentParams::Counts& ResidentParams::counts(int module) const {
   return counts_[static_cast<std::size_t>(module)];
 }
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::params

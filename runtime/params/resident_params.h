@@ -10,14 +10,14 @@
 #include "runtime/device/device.h"
 #include "runtime/params/param_provider.h"
 
-namespace strata::runtime {
+namespace strata::runtime::params {
 
 class ResidentParams final : public ParamProvider {
  public:
   // Allocates one parameter and (when with_grads) one gradient buffer per module from the
   // device arena, zero-filled; OutOfMemory (naming the module) when they do not fit.
   // `names` label the allocations in memory reports. `device` must outlive this.
-  ResidentParams(Device& device, const std::vector<std::size_t>& module_numels,
+  ResidentParams(device::Device& device, const std::vector<std::size_t>& module_numels,
                  const std::vector<std::string>& names, DType dtype, bool with_grads);
 
   int module_count() const override { return static_cast<int>(params_.size()); }
@@ -25,16 +25,16 @@ class ResidentParams final : public ParamProvider {
   DType dtype() const { return dtype_; }
 
   ModuleView acquire(int module) override;
-  void release(int module, const Event& done) override;
+  void release(int module, const device::Event& done) override;
   ModuleView acquire_grads(int module) override;
-  void grads_ready(int module, const Event& done) override;
+  void grads_ready(int module, const device::Event& done) override;
 
   // Direct access for loading weights, the optimizer and tests (device memory).
   void* params(int module) const;
   void* grads(int module) const;
 
   // Enqueues zero-filling of every gradient buffer on `stream` (before a step's backward).
-  void zero_grads(Stream& stream);
+  void zero_grads(device::Stream& stream);
 
   // Number of acquire / acquire_grads / grads_ready calls so far, per module (tests check the
   // model's protocol with them).
@@ -51,9 +51,9 @@ class ResidentParams final : public ParamProvider {
 
   DType dtype_;
   std::vector<std::size_t> numels_;
-  std::vector<DeviceBuffer> params_;
-  std::vector<DeviceBuffer> grads_;
+  std::vector<device::DeviceBuffer> params_;
+  std::vector<device::DeviceBuffer> grads_;
   std::vector<Counts> counts_;
 };
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::params

@@ -1,18 +1,18 @@
 #include "runtime/telemetry/busy_tracker.h"
 
-namespace strata::runtime {
+namespace strata::runtime::telemetry {
 
-BusyTracker::BusyTracker(const Tracer& tracer) : tracer_(tracer) { begin_step(); }
+BusyTracker::BusyTracker(const trace::Tracer& tracer) : tracer_(tracer) { begin_step(); }
 
 void BusyTracker::begin_step() {
   baseline_ns_.clear();
-  for (const TrackBusy& b : tracer_.busy()) baseline_ns_[b.track] = b.busy_ns;
+  for (const trace::TrackBusy& b : tracer_.busy()) baseline_ns_[b.track] = b.busy_ns;
 }
 
 BusyTracker::Result BusyTracker::end_step() const {
   Result r;
   std::int64_t busiest_ns = -1;
-  for (const TrackBusy& b : tracer_.busy()) {
+  for (const trace::TrackBusy& b : tracer_.busy()) {
     auto it = baseline_ns_.find(b.track);
     const std::int64_t ns = b.busy_ns - (it != baseline_ns_.end() ? it->second : 0);
     r.per_track_ms.emplace_back(b.track, static_cast<double>(ns) / 1e6);
@@ -30,4 +30,4 @@ double overlap_ratio(double step_ms, double busiest_ms) noexcept {
   return busiest_ms > 0 && step_ms > 0 ? step_ms / busiest_ms : 0.0;
 }
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::telemetry

@@ -15,13 +15,13 @@
 
 #include "runtime/trace/trace.h"
 
-namespace strata::runtime {
+namespace strata::runtime::telemetry {
 
 class BusyTracker {
  public:
   // `tracer` is borrowed and must outlive the tracker. A tracer without busy accounting gives
   // empty results (busiest "" and 0 ms). Takes a first baseline (as begin_step()).
-  explicit BusyTracker(const Tracer& tracer);
+  explicit BusyTracker(const trace::Tracer& tracer);
 
   // Takes the baseline: the counters as they are now.
   void begin_step();
@@ -36,7 +36,7 @@ class BusyTracker {
   Result end_step() const;
 
  private:
-  const Tracer& tracer_;
+  const trace::Tracer& tracer_;
   std::unordered_map<std::string, std::int64_t> baseline_ns_;  // track -> busy_ns at begin_step
 };
 
@@ -45,4 +45,4 @@ class BusyTracker {
 // can fall below 1 when the busiest track is recorded by several threads at once.
 double overlap_ratio(double step_ms, double busiest_ms) noexcept;
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::telemetry

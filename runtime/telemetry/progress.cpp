@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-namespace strata::runtime {
+namespace strata::runtime::telemetry {
 namespace {
 
 // Plain mode prints about this many lines for a long run.
@@ -126,4 +126,4 @@ void Progress::finish() {
 
 bool stderr_is_terminal() noexcept { return ::isatty(STDERR_FILENO) == 1; }
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::telemetry

@@ -14,7 +14,7 @@
 
 #include "runtime/telemetry/step_metrics.h"
 
-namespace strata::runtime {
+namespace strata::runtime::telemetry {
 
 class Progress {
  public:
@@ -49,4 +49,4 @@ class Progress {
 // Whether stderr is a terminal (isatty), to choose Progress's mode.
 bool stderr_is_terminal() noexcept;
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::telemetry

@@ -8,7 +8,7 @@
 #include "core/error.h"
 #include "core/log.h"
 
-namespace strata::runtime {
+namespace strata::runtime::telemetry {
 namespace {
 
 // ordered_json keeps the keys in the order written, so a line reads like the struct.
@@ -105,4 +105,4 @@ void MetricsWriter::write(const StepMetrics& m) {
   }
 }
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::telemetry

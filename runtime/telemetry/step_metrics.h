@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-namespace strata::runtime {
+namespace strata::runtime::telemetry {
 
 // One memory tier at a point in time.
 struct TierMemory {
@@ -106,4 +106,4 @@ class MetricsWriter {
   std::unique_ptr<std::FILE, Closer> file_;  // null when disabled
 };
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::telemetry

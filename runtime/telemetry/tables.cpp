@@ -7,7 +7,7 @@
 
 #include "core/units.h"
 
-namespace strata::runtime {
+namespace strata::runtime::telemetry {
 namespace {
 
 // Columns separated by two spaces; the first left-aligned, the others right-aligned; a cell
@@ -70,4 +70,4 @@ std::string bytes_table(const LinkBytes& total, double collective_theory_bytes) 
   return render(cells, 2);
 }
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::telemetry

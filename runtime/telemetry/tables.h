@@ -17,7 +17,7 @@
 
 #include "runtime/telemetry/step_metrics.h"
 
-namespace strata::runtime {
+namespace strata::runtime::telemetry {
 
 // One row per (name, tier); budget 0 is shown as "-" (no limit).
 std::string memory_table(const std::vector<std::pair<std::string, TierMemory>>& rows);
@@ -26,4 +26,4 @@ std::string memory_table(const std::vector<std::pair<std::string, TierMemory>>& 
 // collective_theory_bytes > 0.
 std::string bytes_table(const LinkBytes& total, double collective_theory_bytes);
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::telemetry

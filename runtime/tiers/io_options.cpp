@@ -4,30 +4,30 @@
 
 #include "core/error.h"
 
-namespace strata::runtime {
+namespace strata::runtime::tiers {
 namespace {
 
-offload::AioBackend to_backend(IoBackend backend) {
+offload::AioBackend to_backend(config::IoBackend backend) {
   switch (backend) {
-    case IoBackend::kAuto: return offload::AioBackend::kAuto;
-    case IoBackend::kIoUring: return offload::AioBackend::kIoUring;
-    case IoBackend::kThreads: return offload::AioBackend::kThreads;
+    case config::IoBackend::kAuto: return offload::AioBackend::kAuto;
+    case config::IoBackend::kIoUring: return offload::AioBackend::kIoUring;
+    case config::IoBackend::kThreads: return offload::AioBackend::kThreads;
   }
   STRATA_ASSERT(false, "unknown IoBackend");
 }
 
-offload::DirectIo to_direct(DirectIoMode mode) {
+offload::DirectIo to_direct(config::DirectIoMode mode) {
   switch (mode) {
-    case DirectIoMode::kAuto: return offload::DirectIo::kAuto;
-    case DirectIoMode::kRequire: return offload::DirectIo::kRequire;
-    case DirectIoMode::kOff: return offload::DirectIo::kOff;
+    case config::DirectIoMode::kAuto: return offload::DirectIo::kAuto;
+    case config::DirectIoMode::kRequire: return offload::DirectIo::kRequire;
+    case config::DirectIoMode::kOff: return offload::DirectIo::kOff;
   }
   STRATA_ASSERT(false, "unknown DirectIoMode");
 }
 
 }  // namespace
 
-offload::AioOptions aio_options(const Config& config) {
+offload::AioOptions aio_options(const config::Config& config) {
   offload::AioOptions o;
   o.block_size = config.aio.block_size;
   o.queue_depth = config.aio.queue_depth;
@@ -39,7 +39,7 @@ offload::AioOptions aio_options(const Config& config) {
   return o;
 }
 
-offload::SwapOptions swap_options(const Config& config, std::vector<std::string> paths) {
+offload::SwapOptions swap_options(const config::Config& config, std::vector<std::string> paths) {
   offload::SwapOptions o;
   o.paths = std::move(paths);
   o.block_size = config.aio.block_size;
@@ -48,4 +48,4 @@ offload::SwapOptions swap_options(const Config& config, std::vector<std::string>
   return o;
 }
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::tiers

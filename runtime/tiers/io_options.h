@@ -9,9 +9,9 @@
 #include "offload/swap_space.h"
 #include "runtime/config/config.h"
 
-namespace strata::runtime {
+namespace strata::runtime::tiers {
 
-offload::AioOptions aio_options(const Config& config);
-offload::SwapOptions swap_options(const Config& config, std::vector<std::string> paths);
+offload::AioOptions aio_options(const config::Config& config);
+offload::SwapOptions swap_options(const config::Config& config, std::vector<std::string> paths);
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::tiers

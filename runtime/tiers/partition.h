@@ -12,7 +12,7 @@
 #include <cstddef>
 #include <vector>
 
-namespace strata::runtime {
+namespace strata::runtime::tiers {
 
 inline constexpr std::size_t kShardAlignment = 64;  // elements
 
@@ -39,4 +39,4 @@ inline ModulePartition partition_module(std::size_t numel, int shards) {
   return p;
 }
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::tiers

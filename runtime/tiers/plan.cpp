@@ -7,14 +7,14 @@
 #include "core/units.h"
 #include "runtime/device/arena.h"
 
-namespace strata::runtime {
+namespace strata::runtime::tiers {
 namespace {
 
-Tier tier_of(OffloadDevice d) {
+Tier tier_of(config::OffloadDevice d) {
   switch (d) {
-    case OffloadDevice::kNone: return Tier::device;
-    case OffloadDevice::kCpu: return Tier::pinned;
-    case OffloadDevice::kNvme: return Tier::nvme;
+    case config::OffloadDevice::kNone: return Tier::device;
+    case config::OffloadDevice::kCpu: return Tier::pinned;
+    case config::OffloadDevice::kNvme: return Tier::nvme;
   }
   return Tier::device;
 }
@@ -46,11 +46,11 @@ const char* state_name(StateKind kind) {
   return "?";
 }
 
-std::vector<std::string> nvme_paths(const Config& config) {
-  const ZeroConfig& z = config.zero_optimization;
+std::vector<std::string> nvme_paths(const config::Config& config) {
+  const config::ZeroConfig& z = config.zero_optimization;
   std::vector<std::string> paths;
-  auto add = [&](OffloadDevice device, const std::vector<std::string>& section_paths) {
-    if (device != OffloadDevice::kNvme) return;
+  auto add = [&](config::OffloadDevice device, const std::vector<std::string>& section_paths) {
+    if (device != config::OffloadDevice::kNvme) return;
     for (const std::string& p : section_paths) {
       if (std::find(paths.begin(), paths.end(), p) == paths.end()) paths.push_back(p);
     }
@@ -98,8 +98,8 @@ std::string ZeroPlan::table(const PlanInputs& in) const {
   return out;
 }
 
-ZeroPlan make_plan(const Config& config, const PlanInputs& in) {
-  const ZeroConfig& z = config.zero_optimization;
+ZeroPlan make_plan(const config::Config& config, const PlanInputs& in) {
+  const config::ZeroConfig& z = config.zero_optimization;
   STRATA_ASSERT(in.module_numels.size() == in.module_names.size() && !in.module_numels.empty(),
                 "plan inputs: one name per module");
   ZeroPlan plan;
@@ -199,17 +199,17 @@ ZeroPlan make_plan(const Config& config, const PlanInputs& in) {
     const ModulePartition& p = plan.modules[m].part;
     if (in.world == 1 || z.stage < 2 || p.padded_numel <= bucket_numel) return 0;
     return bucket_numel / static_cast<std::uint64_t>(in.world) * static_cast<std::uint64_t>(in.world) * ds +
-           Arena::kAlignment;
+           device::Arena::kAlignment;
   };
   std::uint64_t widest[2] = {0, 0};
   for (std::size_t m = 1; m < plan.modules.size(); ++m) {
     const int c = plan.modules[m].size_class;
-    widest[c] = std::max(widest[c], gathered(m) + grad(m) + bucket(m) + 2 * Arena::kAlignment);
+    widest[c] = std::max(widest[c], gathered(m) + grad(m) + bucket(m) + 2 * device::Arena::kAlignment);
   }
   for (int c = 0; c < 2; ++c) {
-    std::uint64_t held0 = c == c0 ? grad(0) + Arena::kAlignment : 0;
+    std::uint64_t held0 = c == c0 ? grad(0) + device::Arena::kAlignment : 0;
     std::uint64_t need = held0 + widest[c];
-    if (c == c0) need = std::max(need, gathered(0) + grad(0) + bucket(0) + 2 * Arena::kAlignment);
+    if (c == c0) need = std::max(need, gathered(0) + grad(0) + bucket(0) + 2 * device::Arena::kAlignment);
     plan.class_minimum_bytes[c] = need;
   }
   const std::uint64_t minimum_working = plan.class_minimum_bytes[0] + plan.class_minimum_bytes[1];
@@ -280,4 +280,4 @@ ZeroPlan make_plan(const Config& config, const PlanInputs& in) {
   return plan;
 }
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::tiers

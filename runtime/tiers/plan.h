@@ -28,7 +28,7 @@
 #include "runtime/tiers/partition.h"
 #include "runtime/tiers/tier.h"
 
-namespace strata::runtime {
+namespace strata::runtime::tiers {
 
 // Device memory left outside the engine's regions for small scratch buffers (loss and norm
 // all-reduces, gathering masters for --save).
@@ -82,10 +82,10 @@ struct ZeroPlan {
   std::string table(const PlanInputs& inputs) const;
 };
 
-ZeroPlan make_plan(const Config& config, const PlanInputs& inputs);
+ZeroPlan make_plan(const config::Config& config, const PlanInputs& inputs);
 
 // The NVMe folders the plan's states may use: offload_param's then
 // offload_optimizer's, each once, in order; empty when neither section offloads to NVMe.
-std::vector<std::string> nvme_paths(const Config& config);
+std::vector<std::string> nvme_paths(const config::Config& config);
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::tiers

@@ -2,7 +2,7 @@
 // The tiers a model state can live in, and the states the tier store keeps per module.
 #include <cstdint>
 
-namespace strata::runtime {
+namespace strata::runtime::tiers {
 
 enum class Tier { device, pinned, nvme };
 const char* tier_name(Tier tier);  // "device" | "pinned host" | "nvme"
@@ -30,4 +30,4 @@ inline StateKind state_kind(OptimState state) {
   return StateKind::master;
 }
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::tiers

@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 
-namespace strata::runtime {
+namespace strata::runtime::tiers {
 namespace {
 
 bool aligned_for_direct_io(const void* p) {
@@ -15,7 +15,7 @@ bool aligned_for_direct_io(const void* p) {
 
 }  // namespace
 
-TierState TierState::on_device(DeviceBuffer buffer, std::size_t numel, std::size_t elem_bytes,
+TierState TierState::on_device(device::DeviceBuffer buffer, std::size_t numel, std::size_t elem_bytes,
                                std::size_t shard_offset_bytes, TransferCounters& counters) {
   TierState s;
   s.tier_ = Tier::device;
@@ -55,7 +55,7 @@ void* TierState::device_data() const {
   return static_cast<char*>(device_.data()) + shard_offset_bytes_;
 }
 
-void TierState::read(std::size_t offset, std::size_t n, void* host, Stream& stream) const {
+void TierState::read(std::size_t offset, std::size_t n, void* host, device::Stream& stream) const {
   STRATA_ASSERT(offset + n <= numel_, "TierState::read past the shard");
   const std::size_t bytes = n * elem_bytes_;
   switch (tier_) {
@@ -78,7 +78,7 @@ void TierState::read(std::size_t offset, std::size_t n, void* host, Stream& stre
   }
 }
 
-void TierState::write(std::size_t offset, std::size_t n, const void* host, Stream& stream) {
+void TierState::write(std::size_t offset, std::size_t n, const void* host, device::Stream& stream) {
   STRATA_ASSERT(offset + n <= numel_, "TierState::write past the shard");
   const std::size_t bytes = n * elem_bytes_;
   switch (tier_) {
@@ -101,14 +101,14 @@ void TierState::write(std::size_t offset, std::size_t n, const void* host, Strea
   }
 }
 
-void TierState::write_full(const void* host, Stream& stream) {
+void TierState::write_full(const void* host, device::Stream& stream) {
   STRATA_ASSERT(tier_ == Tier::device, "write_full of a state that is not on the device");
   stream.copy_async(device_.data(), host, device_.bytes());
   stream.synchronize();
   counters_->add_h2d(device_.bytes());
 }
 
-void TierState::fill_zero(Stream& stream) {
+void TierState::fill_zero(device::Stream& stream) {
   switch (tier_) {
     case Tier::device: stream.memset_async(device_data(), 0, bytes()); return;
     case Tier::pinned: std::memset(pinned_.data(), 0, bytes()); return;
@@ -120,7 +120,7 @@ void TierState::fill_zero(Stream& stream) {
   }
 }
 
-void TierState::copy_to_device(std::size_t offset, std::size_t n, void* device_dst, Stream& stream) const {
+void TierState::copy_to_device(std::size_t offset, std::size_t n, void* device_dst, device::Stream& stream) const {
   STRATA_ASSERT(offset + n <= numel_, "TierState::copy_to_device past the shard");
   const std::size_t bytes = n * elem_bytes_;
   switch (tier_) {
@@ -136,7 +136,7 @@ void TierState::copy_to_device(std::size_t offset, std::size_t n, void* device_d
   detail::assert_fail("copy_to_device of an NVMe state (read it into pinned staging first)", __FILE__, __LINE__);
 }
 
-void TierState::copy_from_device(std::size_t offset, std::size_t n, const void* device_src, Stream& stream) {
+void TierState::copy_from_device(std::size_t offset, std::size_t n, const void* device_src, device::Stream& stream) {
   STRATA_ASSERT(offset + n <= numel_, "TierState::copy_from_device past the shard");
   const std::size_t bytes = n * elem_bytes_;
   switch (tier_) {
@@ -153,7 +153,7 @@ void TierState::copy_from_device(std::size_t offset, std::size_t n, const void* 
 }
 
 offload::AioHandle TierState::write_from_staging(std::size_t offset, std::size_t n, const void* staging,
-                                                Stream& stream) {
+                                                device::Stream& stream) {
   STRATA_ASSERT(offset + n <= numel_, "TierState::write_from_staging past the shard");
   const std::size_t bytes = n * elem_bytes_;
   switch (tier_) {
@@ -182,4 +182,4 @@ offload::AioEngine& TierState::engine() const {
   return swap_->engine();
 }
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::tiers

@@ -22,7 +22,7 @@
 #include "runtime/device/device.h"
 #include "runtime/tiers/tier.h"
 
-namespace strata::runtime {
+namespace strata::runtime::tiers {
 
 // Bytes the states moved between host memory and the device, for the engine's counters. Every
 // H2D and D2H of model states is counted here, wherever it is issued from.
@@ -60,7 +60,7 @@ class TierState {
 
   // Device tier. `full_bytes` > shard: resident parameters, the full padded buffer with this
   // rank's shard at `shard_offset_bytes`.
-  static TierState on_device(DeviceBuffer buffer, std::size_t numel, std::size_t elem_bytes,
+  static TierState on_device(device::DeviceBuffer buffer, std::size_t numel, std::size_t elem_bytes,
                              std::size_t shard_offset_bytes, TransferCounters& counters);
   static TierState on_pinned(offload::HostBuffer buffer, std::size_t numel, std::size_t elem_bytes,
                              TransferCounters& counters);
@@ -82,23 +82,23 @@ class TierState {
   // Synchronous: the window to / from any host memory. Device tier: a copy on `stream`, then
   // stream.synchronize(). NVMe: through an aligned bounce buffer when `host` is not aligned for
   // O_DIRECT. Errors (EIO, a short file) throw with the extent's name.
-  void read(std::size_t offset, std::size_t n, void* host, Stream& stream) const;
-  void write(std::size_t offset, std::size_t n, const void* host, Stream& stream);
+  void read(std::size_t offset, std::size_t n, void* host, device::Stream& stream) const;
+  void write(std::size_t offset, std::size_t n, const void* host, device::Stream& stream);
   // Resident parameters: every rank's slice at once (the initial values), on `stream`, waited for.
-  void write_full(const void* host, Stream& stream);
+  void write_full(const void* host, device::Stream& stream);
   // Zero the whole shard (device: enqueued on `stream`, not waited for).
-  void fill_zero(Stream& stream);
+  void fill_zero(device::Stream& stream);
 
   // Asynchronous copies of the window into / out of device memory on `stream` (the device
   // tier copies on the device; the pinned tier is an H2D / D2H from its buffer). Not for NVMe:
   // its bytes go through a pinned staging buffer first (read_async).
-  void copy_to_device(std::size_t offset, std::size_t n, void* device_dst, Stream& stream) const;
-  void copy_from_device(std::size_t offset, std::size_t n, const void* device_src, Stream& stream);
+  void copy_to_device(std::size_t offset, std::size_t n, void* device_dst, device::Stream& stream) const;
+  void copy_from_device(std::size_t offset, std::size_t n, const void* device_src, device::Stream& stream);
 
   // The window from a pinned staging buffer (valid until the copy or write completes), without
   // waiting: device tier an H2D on `stream`, pinned a memcpy, NVMe a write whose handle is
   // returned (empty otherwise).
-  offload::AioHandle write_from_staging(std::size_t offset, std::size_t n, const void* staging, Stream& stream);
+  offload::AioHandle write_from_staging(std::size_t offset, std::size_t n, const void* staging, device::Stream& stream);
   // NVMe parameters go through pinned staging before the device; the other tiers copy directly.
   bool needs_staging() const { return tier_ == Tier::nvme; }
 
@@ -112,7 +112,7 @@ class TierState {
   Tier tier_ = Tier::device;
   std::size_t numel_ = 0;
   std::size_t elem_bytes_ = 0;
-  DeviceBuffer device_;
+  device::DeviceBuffer device_;
   std::size_t shard_offset_bytes_ = 0;  // device tier: where this rank's shard starts
   offload::HostBuffer pinned_;
   offload::SwapSpace* swap_ = nullptr;
@@ -120,4 +120,4 @@ class TierState {
   TransferCounters* counters_ = nullptr;
 };
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::tiers

@@ -8,10 +8,10 @@
 #include "core/error.h"
 #include "runtime/tiers/io_options.h"
 
-namespace strata::runtime {
+namespace strata::runtime::tiers {
 namespace {
 
-offload::PinHook pin_hook(Device& device) {
+offload::PinHook pin_hook(device::Device& device) {
   return {[&device](void* ptr, std::size_t bytes) { device.pin_host(ptr, bytes); },
           [&device](void* ptr) { device.unpin_host(ptr); }};
 }
@@ -40,7 +40,7 @@ std::string label(const std::string& module, StateKind kind) {
 
 }  // namespace
 
-TierStore::Backing::Backing(const Config& config, Device& device)
+TierStore::Backing::Backing(const config::Config& config, device::Device& device)
     : pinned(config.strata.pinned_memory_bytes, pin_hook(device), "pinned host", "strata.pinned_memory"),
       io(aio_options(config), &pinned) {
   STRATA_ASSERT(config.strata.pinned_memory_bytes > 0,
@@ -49,7 +49,7 @@ TierStore::Backing::Backing(const Config& config, Device& device)
   if (!paths.empty()) swap = std::make_unique<offload::SwapSpace>(swap_options(config, std::move(paths)), io);
 }
 
-TierStore::TierStore(const Config& config, const StoreSetup& setup, Device& device, Stream& init)
+TierStore::TierStore(const config::Config& config, const StoreSetup& setup, device::Device& device, device::Stream& init)
     : backing_(std::make_shared<Backing>(config, device)), dtype_(setup.dtype) {
   register_usage(device);
   shard_rank_ = config.zero_optimization.stage >= 1 ? setup.rank : 0;
@@ -63,10 +63,10 @@ TierStore::TierStore(const Config& config, const StoreSetup& setup, Device& devi
 
 TierStore::~TierStore() = default;
 
-void TierStore::register_usage(Device& device) {
+void TierStore::register_usage(device::Device& device) {
   std::weak_ptr<Backing> weak = backing_;
   device.add_tier([weak] {
-    TierUsage usage{"pinned host", 0, 0, 0};
+    device::TierUsage usage{"pinned host", 0, 0, 0};
     if (auto s = weak.lock()) {
       offload::HostPoolStats stats = s->pinned.stats();
       usage = {"pinned host", stats.current_bytes, stats.peak_bytes, stats.budget_bytes};
@@ -75,7 +75,7 @@ void TierStore::register_usage(Device& device) {
   });
   if (!backing_->swap) return;
   device.add_tier([weak] {
-    TierUsage usage{"nvme", 0, 0, 0};
+    device::TierUsage usage{"nvme", 0, 0, 0};
     if (auto s = weak.lock()) {
       offload::SwapStats stats = s->swap->stats();
       std::uint64_t free_bytes = 0;
@@ -87,13 +87,13 @@ void TierStore::register_usage(Device& device) {
   });
 }
 
-void TierStore::fill_inputs(const StoreSetup& setup, Device& device) {
+void TierStore::fill_inputs(const StoreSetup& setup, device::Device& device) {
   inputs_.module_numels = setup.module_numels;
   inputs_.module_names = setup.module_names;
   inputs_.world = setup.world;
   inputs_.dtype = setup.dtype;
   inputs_.activation_bytes = setup.activation_bytes;
-  const ArenaStats arena = device.memory_stats();
+  const device::ArenaStats arena = device.memory_stats();
   inputs_.device_budget_bytes = arena.budget_bytes - arena.current_bytes;
   const offload::HostPoolStats pinned_stats = pinned().stats();
   inputs_.pinned_budget_bytes = pinned_stats.budget_bytes - pinned_stats.current_bytes;
@@ -113,7 +113,7 @@ void TierStore::fill_inputs(const StoreSetup& setup, Device& device) {
   inputs_.nvme_block_bytes = chunk_numel_;
 }
 
-void TierStore::allocate(const StoreSetup& setup, Device& device, Stream& init) {
+void TierStore::allocate(const StoreSetup& setup, device::Device& device, device::Stream& init) {
   const std::size_t ds = dtype_size(dtype_);
   modules_.resize(plan_.modules.size());
   for (std::size_t m = 0; m < plan_.modules.size(); ++m) {
@@ -176,4 +176,4 @@ std::size_t TierStore::window_numel() const {
   return plan_.optimizer_chunk_numel ? plan_.optimizer_chunk_numel : plan_.max_shard_numel;
 }
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::tiers

@@ -32,7 +32,7 @@
 #include "runtime/tiers/tier.h"
 #include "runtime/tiers/tier_state.h"
 
-namespace strata::runtime {
+namespace strata::runtime::tiers {
 
 struct StoreSetup {
   std::vector<std::size_t> module_numels;
@@ -50,7 +50,7 @@ class TierStore {
   // optimizer states (waited for before the constructor returns). Throws strata::Error for what
   // the tiers refuse (a missing NVMe folder, O_DIRECT required where the file system lacks it,
   // ...) and, with the plan's table, when the states do not fit.
-  TierStore(const Config& config, const StoreSetup& setup, Device& device, Stream& init);
+  TierStore(const config::Config& config, const StoreSetup& setup, device::Device& device, device::Stream& init);
   ~TierStore();
   TierStore(const TierStore&) = delete;
   TierStore& operator=(const TierStore&) = delete;
@@ -82,14 +82,14 @@ class TierStore {
   // Shared with the usage reports the device holds, which may outlive the store: they see an
   // expired pointer and report nothing.
   struct Backing {
-    Backing(const Config& config, Device& device);
+    Backing(const config::Config& config, device::Device& device);
     offload::HostPool pinned;
     offload::AioEngine io;
     std::unique_ptr<offload::SwapSpace> swap;
   };
-  void register_usage(Device& device);
-  void fill_inputs(const StoreSetup& setup, Device& device);
-  void allocate(const StoreSetup& setup, Device& device, Stream& init);
+  void register_usage(device::Device& device);
+  void fill_inputs(const StoreSetup& setup, device::Device& device);
+  void allocate(const StoreSetup& setup, device::Device& device, device::Stream& init);
 
   std::shared_ptr<Backing> backing_;  // first: the states below use it
   DType dtype_;
@@ -101,4 +101,4 @@ class TierStore {
   std::vector<std::array<TierState, kStateKinds>> modules_;
 };
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::tiers

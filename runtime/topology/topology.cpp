@@ -20,7 +20,7 @@
 #include <hwloc.h>
 #endif
 
-namespace strata::runtime {
+namespace strata::runtime::topology {
 namespace {
 
 namespace fs = std::filesystem;
@@ -215,7 +215,7 @@ std::optional<Topology> topology_from_hwloc(std::string& why_not) {
 
 std::string yes_no(bool b) { return b ? "yes" : "no"; }
 
-std::string pcie_text(const CudaDeviceInfo& d) {
+std::string pcie_text(const device::CudaDeviceInfo& d) {
   std::string link = d.pcie_generation > 0
                          ? "PCIe Gen" + std::to_string(d.pcie_generation) + " x" + std::to_string(d.pcie_width)
                          : "PCIe link unknown (NVML not available)";
@@ -280,12 +280,12 @@ MachineReport collect_machine_report(const std::string& dir_for_o_direct) {
   } catch (const std::exception& e) {
     r.simd_error = e.what();  // a bad STRATA_SIMD is worth reporting, not worth failing on
   }
-  r.cuda = cuda_availability();
+  r.cuda = device::cuda_availability();
   r.nvidia_driver = read_line("/proc/driver/nvidia/version").value_or("");
   r.io_uring = offload::probe_io_uring();
   r.o_direct = offload::probe_o_direct(dir_for_o_direct);
   try {
-    r.launch = detect_launch();
+    r.launch = launch::detect_launch();
   } catch (const std::exception& e) {
     r.launch_error = e.what();
 #ifdef STRATA_HAVE_MPI
@@ -350,7 +350,7 @@ std::string format_machine_report(const MachineReport& r) {
     t.row("devices", "none: " + r.cuda.why_not);
   } else {
     t.row("devices", std::to_string(r.cuda.devices.size()));
-    for (const CudaDeviceInfo& d : r.cuda.devices) {
+    for (const device::CudaDeviceInfo& d : r.cuda.devices) {
       t.row("device " + std::to_string(d.ordinal),
             d.name + ", " + format_bytes(d.total_bytes) +
                 (d.free_bytes != 0 ? " (" + format_bytes(d.free_bytes) + " free)" : std::string()) +
@@ -380,7 +380,7 @@ std::string format_machine_report(const MachineReport& r) {
                              format_bytes(o.total_bytes));
   }
 
-  const LaunchInfo& l = r.launch;
+  const launch::LaunchInfo& l = r.launch;
   t.section("MPI");
   t.row("compiled", yes_no(l.mpi_compiled));
   if (!r.launch_error.empty()) {
@@ -404,7 +404,7 @@ std::string machine_report_json(const MachineReport& r, int indent) {
     numa.push_back({{"os_index", n.os_index}, {"memory_bytes", n.memory_bytes}, {"cpus", n.cpus}});
   }
   json devices = json::array();
-  for (const CudaDeviceInfo& d : r.cuda.devices) {
+  for (const device::CudaDeviceInfo& d : r.cuda.devices) {
     devices.push_back({{"ordinal", d.ordinal},
                        {"name", d.name},
                        {"memory_bytes", d.total_bytes},
@@ -467,4 +467,4 @@ std::string machine_report_json(const MachineReport& r, int indent) {
   return j.dump(indent, ' ', false, json::error_handler_t::replace);
 }
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::topology

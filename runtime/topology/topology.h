@@ -13,7 +13,7 @@
 #include "runtime/launch/launch.h"
 #include "runtime/device/device.h"
 
-namespace strata::runtime {
+namespace strata::runtime::topology {
 
 struct NumaNode {
   int os_index = 0;
@@ -48,14 +48,14 @@ struct MachineReport {
   SimdLevel simd_detected = SimdLevel::scalar;
   std::optional<SimdLevel> simd_active;  // nullopt when STRATA_SIMD is invalid: see simd_error
   std::string simd_error;
-  CudaAvailability cuda;                // compiled or not; devices, or why none
+  device::CudaAvailability cuda;                // compiled or not; devices, or why none
   // The NVIDIA kernel driver as /proc/driver/nvidia/version names it ("NVRM version: ..."),
   // or empty when none is loaded: cudart's own message for that case ("driver version is
   // insufficient") does not say that there is no driver at all.
   std::string nvidia_driver;
   offload::IoUringProbe io_uring;
   offload::ODirectProbe o_direct;
-  LaunchInfo launch;
+  launch::LaunchInfo launch;
   std::string launch_error;             // malformed launcher environment, else empty
   bool hwloc_compiled = false;
   std::string hwloc_version;            // "2.9.0" when compiled
@@ -74,4 +74,4 @@ std::string format_machine_report(const MachineReport& report);
 // The same facts as a JSON object (text, indented by `indent` spaces; -1 = one line).
 std::string machine_report_json(const MachineReport& report, int indent = 2);
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::topology

@@ -12,7 +12,7 @@
 #include "core/error.h"
 #include "core/log.h"
 
-namespace strata::runtime {
+namespace strata::runtime::trace {
 namespace {
 
 // Spans are stored in fixed-capacity chunks so that recording never moves old spans (no
@@ -235,4 +235,4 @@ void Tracer::flush() {
   }
 }
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::trace

@@ -31,7 +31,7 @@
 #include <string_view>
 #include <vector>
 
-namespace strata::runtime {
+namespace strata::runtime::trace {
 
 // Cumulative busy counters of one track since the Tracer was created (see Note [Busy time]).
 struct TrackBusy {
@@ -123,4 +123,4 @@ class ScopedSpan {
   std::int64_t start_ns_;
 };
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::trace

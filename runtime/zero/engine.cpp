@@ -10,10 +10,10 @@
 #include "core/log.h"
 #include "runtime/zero/engine_parts.h"
 
-namespace strata::runtime {
+namespace strata::runtime::zero {
 
-ZeroEngine::Parts::Parts(const Config& config, const EngineSetup& setup, Device& device, Stream& compute,
-                         Communicator& communicator, Tracer& tracer)
+ZeroEngine::Parts::Parts(const config::Config& config, const EngineSetup& setup, device::Device& device, device::Stream& compute,
+                         comm::Communicator& communicator, trace::Tracer& tracer)
     : comm(communicator),
       streams(device),
       store(config, store_setup(setup, communicator), device, *streams.optim),
@@ -22,8 +22,8 @@ ZeroEngine::Parts::Parts(const Config& config, const EngineSetup& setup, Device&
       grads(config, store, device, compute, streams, communicator, fetcher, gate),
       updater(config, store, device, streams, gate, grads, tracer) {}
 
-StoreSetup ZeroEngine::Parts::store_setup(const EngineSetup& setup, const Communicator& comm) {
-  StoreSetup s;
+tiers::StoreSetup ZeroEngine::Parts::store_setup(const EngineSetup& setup, const comm::Communicator& comm) {
+  tiers::StoreSetup s;
   s.module_numels = setup.module_numels;
   s.module_names = setup.module_names;
   s.dtype = setup.dtype;
@@ -33,10 +33,10 @@ StoreSetup ZeroEngine::Parts::store_setup(const EngineSetup& setup, const Commun
   return s;
 }
 
-ZeroEngine::ZeroEngine(const Config& config, const EngineSetup& setup, Device& device, Stream& compute,
-                       Communicator& comm, Tracer& tracer)
+ZeroEngine::ZeroEngine(const config::Config& config, const EngineSetup& setup, device::Device& device, device::Stream& compute,
+                       comm::Communicator& comm, trace::Tracer& tracer)
     : config_(config), device_(device), scaler_(config.fp16, config.fp16.enabled.value_or(false)) {
-  const ZeroConfig& z = config.zero_optimization;
+  const config::ZeroConfig& z = config.zero_optimization;
   if (z.stage < 0 || z.stage > 3) {
     throw Error("ZeRO stage " + std::to_string(z.stage) + " does not exist", "zero_optimization.stage",
                 "use 0, 1, 2 or 3");
@@ -63,9 +63,9 @@ ZeroEngine::~ZeroEngine() {
   }
 }
 
-const ZeroPlan& ZeroEngine::plan() const { return parts_->store.plan(); }
-const PlanInputs& ZeroEngine::plan_inputs() const { return parts_->store.plan_inputs(); }
-TierStore& ZeroEngine::tiers() const { return parts_->store; }
+const tiers::ZeroPlan& ZeroEngine::plan() const { return parts_->store.plan(); }
+const tiers::PlanInputs& ZeroEngine::plan_inputs() const { return parts_->store.plan_inputs(); }
+tiers::TierStore& ZeroEngine::tiers() const { return parts_->store; }
 int ZeroEngine::module_count() const { return parts_->store.module_count(); }
 std::size_t ZeroEngine::module_numel(int module) const {
   STRATA_ASSERT(module >= 0 && module < module_count(), "module index out of range");
@@ -74,7 +74,7 @@ std::size_t ZeroEngine::module_numel(int module) const {
 
 cpu_adam::AdamHyper ZeroEngine::make_hyper(double lr) const {
   STRATA_ASSERT(config_.optimizer.has_value(), "the engine needs an optimizer section");
-  const OptimizerConfig& o = *config_.optimizer;
+  const config::OptimizerConfig& o = *config_.optimizer;
   cpu_adam::AdamHyper h;
   h.lr = static_cast<float>(lr);
   const std::array<double, 2> betas = o.betas.value();
@@ -82,7 +82,7 @@ cpu_adam::AdamHyper ZeroEngine::make_hyper(double lr) const {
   h.beta2 = static_cast<float>(betas[1]);
   h.eps = static_cast<float>(o.eps.value());
   h.weight_decay = static_cast<float>(o.weight_decay.value());
-  h.mode = (o.type == OptimizerType::kAdamW || o.adam_w_mode) ? cpu_adam::AdamMode::adamw : cpu_adam::AdamMode::adam;
+  h.mode = (o.type == config::OptimizerType::kAdamW || o.adam_w_mode) ? cpu_adam::AdamMode::adamw : cpu_adam::AdamMode::adam;
   h.bias_correction = o.bias_correction;
   return h;
 }
@@ -144,19 +144,19 @@ void ZeroEngine::run_after_updates(std::function<void()> task, std::function<voi
   parts_->updater.run_after(std::move(task), std::move(done));
 }
 
-ModuleView ZeroEngine::acquire(int module) { return parts_->fetcher.acquire(module); }
+params::ModuleView ZeroEngine::acquire(int module) { return parts_->fetcher.acquire(module); }
 
-void ZeroEngine::release(int module, const Event& /*done: recorded on the compute stream*/) {
+void ZeroEngine::release(int module, const device::Event& /*done: recorded on the compute stream*/) {
   parts_->fetcher.release(module);
 }
 
-ModuleView ZeroEngine::acquire_grads(int module) { return parts_->grads.acquire(module); }
+params::ModuleView ZeroEngine::acquire_grads(int module) { return parts_->grads.acquire(module); }
 
-void ZeroEngine::grads_ready(int module, const Event& done) {
+void ZeroEngine::grads_ready(int module, const device::Event& done) {
   if (parts_->grads.ready(module, done) && !global_before_update_) post_update(module, 1.0f);
 }
 
-ArenaStats ZeroEngine::device_memory() const { return parts_->fetcher.device_memory(); }
+device::ArenaStats ZeroEngine::device_memory() const { return parts_->fetcher.device_memory(); }
 
 EngineCounters ZeroEngine::counters() const {
   const Parts& p = *parts_;
@@ -178,4 +178,4 @@ EngineCounters ZeroEngine::counters() const {
   return c;
 }
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::zero

@@ -46,10 +46,10 @@
 #include "runtime/tiers/plan.h"
 #include "runtime/tiers/tier.h"
 #include "runtime/tiers/tier_store.h"
+#include "runtime/trace/trace.h"
 
-namespace strata::runtime {
+namespace strata::runtime::zero {
 
-class Tracer;
 
 struct EngineSetup {
   std::vector<std::size_t> module_numels;
@@ -79,21 +79,21 @@ struct StepOutcome {
   float loss_scale = 1.0f;  // the scale the step's backward used
 };
 
-class ZeroEngine final : public ParamProvider {
+class ZeroEngine final : public params::ParamProvider {
  public:
   // config: resolved, with concrete optimizer values. Makes the tier store (the host tiers, the
   // plan — throws strata::Error with the per-tier table when it does not fit — and every state
   // it places). Borrowed references must outlive the engine. `tracer` may be disabled.
-  ZeroEngine(const Config& config, const EngineSetup& setup, Device& device, Stream& compute,
-             Communicator& comm, Tracer& tracer);
+  ZeroEngine(const config::Config& config, const EngineSetup& setup, device::Device& device, device::Stream& compute,
+             comm::Communicator& comm, trace::Tracer& tracer);
   ~ZeroEngine() override;
   ZeroEngine(const ZeroEngine&) = delete;
   ZeroEngine& operator=(const ZeroEngine&) = delete;
 
-  const ZeroPlan& plan() const;
-  const PlanInputs& plan_inputs() const;
+  const tiers::ZeroPlan& plan() const;
+  const tiers::PlanInputs& plan_inputs() const;
   // Where every state lives, and the host tiers (pinned pool, I/O engine, swap space) behind them.
-  TierStore& tiers() const;
+  tiers::TierStore& tiers() const;
 
   // Initial values of module m: its full fp32 values (numel, host memory). Every rank passes the
   // same values and keeps its shard: fp32 master, zero moments, parameters in the compute dtype.
@@ -122,9 +122,9 @@ class ZeroEngine final : public ParamProvider {
   std::size_t shard_numel(int module) const;
   const std::string& module_name(int module) const;
   std::size_t state_chunk_numel() const;
-  void read_state(int module, OptimState state, std::size_t offset, std::size_t n, float* buf);
+  void read_state(int module, tiers::OptimState state, std::size_t offset, std::size_t n, float* buf);
   // Writing the master also writes the parameters made from it, as an update does.
-  void write_state(int module, OptimState state, std::size_t offset, std::size_t n, const float* buf);
+  void write_state(int module, tiers::OptimState state, std::size_t offset, std::size_t n, const float* buf);
   // Runs `task` on the optimizer worker after the updates posted so far and before any posted
   // later, so that a checkpoint reads each module's states after its last update and before
   // the next step's. `done` runs after it (also when it is skipped after an earlier failure).
@@ -141,15 +141,15 @@ class ZeroEngine final : public ParamProvider {
   // The device arena's use with the engine's transient regions counted by what is carved from
   // them (the regions are reserved whole at start). The peak adds the regions' own peaks to the
   // rest's: an upper bound.
-  ArenaStats device_memory() const;
+  device::ArenaStats device_memory() const;
 
   // ParamProvider.
   int module_count() const override;
   std::size_t module_numel(int module) const override;
-  ModuleView acquire(int module) override;
-  void release(int module, const Event& done) override;
-  ModuleView acquire_grads(int module) override;
-  void grads_ready(int module, const Event& done) override;
+  params::ModuleView acquire(int module) override;
+  void release(int module, const device::Event& done) override;
+  params::ModuleView acquire_grads(int module) override;
+  void grads_ready(int module, const device::Event& done) override;
 
   struct Parts;  // engine.cpp: the streams, the tier store and the parts below
 
@@ -157,8 +157,8 @@ class ZeroEngine final : public ParamProvider {
   cpu_adam::AdamHyper make_hyper(double lr) const;
   void post_update(int module, float grad_scale);
 
-  const Config& config_;
-  Device& device_;
+  const config::Config& config_;
+  device::Device& device_;
   int world_ = 1;
   int gas_ = 1;
   // Without clipping and fp16 a module's update is posted as soon as its gradient is final;
@@ -172,4 +172,4 @@ class ZeroEngine final : public ParamProvider {
   std::unique_ptr<Parts> parts_;
 };
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::zero

@@ -9,20 +9,20 @@
 #include "runtime/zero/update_gate.h"
 #include "runtime/zero/updater.h"
 
-namespace strata::runtime {
+namespace strata::runtime::zero {
 
 struct ZeroEngine::Parts {
-  Parts(const Config& config, const EngineSetup& setup, Device& device, Stream& compute, Communicator& comm,
-        Tracer& tracer);
-  static StoreSetup store_setup(const EngineSetup& setup, const Communicator& comm);
+  Parts(const config::Config& config, const EngineSetup& setup, device::Device& device, device::Stream& compute, comm::Communicator& comm,
+        trace::Tracer& tracer);
+  static tiers::StoreSetup store_setup(const EngineSetup& setup, const comm::Communicator& comm);
 
-  Communicator& comm;
+  comm::Communicator& comm;
   EngineStreams streams;
-  TierStore store;
+  tiers::TierStore store;
   UpdateGate gate;
   ParamFetcher fetcher;
   GradPath grads;
   Updater updater;
 };
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::zero

@@ -9,7 +9,7 @@
 #include "runtime/zero/engine.h"
 #include "runtime/zero/engine_parts.h"
 
-namespace strata::runtime {
+namespace strata::runtime::zero {
 namespace {
 
 // The parameters of a window, from the fp32 master: the master cast to the compute dtype, as an
@@ -24,21 +24,21 @@ std::vector<std::byte> cast_params(const float* master, std::size_t n, DType dty
 
 void ZeroEngine::load_module(int module, const float* values) {
   Parts& p = *parts_;
-  const ModulePartition& part = p.store.module_plan(module).part;
+  const tiers::ModulePartition& part = p.store.module_plan(module).part;
   const DType dtype = p.store.dtype();
   // The padded module, then this rank's shard of it.
   std::vector<float> padded(part.padded_numel, 0.0f);
   std::copy(values, values + part.numel, padded.begin());
   const float* shard = padded.data() + part.shard_offset(p.store.shard_rank());
-  Stream& copy_in = *p.streams.copy_in;
+  device::Stream& copy_in = *p.streams.copy_in;
 
-  p.store.state(module, StateKind::master).write(0, part.shard_numel, shard, copy_in);
-  p.store.state(module, StateKind::exp_avg).fill_zero(*p.streams.optim);
-  p.store.state(module, StateKind::exp_avg_sq).fill_zero(*p.streams.optim);
+  p.store.state(module, tiers::StateKind::master).write(0, part.shard_numel, shard, copy_in);
+  p.store.state(module, tiers::StateKind::exp_avg).fill_zero(*p.streams.optim);
+  p.store.state(module, tiers::StateKind::exp_avg_sq).fill_zero(*p.streams.optim);
   p.streams.optim->synchronize();
 
   // Parameters in the compute dtype: a resident module's full buffer holds every rank's slice.
-  TierState& param = p.store.state(module, StateKind::param);
+  tiers::TierState& param = p.store.state(module, tiers::StateKind::param);
   if (p.store.module_plan(module).resident) {
     param.write_full(cast_params(padded.data(), part.padded_numel, dtype).data(), copy_in);
   } else {
@@ -48,20 +48,20 @@ void ZeroEngine::load_module(int module, const float* values) {
 
 void ZeroEngine::gather_module(int module, float* out) {
   Parts& p = *parts_;
-  const ModulePartition& part = p.store.module_plan(module).part;
+  const tiers::ModulePartition& part = p.store.module_plan(module).part;
   std::vector<float> mine(part.shard_numel);
   finish_updates();
   device_.synchronize();
-  p.store.state(module, StateKind::master).read(0, part.shard_numel, mine.data(), *p.streams.copy_out);
+  p.store.state(module, tiers::StateKind::master).read(0, part.shard_numel, mine.data(), *p.streams.copy_out);
   const int shards = p.store.plan().shards;
   if (shards == 1) {
     std::copy(mine.begin(), mine.begin() + static_cast<std::ptrdiff_t>(part.numel), out);
     return;
   }
   // Through a bounded device buffer, a piece of every shard at a time.
-  Stream& comm = *p.streams.comm;
+  device::Stream& comm = *p.streams.comm;
   const std::size_t piece = std::min<std::size_t>(part.shard_numel, std::size_t{1} << 16);
-  DeviceBuffer scratch = p.fetcher.allocate_now(0, piece * 4 * static_cast<std::size_t>(shards), "gather scratch");
+  device::DeviceBuffer scratch = p.fetcher.allocate_now(0, piece * 4 * static_cast<std::size_t>(shards), "gather scratch");
   std::vector<float> all(piece * static_cast<std::size_t>(shards));
   for (std::size_t begin = 0; begin < part.shard_numel; begin += piece) {
     const std::size_t n = std::min(piece, part.shard_numel - begin);
@@ -104,24 +104,24 @@ void check_range(const ZeroEngine& engine, int module, std::size_t offset, std::
 
 }  // namespace
 
-void ZeroEngine::read_state(int module, OptimState state, std::size_t offset, std::size_t n, float* buf) {
+void ZeroEngine::read_state(int module, tiers::OptimState state, std::size_t offset, std::size_t n, float* buf) {
   check_range(*this, module, offset, n);
   Parts& p = *parts_;
   p.updater.flush_swaps();
   // Device-tier states were last written on the optimizer stream: read them in its order.
-  p.store.state(module, state_kind(state)).read(offset, n, buf, *p.streams.optim);
+  p.store.state(module, tiers::state_kind(state)).read(offset, n, buf, *p.streams.optim);
 }
 
-void ZeroEngine::write_state(int module, OptimState state, std::size_t offset, std::size_t n, const float* buf) {
+void ZeroEngine::write_state(int module, tiers::OptimState state, std::size_t offset, std::size_t n, const float* buf) {
   check_range(*this, module, offset, n);
   Parts& p = *parts_;
   p.updater.flush_swaps();
-  p.store.state(module, state_kind(state)).write(offset, n, buf, *p.streams.copy_in);
-  if (state != OptimState::master) return;
+  p.store.state(module, tiers::state_kind(state)).write(offset, n, buf, *p.streams.copy_in);
+  if (state != tiers::OptimState::master) return;
   // The parameters of this piece, as an update writes them.
   offload::HostBuffer cast = offload::HostBuffer::allocate(n * dtype_size(p.store.dtype()), "parameters from a checkpoint");
   convert(buf, DType::f32, cast.data(), p.store.dtype(), n);
-  p.store.state(module, StateKind::param).write(offset, n, cast.data(), *p.streams.copy_in);
+  p.store.state(module, tiers::StateKind::param).write(offset, n, cast.data(), *p.streams.copy_in);
   p.fetcher.params_changed(module);  // the other ranks' slices come with the next gather
 }
 
@@ -138,4 +138,4 @@ void ZeroEngine::restore_train_state(const TrainState& state) {
   adam_steps_ = state.adam_steps;
 }
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::zero

@@ -5,21 +5,21 @@
 
 #include "runtime/device/device.h"
 
-namespace strata::runtime {
+namespace strata::runtime::zero {
 
 struct EngineStreams {
-  explicit EngineStreams(Device& device)
+  explicit EngineStreams(device::Device& device)
       : copy_in(device.create_stream("h2d")),
         copy_out(device.create_stream("d2h")),
         comm(device.create_stream("comm")),
         accum(device.create_stream("grad accumulate")),
         optim(device.create_stream("optimizer")) {}
 
-  std::unique_ptr<Stream> copy_in;   // H2D (and D2D into gathered buffers); new parameters
-  std::unique_ptr<Stream> copy_out;  // D2H of gradient shards
-  std::unique_ptr<Stream> comm;      // collectives; device-side gradient accumulation
-  std::unique_ptr<Stream> accum;     // fp32 accumulation of host gradient shards
-  std::unique_ptr<Stream> optim;     // device-resident optimizer work
+  std::unique_ptr<device::Stream> copy_in;   // H2D (and D2D into gathered buffers); new parameters
+  std::unique_ptr<device::Stream> copy_out;  // D2H of gradient shards
+  std::unique_ptr<device::Stream> comm;      // collectives; device-side gradient accumulation
+  std::unique_ptr<device::Stream> accum;     // fp32 accumulation of host gradient shards
+  std::unique_ptr<device::Stream> optim;     // device-resident optimizer work
 };
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::zero

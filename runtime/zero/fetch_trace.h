@@ -11,7 +11,7 @@
 #include <span>
 #include <vector>
 
-namespace strata::runtime {
+namespace strata::runtime::zero {
 
 class FetchTrace {
  public:
@@ -47,4 +47,4 @@ class FetchTrace {
   std::uint64_t divergences_ = 0;
 };
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::zero

@@ -7,10 +7,10 @@
 #include "cpu_adam/grad_ops.h"
 #include "runtime/ops/optim_ops.h"
 
-namespace strata::runtime {
+namespace strata::runtime::zero {
 
-GradPath::GradPath(const Config& config, TierStore& store, Device& device, Stream& compute,
-                   EngineStreams& streams, Communicator& comm, ParamFetcher& fetcher, UpdateGate& gate)
+GradPath::GradPath(const config::Config& config, tiers::TierStore& store, device::Device& device, device::Stream& compute,
+                   EngineStreams& streams, comm::Communicator& comm, ParamFetcher& fetcher, UpdateGate& gate)
     : store_(store), device_(device), compute_(compute), streams_(streams), comm_(comm), fetcher_(fetcher),
       gate_(gate), dtype_(store.dtype()), world_(comm.world()) {
   gas_ = static_cast<int>(config.gradient_accumulation_steps.value_or(std::uint64_t{1}).value_or(1));
@@ -20,7 +20,7 @@ GradPath::GradPath(const Config& config, TierStore& store, Device& device, Strea
   std::size_t max_host_shard = 0;
   for (int m = 0; m < store.module_count(); ++m) {
     modules_[static_cast<std::size_t>(m)].done = device.create_event();
-    if (store.state(m, StateKind::grad_accum).host_data() != nullptr) {
+    if (store.state(m, tiers::StateKind::grad_accum).host_data() != nullptr) {
       max_host_shard = std::max(max_host_shard, store.module_plan(m).part.shard_numel);
     }
   }
@@ -38,9 +38,9 @@ void GradPath::begin_step() {
   for (Module& s : modules_) s.calls = 0;
 }
 
-ModuleView GradPath::acquire(int module) {
+params::ModuleView GradPath::acquire(int module) {
   Module& s = modules_.at(static_cast<std::size_t>(module));
-  const ModulePlan& mp = store_.module_plan(module);
+  const tiers::ModulePlan& mp = store_.module_plan(module);
   const std::size_t bytes = mp.part.padded_numel * dtype_size(dtype_);
   if (s.grad.empty()) {
     s.grad = fetcher_.allocate_now(mp.size_class, bytes,
@@ -48,7 +48,7 @@ ModuleView GradPath::acquire(int module) {
                                        " gradient buffer");
     compute_.memset_async(s.grad.data(), 0, bytes);
   }
-  ModuleView view;
+  params::ModuleView view;
   view.data = s.grad.data();
   view.numel = mp.part.numel;
   view.dtype = dtype_;
@@ -56,11 +56,11 @@ ModuleView GradPath::acquire(int module) {
   return view;
 }
 
-bool GradPath::ready(int module, const Event& done) {
+bool GradPath::ready(int module, const device::Event& done) {
   Module& s = modules_.at(static_cast<std::size_t>(module));
   STRATA_ASSERT(!s.grad.empty(), "grads_ready without acquire_grads");
-  const ModulePlan& mp = store_.module_plan(module);
-  Stream& comm = *streams_.comm;
+  const tiers::ModulePlan& mp = store_.module_plan(module);
+  device::Stream& comm = *streams_.comm;
   const bool last = ++s.calls == gas_;
   if (s.calls == 1) {
     // The accumulator is the last step's until its update has read and zeroed it.
@@ -71,7 +71,7 @@ bool GradPath::ready(int module, const Event& done) {
   if (world_ > 1) reduce(module);
   const void* shard = static_cast<const char*>(s.grad.data()) +
                       mp.part.shard_offset(store_.shard_rank()) * dtype_size(dtype_);
-  TierState& acc = store_.state(module, StateKind::grad_accum);
+  tiers::TierState& acc = store_.state(module, tiers::StateKind::grad_accum);
   if (acc.host_data() == nullptr) {
     ops::accumulate_grads(comm, static_cast<float*>(acc.device_data()), shard, dtype_, mp.part.shard_numel, threads_);
     if (last) s.done->record(comm);
@@ -91,11 +91,11 @@ bool GradPath::ready(int module, const Event& done) {
 // is summed in the same rank order either way, so bucketing never changes the bits.
 void GradPath::reduce(int module) {
   Module& s = modules_[static_cast<std::size_t>(module)];
-  const ModulePlan& mp = store_.module_plan(module);
-  const ModulePartition& part = mp.part;
+  const tiers::ModulePlan& mp = store_.module_plan(module);
+  const tiers::ModulePartition& part = mp.part;
   const std::size_t ds = dtype_size(dtype_);
   const std::size_t bucket = std::max<std::size_t>(reduce_bucket_, static_cast<std::size_t>(world_));
-  Stream& stream = *streams_.comm;
+  device::Stream& stream = *streams_.comm;
   char* grad = static_cast<char*>(s.grad.data());
   if (store_.plan().stage < 2) {
     for (std::size_t off = 0; off < part.padded_numel; off += bucket) {
@@ -113,7 +113,7 @@ void GradPath::reduce(int module) {
     return;
   }
   const std::size_t piece = bucket / static_cast<std::size_t>(world_);  // of each rank's shard
-  DeviceBuffer staging = fetcher_.allocate_now(
+  device::DeviceBuffer staging = fetcher_.allocate_now(
       mp.size_class, piece * static_cast<std::size_t>(world_) * ds,
       store_.plan_inputs().module_names[static_cast<std::size_t>(module)] + " reduce bucket");
   char* b = static_cast<char*>(staging.data());
@@ -134,7 +134,7 @@ void GradPath::reduce(int module) {
 // the accumulate stream.
 void GradPath::accumulate_on_host(int module, const void* shard) {
   Module& s = modules_[static_cast<std::size_t>(module)];
-  const ModulePlan& mp = store_.module_plan(module);
+  const tiers::ModulePlan& mp = store_.module_plan(module);
   STRATA_ASSERT(!staging_.empty(), "no gradient staging buffers were planned");
   Staging& st = staging_[staging_next_];
   staging_next_ = (staging_next_ + 1) % staging_.size();
@@ -146,7 +146,7 @@ void GradPath::accumulate_on_host(int module, const void* shard) {
   store_.transfers().add_d2h(bytes);
   copy_out_done_->record(*streams_.copy_out);
   streams_.accum->wait(*copy_out_done_);
-  float* acc = reinterpret_cast<float*>(store_.state(module, StateKind::grad_accum).host_data());
+  float* acc = reinterpret_cast<float*>(store_.state(module, tiers::StateKind::grad_accum).host_data());
   const void* staged = st.buffer.data();
   const DType dtype = dtype_;
   const std::size_t n = mp.part.shard_numel;
@@ -176,10 +176,10 @@ void GradPath::norm_and_overflow(bool need_norm, bool need_finite, float unscale
                                  bool* overflow) {
   std::vector<double> sq(modules_.size(), 0.0);
   std::vector<int> finite(modules_.size(), 1);
-  DeviceBuffer ops_scratch;  // the device ops' results and partial sums (used on CUDA)
-  Stream& optim = *streams_.optim;
+  device::DeviceBuffer ops_scratch;  // the device ops' results and partial sums (used on CUDA)
+  device::Stream& optim = *streams_.optim;
   for (std::size_t m = 0; m < modules_.size(); ++m) {
-    const TierState& acc = store_.state(static_cast<int>(m), StateKind::grad_accum);
+    const tiers::TierState& acc = store_.state(static_cast<int>(m), tiers::StateKind::grad_accum);
     const std::size_t n = acc.numel();
     if (acc.host_data() == nullptr) {
       if (ops_scratch.empty()) {
@@ -200,12 +200,12 @@ void GradPath::norm_and_overflow(bool need_norm, bool need_finite, float unscale
   bool any_overflow = std::find(finite.begin(), finite.end(), 0) != finite.end();
   if (store_.plan().shards > 1 && (need_norm || need_finite)) {
     // Sum the squares and take the max of the overflow flags over the ranks.
-    Stream& comm = *streams_.comm;
-    DeviceBuffer scratch = device_.allocate(2 * sizeof(float), "grad norm scratch");
+    device::Stream& comm = *streams_.comm;
+    device::DeviceBuffer scratch = device_.allocate(2 * sizeof(float), "grad norm scratch");
     float host[2] = {static_cast<float>(total), any_overflow ? 1.0f : 0.0f};
     comm.copy_async(scratch.data(), host, sizeof host);
-    comm_.all_reduce(scratch.as<float>(), scratch.as<float>(), 1, DType::f32, comm, ReduceOp::sum);
-    comm_.all_reduce(scratch.as<float>() + 1, scratch.as<float>() + 1, 1, DType::f32, comm, ReduceOp::max);
+    comm_.all_reduce(scratch.as<float>(), scratch.as<float>(), 1, DType::f32, comm, comm::ReduceOp::sum);
+    comm_.all_reduce(scratch.as<float>() + 1, scratch.as<float>() + 1, 1, DType::f32, comm, comm::ReduceOp::max);
     comm.copy_async(host, scratch.data(), sizeof host);
     comm.synchronize();
     total = host[0];
@@ -217,11 +217,11 @@ void GradPath::norm_and_overflow(bool need_norm, bool need_finite, float unscale
 
 void GradPath::zero_accumulators() {
   for (int m = 0; m < store_.module_count(); ++m) {
-    TierState& acc = store_.state(m, StateKind::grad_accum);
+    tiers::TierState& acc = store_.state(m, tiers::StateKind::grad_accum);
     acc.fill_zero(*streams_.optim);
     // Device accumulators are zeroed on the optimizer stream: the next accumulation waits on it.
     if (acc.host_data() == nullptr) gate_.updated(m).record(*streams_.optim);
   }
 }
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::zero

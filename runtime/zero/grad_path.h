@@ -26,24 +26,24 @@
 #include "runtime/zero/param_fetcher.h"
 #include "runtime/zero/update_gate.h"
 
-namespace strata::runtime {
+namespace strata::runtime::zero {
 
 class GradPath {
  public:
   // Borrowed references outlive the path. The fetcher lends its transient device memory.
-  GradPath(const Config& config, TierStore& store, Device& device, Stream& compute, EngineStreams& streams,
-           Communicator& comm, ParamFetcher& fetcher, UpdateGate& gate);
+  GradPath(const config::Config& config, tiers::TierStore& store, device::Device& device, device::Stream& compute, EngineStreams& streams,
+           comm::Communicator& comm, ParamFetcher& fetcher, UpdateGate& gate);
   GradPath(const GradPath&) = delete;
   GradPath& operator=(const GradPath&) = delete;
 
   void begin_step();
-  ModuleView acquire(int module);
+  params::ModuleView acquire(int module);
   // The model's gradient of module m is in its buffer once `done` completes. Returns true when
   // this was the step's last micro-batch for m (its accumulation ends at grad_done(m)).
-  bool ready(int module, const Event& done);
+  bool ready(int module, const device::Event& done);
   // Asserts that every module got gradient_accumulation_steps gradients and none is held.
   void check_step_complete() const;
-  const Event& grad_done(int module) const { return *modules_[static_cast<std::size_t>(module)].done; }
+  const device::Event& grad_done(int module) const { return *modules_[static_cast<std::size_t>(module)].done; }
 
   // Global checks over this rank's accumulators, after every accumulation has finished:
   // sum of squares of grads * unscale (module order, so the same bits on every placement), and
@@ -55,23 +55,23 @@ class GradPath {
 
  private:
   struct Module {
-    DeviceBuffer grad;             // the step's device gradient buffer (compute dtype, padded)
+    device::DeviceBuffer grad;             // the step's device gradient buffer (compute dtype, padded)
     int calls = 0;                 // ready() calls this step (the last: gradient_accumulation_steps)
-    std::unique_ptr<Event> done;   // the fp32 accumulation of the step's last micro-batch
+    std::unique_ptr<device::Event> done;   // the fp32 accumulation of the step's last micro-batch
   };
   struct Staging {
     offload::HostBuffer buffer;
-    std::unique_ptr<Event> done;   // the accumulation that read it
+    std::unique_ptr<device::Event> done;   // the accumulation that read it
   };
   void reduce(int module);
   void accumulate_on_host(int module, const void* shard);
   void count_reduce(std::size_t full_bytes, bool all_reduce);
 
-  TierStore& store_;
-  Device& device_;
-  Stream& compute_;
+  tiers::TierStore& store_;
+  device::Device& device_;
+  device::Stream& compute_;
   EngineStreams& streams_;
-  Communicator& comm_;
+  comm::Communicator& comm_;
   ParamFetcher& fetcher_;
   UpdateGate& gate_;
   DType dtype_;
@@ -82,8 +82,8 @@ class GradPath {
   std::vector<Module> modules_;
   std::vector<Staging> staging_;   // gradient D2H, used in turn
   std::size_t staging_next_ = 0;
-  std::unique_ptr<Event> comm_done_, copy_out_done_;
+  std::unique_ptr<device::Event> comm_done_, copy_out_done_;
   std::uint64_t collective_bytes_ = 0;
 };
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::zero

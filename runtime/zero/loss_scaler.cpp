@@ -11,7 +11,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-namespace strata::runtime {
+namespace strata::runtime::zero {
 namespace {
 
 using Json = nlohmann::json;
@@ -56,7 +56,7 @@ std::uint64_t unsigned_field(const Json& state, std::string_view name) {
 
 }  // namespace
 
-LossScaler::LossScaler(const Fp16Config& fp16, bool fp16_enabled) {
+LossScaler::LossScaler(const config::Fp16Config& fp16, bool fp16_enabled) {
   if (!fp16_enabled) return;  // off: scale 1, no skipping
 
   if (!std::isfinite(fp16.loss_scale) || fp16.loss_scale < 0) {
@@ -238,4 +238,4 @@ void LossScaler::load_state(const std::string& json) {
       cur_hysteresis < delayed_shift_ ? cur_hysteresis : delayed_shift_);
 }
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::zero

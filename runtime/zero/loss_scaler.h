@@ -49,7 +49,7 @@
 
 #include "runtime/config/config.h"
 
-namespace strata::runtime {
+namespace strata::runtime::zero {
 
 class LossScaler {
  public:
@@ -58,7 +58,7 @@ class LossScaler {
   // value out of range (negative or non-finite loss_scale, initial_scale_power outside
   // [0, 127], loss_scale_window or hysteresis 0, min_loss_scale not > 0); with fp16 off the
   // fp16 section is not looked at.
-  LossScaler(const Fp16Config& fp16, bool fp16_enabled);
+  LossScaler(const config::Fp16Config& fp16, bool fp16_enabled);
 
   // The scale to multiply the loss by in the next backward pass.
   float scale() const;
@@ -100,4 +100,4 @@ class LossScaler {
   std::uint32_t cur_hysteresis_ = 2;
 };
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::zero

@@ -12,14 +12,14 @@
 
 #include <fmt/format.h>
 
-namespace strata::runtime {
+namespace strata::runtime::zero {
 namespace {
 
 constexpr std::string_view kFixHint =
     "fix this key in the config file (or its --set override); see docs/config.md";
 
 template <typename T>
-T concrete(const AutoOr<T>& value, std::string_view path) {
+T concrete(const config::AutoOr<T>& value, std::string_view path) {
   if (value.is_auto()) {
     throw Error("scheduler value is still \"auto\" when the schedule is built", std::string(path),
                 fmt::format("set {} to a value in the config (or with --set {}=...)", path, path));
@@ -43,16 +43,16 @@ void check_unit_interval(double v, std::string_view path) {
 
 }  // namespace
 
-LrSchedule::LrSchedule(const std::optional<SchedulerConfig>& sched, double base_lr)
+LrSchedule::LrSchedule(const std::optional<config::SchedulerConfig>& sched, double base_lr)
     : base_lr_(base_lr) {
   check_finite_non_negative(base_lr, "optimizer.params.lr");
   if (!sched) return;  // constant lr
-  const SchedulerConfig& s = *sched;
+  const config::SchedulerConfig& s = *sched;
 
   switch (s.type) {
-    case SchedulerType::kWarmupLR: kind_ = Kind::kWarmupLR; break;
-    case SchedulerType::kWarmupDecayLR: kind_ = Kind::kWarmupDecayLR; break;
-    case SchedulerType::kWarmupCosineLR: kind_ = Kind::kWarmupCosineLR; break;
+    case config::SchedulerType::kWarmupLR: kind_ = Kind::kWarmupLR; break;
+    case config::SchedulerType::kWarmupDecayLR: kind_ = Kind::kWarmupDecayLR; break;
+    case config::SchedulerType::kWarmupCosineLR: kind_ = Kind::kWarmupCosineLR; break;
   }
   warmup_type_ = s.warmup_type;
 
@@ -91,7 +91,7 @@ LrSchedule::LrSchedule(const std::optional<SchedulerConfig>& sched, double base_
 
   if (kind_ == Kind::kWarmupDecayLR || kind_ == Kind::kWarmupCosineLR) {
     if (!s.total_num_steps) {
-      throw Error(fmt::format("scheduler {} needs total_num_steps", to_string(s.type)),
+      throw Error(fmt::format("scheduler {} needs total_num_steps", config::to_string(s.type)),
                   "scheduler.params.total_num_steps",
                   "set it to the number of optimizer steps of the run");
     }
@@ -117,7 +117,7 @@ double LrSchedule::lr(std::uint64_t step) const {
 }
 
 double LrSchedule::warmup_progress(std::uint64_t iteration) const {
-  if (warmup_type_ == WarmupType::kLog) {
+  if (warmup_type_ == config::WarmupType::kLog) {
     // self.inverse_log_warm_up * math.log(self.last_batch_iteration + 1)
     return inverse_log_warmup_ * std::log(static_cast<double>(iteration + 1));
   }
@@ -172,4 +172,4 @@ double LrSchedule::schedule_at(std::uint64_t iteration) const {
   return base_lr_;
 }
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::zero

@@ -38,7 +38,7 @@
 
 #include "runtime/config/config.h"
 
-namespace strata::runtime {
+namespace strata::runtime::zero {
 
 class LrSchedule {
  public:
@@ -46,7 +46,7 @@ class LrSchedule {
   // auto). Throws strata::Error naming the key path when a value the schedule type uses is
   // still "auto" (e.g. "scheduler.params.warmup_num_steps") or out of range (warmup_num_steps
   // 0, which DeepSpeed rejects too; last_batch_iteration < -1; a missing total_num_steps).
-  LrSchedule(const std::optional<SchedulerConfig>& sched, double base_lr);
+  LrSchedule(const std::optional<config::SchedulerConfig>& sched, double base_lr);
 
   // The learning rate used by the optimizer step with 0-based index `step` (the first
   // optimizer step of a run is step 0; see the top of this file).
@@ -59,7 +59,7 @@ class LrSchedule {
   double warmup_progress(std::uint64_t iteration) const;  // g(iteration), iteration < W
 
   Kind kind_ = Kind::kConstant;
-  WarmupType warmup_type_ = WarmupType::kLog;
+  config::WarmupType warmup_type_ = config::WarmupType::kLog;
   double base_lr_ = 0.0;
   double min_lr_ = 0.0;    // WarmupLR, WarmupDecayLR
   double delta_lr_ = 0.0;  // warmup_max_lr - warmup_min_lr
@@ -71,4 +71,4 @@ class LrSchedule {
   double cos_min_ratio_ = 0.0;     // WarmupCosineLR
 };
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::zero

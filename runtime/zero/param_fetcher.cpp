@@ -6,14 +6,14 @@
 #include "core/error.h"
 #include "core/units.h"
 
-namespace strata::runtime {
+namespace strata::runtime::zero {
 
-ParamFetcher::ParamFetcher(const Config& config, TierStore& store, Device& device, Stream& compute,
-                           EngineStreams& streams, Communicator& comm, UpdateGate* gate,
+ParamFetcher::ParamFetcher(const config::Config& config, tiers::TierStore& store, device::Device& device, device::Stream& compute,
+                           EngineStreams& streams, comm::Communicator& comm, UpdateGate* gate,
                            std::uint64_t activation_bytes)
     : store_(store), device_(device), compute_(compute), streams_(streams), comm_(comm), gate_(gate),
       dtype_(store.dtype()), shards_(store.plan().shards) {
-  const ZeroConfig& z = config.zero_optimization;
+  const config::ZeroConfig& z = config.zero_optimization;
   prefetch_bucket_ = z.stage3_prefetch_bucket_size.value_or(50'000'000);
   max_live_ = z.stage3_max_live_parameters;
   max_reuse_distance_ = z.stage3_max_reuse_distance;
@@ -21,7 +21,7 @@ ParamFetcher::ParamFetcher(const Config& config, TierStore& store, Device& devic
   std::size_t max_nvme_shard = 0;
   for (int m = 0; m < store.module_count(); ++m) {
     modules_[static_cast<std::size_t>(m)].ready = device.create_event();
-    const TierState& param = store.state(m, StateKind::param);
+    const tiers::TierState& param = store.state(m, tiers::StateKind::param);
     if (!plan_of(m).resident && param.needs_staging()) max_nvme_shard = std::max(max_nvme_shard, param.bytes());
   }
   for (int i = 0; i < store.plan().param_staging_buffers; ++i) {
@@ -39,14 +39,14 @@ std::size_t ParamFetcher::shard_bytes(int module) const {
 }
 
 void ParamFetcher::make_pools(std::uint64_t activation_bytes) {
-  const ZeroPlan& plan = store_.plan();
+  const tiers::ZeroPlan& plan = store_.plan();
   // What the device has left once the model has its activations and a little scratch.
-  const ArenaStats a = device_.memory_stats();
-  const std::uint64_t held = a.current_bytes + activation_bytes + kDeviceScratchBytes + 4 * Arena::kAlignment;
+  const device::ArenaStats a = device_.memory_stats();
+  const std::uint64_t held = a.current_bytes + activation_bytes + tiers::kDeviceScratchBytes + 4 * device::Arena::kAlignment;
   const std::uint64_t need = plan.class_minimum_bytes[0] + plan.class_minimum_bytes[1];
   const std::uint64_t avail = a.budget_bytes > held ? a.budget_bytes - held : 0;
   if (avail < need) {
-    throw OutOfMemory("the device has " + format_bytes(avail) + " left for gathered parameters and gradient "
+    throw device::OutOfMemory("the device has " + format_bytes(avail) + " left for gathered parameters and gradient "
                       "buffers, and needs " + format_bytes(need),
                       "strata.device_memory", "raise strata.device_memory or offload more", need);
   }
@@ -60,8 +60,8 @@ void ParamFetcher::make_pools(std::uint64_t activation_bytes) {
       bytes += static_cast<std::uint64_t>(static_cast<double>(extra) *
                                           (static_cast<double>(plan.class_total_bytes[c]) / total));
     }
-    bytes = bytes / Arena::kAlignment * Arena::kAlignment;
-    pools_[c] = std::make_unique<DevicePool>(device_, bytes, c == 0 ? "transient buffers (large modules)"
+    bytes = bytes / device::Arena::kAlignment * device::Arena::kAlignment;
+    pools_[c] = std::make_unique<device::DevicePool>(device_, bytes, c == 0 ? "transient buffers (large modules)"
                                                                     : "transient buffers (small modules)");
   }
 }
@@ -75,7 +75,7 @@ int ParamFetcher::free_staging() const {
 
 void ParamFetcher::start_read(int module) {
   Module& s = modules_[static_cast<std::size_t>(module)];
-  const TierState& param = store_.state(module, StateKind::param);
+  const tiers::TierState& param = store_.state(module, tiers::StateKind::param);
   STRATA_ASSERT(s.fetch == FetchState::idle && param.needs_staging(), "start_read of a busy module");
   const int index = free_staging();
   STRATA_ASSERT(index >= 0, "start_read without a free staging buffer");
@@ -89,9 +89,9 @@ void ParamFetcher::start_read(int module) {
 
 bool ParamFetcher::gather(int module, bool on_demand) {
   Module& s = modules_[static_cast<std::size_t>(module)];
-  const ModulePlan& mp = plan_of(module);
+  const tiers::ModulePlan& mp = plan_of(module);
   STRATA_ASSERT(!mp.resident && s.fetch != FetchState::gathered, "gather of a gathered module");
-  const TierState& param = store_.state(module, StateKind::param);
+  const tiers::TierState& param = store_.state(module, tiers::StateKind::param);
   const std::size_t full_bytes = mp.part.padded_numel * dtype_size(dtype_);
   if (param.needs_staging() && s.fetch == FetchState::idle) {
     if (!on_demand) return false;
@@ -109,11 +109,11 @@ bool ParamFetcher::gather(int module, bool on_demand) {
   }
   const std::string what = store_.plan_inputs().module_names[static_cast<std::size_t>(module)] +
                            " gathered parameters";
-  DeviceBuffer buffer = on_demand ? allocate_now(mp.size_class, full_bytes, what)
+  device::DeviceBuffer buffer = on_demand ? allocate_now(mp.size_class, full_bytes, what)
                                   : pools_[mp.size_class]->try_allocate(full_bytes, what);
   if (buffer.empty()) return false;
 
-  Stream& copy_in = *streams_.copy_in;
+  device::Stream& copy_in = *streams_.copy_in;
   char* slice = static_cast<char*>(buffer.data()) + mp.part.shard_offset(store_.shard_rank()) * dtype_size(dtype_);
   if (!param.needs_staging()) {
     // The last update wrote the shard: on the optimizer stream (device tier) or before this
@@ -173,7 +173,7 @@ void ParamFetcher::prefetch(bool may_wait) {
   // NVMe reads run furthest ahead: as many as there are staging buffers.
   for (int m : trace_.upcoming()) {
     const Module& s = modules_[static_cast<std::size_t>(m)];
-    if (plan_of(m).resident || !store_.state(m, StateKind::param).needs_staging() || s.fetch != FetchState::idle) {
+    if (plan_of(m).resident || !store_.state(m, tiers::StateKind::param).needs_staging() || s.fetch != FetchState::idle) {
       continue;
     }
     if (update_pending(m)) break;  // its new parameters are still being written
@@ -182,7 +182,7 @@ void ParamFetcher::prefetch(bool may_wait) {
   }
   // Gathers follow, in trace order, within the element budgets.
   for (int m : trace_.upcoming()) {
-    const ModulePlan& mp = plan_of(m);
+    const tiers::ModulePlan& mp = plan_of(m);
     if (mp.resident || modules_[static_cast<std::size_t>(m)].fetch == FetchState::gathered) continue;
     if (update_pending(m)) break;
     if (prefetch_numel_ >= prefetch_bucket_) break;
@@ -206,7 +206,7 @@ bool ParamFetcher::keep_for_reuse(int module) const {
 void ParamFetcher::drop_gathered(int module) {
   Module& s = modules_[static_cast<std::size_t>(module)];
   if (s.fetch == FetchState::reading) {
-    store_.state(module, StateKind::param).engine().wait(s.read);
+    store_.state(module, tiers::StateKind::param).engine().wait(s.read);
     staging_[static_cast<std::size_t>(s.staging)].busy = false;
     s.staging = -1;
     s.fetch = FetchState::idle;
@@ -214,7 +214,7 @@ void ParamFetcher::drop_gathered(int module) {
   }
   if (s.fetch != FetchState::gathered) return;
   STRATA_ASSERT(s.holders == 0, "dropping a module the model still holds");
-  const ModulePlan& mp = plan_of(module);
+  const tiers::ModulePlan& mp = plan_of(module);
   // The compute stream read it last (it waited on `ready`, so the copies are done by then).
   compute_.wait(*s.ready);
   pools_[mp.size_class]->free_after(std::move(s.gathered), compute_);
@@ -252,10 +252,10 @@ bool ParamFetcher::evict_one(int size_class) {
   return true;
 }
 
-DeviceBuffer ParamFetcher::allocate_now(int size_class, std::size_t bytes, const std::string& what) {
-  DevicePool& pool = *pools_[size_class];
+device::DeviceBuffer ParamFetcher::allocate_now(int size_class, std::size_t bytes, const std::string& what) {
+  device::DevicePool& pool = *pools_[size_class];
   for (;;) {
-    DeviceBuffer buffer = pool.try_allocate(bytes, what);
+    device::DeviceBuffer buffer = pool.try_allocate(bytes, what);
     if (!buffer.empty()) return buffer;
     if (pool.wait_one()) continue;
     if (evict_one(size_class)) continue;
@@ -263,7 +263,7 @@ DeviceBuffer ParamFetcher::allocate_now(int size_class, std::size_t bytes, const
   }
 }
 
-void ParamFetcher::free_after(int size_class, DeviceBuffer buffer, Stream& stream) {
+void ParamFetcher::free_after(int size_class, device::DeviceBuffer buffer, device::Stream& stream) {
   pools_[size_class]->free_after(std::move(buffer), stream);
 }
 
@@ -272,18 +272,18 @@ void ParamFetcher::count_all_gather(std::size_t full_bytes) {
       full_bytes / static_cast<std::size_t>(comm_.world()) * static_cast<std::size_t>(comm_.world() - 1);
 }
 
-ModuleView ParamFetcher::acquire(int module) {
+params::ModuleView ParamFetcher::acquire(int module) {
   STRATA_ASSERT(module >= 0 && module < store_.module_count(), "acquire: module index out of range");
   Module& s = modules_[static_cast<std::size_t>(module)];
-  const ModulePlan& mp = plan_of(module);
+  const tiers::ModulePlan& mp = plan_of(module);
   trace_.on_acquire(module);
   wait_update(module);  // the last step's update of this module (only this one)
-  ModuleView view;
+  params::ModuleView view;
   view.numel = mp.part.numel;
   view.dtype = dtype_;
   ++s.holders;
   if (mp.resident) {
-    const TierState& param = store_.state(module, StateKind::param);
+    const tiers::TierState& param = store_.state(module, tiers::StateKind::param);
     view.data = param.device_full();
     if (shards_ == 1) {
       view.ready = gate_ != nullptr ? &gate_->updated(module) : nullptr;
@@ -335,11 +335,11 @@ void ParamFetcher::params_changed(int module) {
   if (plan_of(module).resident && shards_ > 1) modules_[static_cast<std::size_t>(module)].stale = true;
 }
 
-ArenaStats ParamFetcher::device_memory() const {
-  ArenaStats a = device_.memory_stats();
+device::ArenaStats ParamFetcher::device_memory() const {
+  device::ArenaStats a = device_.memory_stats();
   std::uint64_t regions = 0, used = 0, peak = 0;
   for (const auto& pool : pools_) {
-    const ArenaStats p = pool->stats();
+    const device::ArenaStats p = pool->stats();
     regions += pool->region_bytes();
     used += p.current_bytes;
     peak += p.peak_bytes;
@@ -356,4 +356,4 @@ FetchCounters ParamFetcher::counters() const {
   return c;
 }
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::zero

@@ -42,7 +42,7 @@
 #include "runtime/zero/fetch_trace.h"
 #include "runtime/zero/update_gate.h"
 
-namespace strata::runtime {
+namespace strata::runtime::zero {
 
 struct FetchCounters {
   std::uint64_t collective_bytes = 0;  // all-gathers' bus volume, this rank
@@ -56,13 +56,13 @@ class ParamFetcher {
  public:
   // Borrowed references outlive the fetcher. `gate` is null without an optimizer.
   // `activation_bytes`: what the model reserves on the device besides (left outside the regions).
-  ParamFetcher(const Config& config, TierStore& store, Device& device, Stream& compute, EngineStreams& streams,
-               Communicator& comm, UpdateGate* gate, std::uint64_t activation_bytes);
+  ParamFetcher(const config::Config& config, tiers::TierStore& store, device::Device& device, device::Stream& compute, EngineStreams& streams,
+               comm::Communicator& comm, UpdateGate* gate, std::uint64_t activation_bytes);
   ~ParamFetcher();
   ParamFetcher(const ParamFetcher&) = delete;
   ParamFetcher& operator=(const ParamFetcher&) = delete;
 
-  ModuleView acquire(int module);
+  params::ModuleView acquire(int module);
   void release(int module);
   void begin_step() { trace_.begin_step(); }
   // The end of the step's acquires: the trace is complete; every gathered buffer goes back.
@@ -73,11 +73,11 @@ class ParamFetcher {
   bool held(int module) const { return modules_[static_cast<std::size_t>(module)].holders > 0; }
 
   // Device memory for a buffer needed now (see the header comment), from `size_class`'s region.
-  DeviceBuffer allocate_now(int size_class, std::size_t bytes, const std::string& what);
+  device::DeviceBuffer allocate_now(int size_class, std::size_t bytes, const std::string& what);
   // Back to its region once `stream`'s work so far has completed (Note [Stream-ordered reuse]).
-  void free_after(int size_class, DeviceBuffer buffer, Stream& stream);
+  void free_after(int size_class, device::DeviceBuffer buffer, device::Stream& stream);
   // The arena's use with the regions counted by what is carved from them.
-  ArenaStats device_memory() const;
+  device::ArenaStats device_memory() const;
   FetchCounters counters() const;
 
  private:
@@ -90,19 +90,19 @@ class ParamFetcher {
     FetchState fetch = FetchState::idle;
     int staging = -1;          // index into staging_ while reading
     offload::AioHandle read;
-    DeviceBuffer gathered;     // the gathered parameters while fetched
-    std::unique_ptr<Event> ready;  // when `gathered` (or, resident, the full parameters) may be read
+    device::DeviceBuffer gathered;     // the gathered parameters while fetched
+    std::unique_ptr<device::Event> ready;  // when `gathered` (or, resident, the full parameters) may be read
     int holders = 0;           // acquires not yet released
     bool prefetched = false;   // fetched ahead and not acquired yet
     bool stale = false;        // resident, several ranks: updated since its last all-gather
   };
   struct Staging {
     offload::HostBuffer buffer;
-    std::unique_ptr<Event> done;  // the H2D from it
+    std::unique_ptr<device::Event> done;  // the H2D from it
     bool busy = false;
   };
 
-  const ModulePlan& plan_of(int module) const { return store_.module_plan(module); }
+  const tiers::ModulePlan& plan_of(int module) const { return store_.module_plan(module); }
   std::size_t shard_bytes(int module) const;
   void make_pools(std::uint64_t activation_bytes);
   void start_read(int module);             // NVMe: read the shard into a staging buffer
@@ -118,18 +118,18 @@ class ParamFetcher {
   }
   void count_all_gather(std::size_t full_bytes);
 
-  TierStore& store_;
-  Device& device_;
-  Stream& compute_;
+  tiers::TierStore& store_;
+  device::Device& device_;
+  device::Stream& compute_;
   EngineStreams& streams_;
-  Communicator& comm_;
+  comm::Communicator& comm_;
   UpdateGate* gate_;
   DType dtype_;
   int shards_ = 1;
   std::vector<Module> modules_;
   std::vector<Staging> staging_;  // NVMe parameter reads
-  std::unique_ptr<Event> copy_in_done_;
-  std::unique_ptr<DevicePool> pools_[2];  // transient buffers, per size class (plan.h)
+  std::unique_ptr<device::Event> copy_in_done_;
+  std::unique_ptr<device::DevicePool> pools_[2];  // transient buffers, per size class (plan.h)
 
   FetchTrace trace_;
   std::uint64_t live_numel_ = 0;      // elements in gathered buffers
@@ -140,4 +140,4 @@ class ParamFetcher {
   FetchCounters counters_;
 };
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::zero

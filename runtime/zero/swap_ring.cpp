@@ -5,14 +5,14 @@
 #include "core/error.h"
 #include "core/log.h"
 
-namespace strata::runtime {
+namespace strata::runtime::zero {
 namespace {
 
-constexpr StateKind kSwapped[3] = {StateKind::master, StateKind::exp_avg, StateKind::exp_avg_sq};
+constexpr tiers::StateKind kSwapped[3] = {tiers::StateKind::master, tiers::StateKind::exp_avg, tiers::StateKind::exp_avg_sq};
 
 }  // namespace
 
-SwapRing::SwapRing(TierStore& store, int sets, std::size_t window_numel, bool pipeline_read, bool pipeline_write)
+SwapRing::SwapRing(tiers::TierStore& store, int sets, std::size_t window_numel, bool pipeline_read, bool pipeline_write)
     : store_(store), window_numel_(window_numel), pipeline_write_(pipeline_write) {
   const std::size_t bytes = window_numel * 4;
   for (int i = 0; i < sets; ++i) {
@@ -34,7 +34,7 @@ SwapRing::~SwapRing() {
   }
 }
 
-TierState& SwapRing::state(int module, int k) { return store_.state(module, kSwapped[k]); }
+tiers::TierState& SwapRing::state(int module, int k) { return store_.state(module, kSwapped[k]); }
 
 offload::AioEngine& SwapRing::io() { return store_.io(); }
 
@@ -56,7 +56,7 @@ void SwapRing::wait_reads(Set& set) {
 // The window after `after` in update order: the rest of its module, then the queued modules
 // whose optimizer states are on NVMe.
 bool SwapRing::next_key(const Key& after, const Upcoming& upcoming, Key* next) const {
-  const std::size_t shard = store_.state(after.module, StateKind::master).numel();
+  const std::size_t shard = store_.state(after.module, tiers::StateKind::master).numel();
   if (after.offset + after.n < shard) {
     const std::size_t offset = after.offset + after.n;
     *next = {after.module, offset, std::min(window_numel_, shard - offset)};
@@ -70,8 +70,8 @@ bool SwapRing::next_key(const Key& after, const Upcoming& upcoming, Key* next) c
     ++k;
   }
   for (int m = upcoming(k); m >= 0; m = upcoming(++k)) {
-    const TierState& master = store_.state(m, StateKind::master);
-    if (master.tier() != Tier::nvme) continue;
+    const tiers::TierState& master = store_.state(m, tiers::StateKind::master);
+    if (master.tier() != tiers::Tier::nvme) continue;
     *next = {m, 0, std::min(window_numel_, master.numel())};
     return true;
   }
@@ -141,4 +141,4 @@ void SwapRing::flush() {
   queued_.clear();
 }
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::zero

@@ -22,7 +22,7 @@
 #include "offload/host_buffer.h"
 #include "runtime/tiers/tier_store.h"
 
-namespace strata::runtime {
+namespace strata::runtime::zero {
 
 class SwapRing {
  public:
@@ -39,7 +39,7 @@ class SwapRing {
 
   // `sets` swap sets of `window_numel` fp32 elements per state, from the store's pinned pool
   // (none when sets is 0: nothing on NVMe).
-  SwapRing(TierStore& store, int sets, std::size_t window_numel, bool pipeline_read, bool pipeline_write);
+  SwapRing(tiers::TierStore& store, int sets, std::size_t window_numel, bool pipeline_read, bool pipeline_write);
   ~SwapRing();  // waits for the I/O in flight (errors are logged: flush() reports them)
   SwapRing(const SwapRing&) = delete;
   SwapRing& operator=(const SwapRing&) = delete;
@@ -70,10 +70,10 @@ class SwapRing {
   void issue_read(const Key& key);
   void wait_writes(Set& set);
   void wait_reads(Set& set);
-  TierState& state(int module, int k);
+  tiers::TierState& state(int module, int k);
   offload::AioEngine& io();
 
-  TierStore& store_;
+  tiers::TierStore& store_;
   std::size_t window_numel_ = 0;
   std::size_t lookahead_ = 0;  // windows read ahead of the one being updated
   bool pipeline_write_ = true;
@@ -83,4 +83,4 @@ class SwapRing {
   std::deque<Queued> queued_;  // reads issued, in the order the windows will be updated
 };
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::zero

@@ -13,12 +13,12 @@
 
 #include "runtime/device/device.h"
 
-namespace strata::runtime {
+namespace strata::runtime::zero {
 
 class UpdateGate {
  public:
   // `check` rethrows a failure of an earlier update (the worker's); wait() calls it.
-  UpdateGate(Device& device, int modules, std::function<void()> check) : check_(std::move(check)) {
+  UpdateGate(device::Device& device, int modules, std::function<void()> check) : check_(std::move(check)) {
     posted_.assign(static_cast<std::size_t>(modules), 0);
     done_.assign(static_cast<std::size_t>(modules), 0);
     for (int m = 0; m < modules; ++m) updated_.push_back(device.create_event());
@@ -50,7 +50,7 @@ class UpdateGate {
   }
   // Recorded after the device work of the module's last update (new parameters on the device,
   // or the device optimizer's kernels); the streams that read them wait on it.
-  Event& updated(int module) const { return *updated_[index(module)]; }
+  device::Event& updated(int module) const { return *updated_[index(module)]; }
 
  private:
   static std::size_t index(int module) { return static_cast<std::size_t>(module); }
@@ -58,7 +58,7 @@ class UpdateGate {
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   std::vector<std::uint64_t> posted_, done_;
-  std::vector<std::unique_ptr<Event>> updated_;
+  std::vector<std::unique_ptr<device::Event>> updated_;
 };
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::zero

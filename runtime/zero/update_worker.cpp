@@ -2,7 +2,7 @@
 
 #include <utility>
 
-namespace strata::runtime {
+namespace strata::runtime::zero {
 
 UpdateWorker::UpdateWorker(std::function<void()> on_start)
     : thread_([this, start = std::move(on_start)] {
@@ -71,4 +71,4 @@ void UpdateWorker::loop() {
   }
 }
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::zero

@@ -12,7 +12,7 @@
 #include <mutex>
 #include <thread>
 
-namespace strata::runtime {
+namespace strata::runtime::zero {
 
 class UpdateWorker {
  public:
@@ -43,4 +43,4 @@ class UpdateWorker {
   std::thread thread_;
 };
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::zero

@@ -8,10 +8,10 @@
 #include "runtime/ops/optim_ops.h"
 #include "runtime/trace/trace.h"
 
-namespace strata::runtime {
+namespace strata::runtime::zero {
 
-Updater::Updater(const Config& config, TierStore& store, Device& device, EngineStreams& streams, UpdateGate& gate,
-                 GradPath& grads, Tracer& tracer)
+Updater::Updater(const config::Config& config, tiers::TierStore& store, device::Device& device, EngineStreams& streams, UpdateGate& gate,
+                 GradPath& grads, trace::Tracer& tracer)
     : store_(store), streams_(streams), gate_(gate), grads_(grads), tracer_(tracer), dtype_(store.dtype()),
       threads_(static_cast<int>(config.strata.cpu_threads)),
       ring_(store, store.plan().optimizer_swap_buffers, store.plan().optimizer_chunk_numel,
@@ -20,7 +20,7 @@ Updater::Updater(const Config& config, TierStore& store, Device& device, EngineS
       worker_([&device] { device.bind_thread(); }) {
   bool host_updates = false;
   for (int m = 0; m < store.module_count(); ++m) {
-    host_updates = host_updates || store.state(m, StateKind::master).tier() != Tier::device;
+    host_updates = host_updates || store.state(m, tiers::StateKind::master).tier() != tiers::Tier::device;
   }
   if (host_updates) {
     const std::size_t bytes = store.window_numel() * dtype_size(dtype_);
@@ -82,13 +82,13 @@ int Updater::upcoming(std::size_t k) {
 
 void Updater::update(int module, const UpdateArgs& args) {
   grads_.grad_done(module).synchronize();  // the step's last accumulation into this module's gradient
-  TierState& master = store_.state(module, StateKind::master);
-  if (master.tier() == Tier::device) {
+  tiers::TierState& master = store_.state(module, tiers::StateKind::master);
+  if (master.tier() == tiers::Tier::device) {
     update_on_device(module, args);
     return;
   }
-  TierState& acc = store_.state(module, StateKind::grad_accum);
-  const bool swapped = master.tier() == Tier::nvme;
+  tiers::TierState& acc = store_.state(module, tiers::StateKind::grad_accum);
+  const bool swapped = master.tier() == tiers::Tier::nvme;
   const std::size_t shard = master.numel();
   const std::size_t window = store_.window_numel();
   for (std::size_t off = 0; off < shard; off += window) {
@@ -98,8 +98,8 @@ void Updater::update(int module, const UpdateArgs& args) {
       w = ring_.acquire(module, off, n, [this](std::size_t k) { return upcoming(k); });
     } else {
       w.master = reinterpret_cast<float*>(master.host_data()) + off;
-      w.exp_avg = reinterpret_cast<float*>(store_.state(module, StateKind::exp_avg).host_data()) + off;
-      w.exp_avg_sq = reinterpret_cast<float*>(store_.state(module, StateKind::exp_avg_sq).host_data()) + off;
+      w.exp_avg = reinterpret_cast<float*>(store_.state(module, tiers::StateKind::exp_avg).host_data()) + off;
+      w.exp_avg_sq = reinterpret_cast<float*>(store_.state(module, tiers::StateKind::exp_avg_sq).host_data()) + off;
     }
     Staging* staging = nullptr;
     void* out = params_out(module, off, &staging);
@@ -115,7 +115,7 @@ void Updater::update(int module, const UpdateArgs& args) {
       s.out_dtype = dtype_;
     }
     {
-      ScopedSpan span(tracer_, "adam", "cpu optimizer");
+      trace::ScopedSpan span(tracer_, "adam", "cpu optimizer");
       cpu_adam::adam_step(active_simd(), threads_, args.hyper, args.step, s, args.grad_scale);
     }
     deliver(module, off, n, w.master, staging);  // copies fp32 parameters out first
@@ -132,17 +132,17 @@ void Updater::update(int module, const UpdateArgs& args) {
 }
 
 void Updater::update_on_device(int module, const UpdateArgs& args) {
-  TierState& param = store_.state(module, StateKind::param);
-  TierState& master = store_.state(module, StateKind::master);
-  TierState& acc = store_.state(module, StateKind::grad_accum);
-  Stream& optim = *streams_.optim;
+  tiers::TierState& param = store_.state(module, tiers::StateKind::param);
+  tiers::TierState& master = store_.state(module, tiers::StateKind::master);
+  tiers::TierState& acc = store_.state(module, tiers::StateKind::grad_accum);
+  device::Stream& optim = *streams_.optim;
   const std::size_t n = master.numel();
   cpu_adam::AdamShard s;
   s.params = static_cast<float*>(master.device_data());
   s.grads = acc.device_data();
   s.grad_dtype = DType::f32;
-  s.exp_avg = static_cast<float*>(store_.state(module, StateKind::exp_avg).device_data());
-  s.exp_avg_sq = static_cast<float*>(store_.state(module, StateKind::exp_avg_sq).device_data());
+  s.exp_avg = static_cast<float*>(store_.state(module, tiers::StateKind::exp_avg).device_data());
+  s.exp_avg_sq = static_cast<float*>(store_.state(module, tiers::StateKind::exp_avg_sq).device_data());
   s.numel = n;
   if (dtype_ != DType::f32) {
     s.params_out = param.device_data();
@@ -156,7 +156,7 @@ void Updater::update_on_device(int module, const UpdateArgs& args) {
 
 void* Updater::params_out(int module, std::size_t offset, Staging** staging) {
   *staging = nullptr;
-  TierState& param = store_.state(module, StateKind::param);
+  tiers::TierState& param = store_.state(module, tiers::StateKind::param);
   if (std::byte* pinned = param.host_data()) return pinned + offset * dtype_size(dtype_);
   STRATA_ASSERT(!out_staging_.empty(), "no parameter staging buffers were planned");
   Staging& st = out_staging_[out_next_];
@@ -169,7 +169,7 @@ void* Updater::params_out(int module, std::size_t offset, Staging** staging) {
 }
 
 void Updater::deliver(int module, std::size_t offset, std::size_t n, const float* master, Staging* staging) {
-  TierState& param = store_.state(module, StateKind::param);
+  tiers::TierState& param = store_.state(module, tiers::StateKind::param);
   const std::size_t bytes = n * dtype_size(dtype_);
   void* host = staging ? static_cast<void*>(staging->buffer.data())
                        : static_cast<void*>(param.host_data() + offset * dtype_size(dtype_));
@@ -183,4 +183,4 @@ void Updater::deliver(int module, std::size_t offset, std::size_t n, const float
   }
 }
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::zero

@@ -30,10 +30,10 @@
 #include "runtime/zero/swap_ring.h"
 #include "runtime/zero/update_gate.h"
 #include "runtime/zero/update_worker.h"
+#include "runtime/trace/trace.h"
 
-namespace strata::runtime {
+namespace strata::runtime::zero {
 
-class Tracer;
 
 struct UpdateArgs {
   cpu_adam::AdamHyper hyper;
@@ -44,8 +44,8 @@ struct UpdateArgs {
 class Updater {
  public:
   // Borrowed references outlive the updater.
-  Updater(const Config& config, TierStore& store, Device& device, EngineStreams& streams, UpdateGate& gate,
-          GradPath& grads, Tracer& tracer);
+  Updater(const config::Config& config, tiers::TierStore& store, device::Device& device, EngineStreams& streams, UpdateGate& gate,
+          GradPath& grads, trace::Tracer& tracer);
   ~Updater();  // finishes the queued work and the swap ring's I/O (the facade reports errors first)
   Updater(const Updater&) = delete;
   Updater& operator=(const Updater&) = delete;
@@ -62,7 +62,7 @@ class Updater {
  private:
   struct Staging {
     offload::HostBuffer buffer;
-    std::unique_ptr<Event> done;  // the H2D from it
+    std::unique_ptr<device::Event> done;  // the H2D from it
     offload::AioHandle io;        // the NVMe write from it
   };
   void update(int module, const UpdateArgs& args);
@@ -73,11 +73,11 @@ class Updater {
   void deliver(int module, std::size_t offset, std::size_t n, const float* master, Staging* staging);
   int upcoming(std::size_t k);
 
-  TierStore& store_;
+  tiers::TierStore& store_;
   EngineStreams& streams_;
   UpdateGate& gate_;
   GradPath& grads_;
-  Tracer& tracer_;
+  trace::Tracer& tracer_;
   DType dtype_;
   int threads_ = 1;
   std::vector<Staging> out_staging_;  // updated parameters on their way to their tier
@@ -88,4 +88,4 @@ class Updater {
   UpdateWorker worker_;     // last: stops (after its queue) before the states it uses go away
 };
 
-}  // namespace strata::runtime
+}  // namespace strata::runtime::zero

@@ -46,9 +46,9 @@ struct Rig {
   Rig(const GptConfig& config, GptOptions options, std::uint64_t seed = 1,
       std::uint64_t memory_bytes = 256ull << 20)
       : layout(GptLayout::build(config)) {
-    device = runtime::Device::create({.kind = "host", .memory_bytes = memory_bytes});
+    device = runtime::device::Device::create({.kind = "host", .memory_bytes = memory_bytes});
     stream = device->create_stream("compute");
-    params = std::make_unique<runtime::ResidentParams>(*device, layout.module_numels(),
+    params = std::make_unique<runtime::params::ResidentParams>(*device, layout.module_numels(),
                                                        layout.module_names(), options.dtype, true);
     for (std::size_t m = 0; m < layout.modules.size(); ++m) {
       std::vector<float> host(layout.modules[m].numel);
@@ -64,9 +64,9 @@ struct Rig {
     return g;
   }
   GptLayout layout;
-  std::unique_ptr<runtime::Device> device;
-  std::unique_ptr<runtime::Stream> stream;
-  std::unique_ptr<runtime::ResidentParams> params;
+  std::unique_ptr<runtime::device::Device> device;
+  std::unique_ptr<runtime::device::Stream> stream;
+  std::unique_ptr<runtime::params::ResidentParams> params;
   std::unique_ptr<GptModel> model;
 };
 
@@ -216,7 +216,7 @@ TEST(GptModel, TooSmallADeviceIsAClearError) {
   try {
     rig.model->forward(in.data(), in.data(), 8, 128, true);
     FAIL() << "expected OutOfMemory";
-  } catch (const runtime::OutOfMemory& e) {
+  } catch (const runtime::device::OutOfMemory& e) {
     EXPECT_NE(std::string(e.what()).find("activations"), std::string::npos) << e.what();
   }
 }

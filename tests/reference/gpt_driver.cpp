@@ -67,9 +67,9 @@ int run(const Args& a) {
   const auto targets = read_tokens(batch, "targets", &B2, &T2);
   if (B != B2 || T != T2) throw Error("inputs and targets differ in shape", a.batch);
 
-  auto device = runtime::Device::create({.kind = "host", .memory_bytes = 2ull << 30});
+  auto device = runtime::device::Device::create({.kind = "host", .memory_bytes = 2ull << 30});
   auto stream = device->create_stream("compute");
-  runtime::ResidentParams params(*device, layout.module_numels(), layout.module_names(), dtype,
+  runtime::params::ResidentParams params(*device, layout.module_numels(), layout.module_names(), dtype,
                                  true);
   const std::size_t M = layout.modules.size();
   std::vector<std::vector<float>> master(M), grads(M), exp_avg(M), exp_avg_sq(M), grads0(M);

@@ -226,10 +226,10 @@ Json row_json(const Row& r) {
 // The runs' I/O engine options: aio.* of the resolved config (the cell configs set none, so
 // DeepSpeed's defaults).
 offload::AioOptions run_aio_options(const Json& config, const models::GptConfig& model) {
-  runtime::ResolveInputs resolve;
+  runtime::config::ResolveInputs resolve;
   resolve.hidden_size = static_cast<std::uint64_t>(model.n_embd);
-  return runtime::aio_options(
-      runtime::resolve_config(runtime::parse_config(config.dump(), "strata bench checkpoint").config, resolve));
+  return runtime::tiers::aio_options(
+      runtime::config::resolve_config(runtime::config::parse_config(config.dump(), "strata bench checkpoint").config, resolve));
 }
 
 // The bench; returns early, without the table, when `stop` caught a signal (Note [Stopping on a

@@ -105,13 +105,13 @@ void bench_gpt(const GptBenchOptions& o) {
   const std::uint64_t act_bytes =
       models::GptModel::activation_bytes(config, dtype, B, T, o.checkpointing);
   const std::uint64_t gemm_bytes = (BT * C + 4 * C * C + BT * 4 * C) * es * 2;
-  runtime::DeviceOptions device_options = resolve_device_options(o.device);
+  runtime::device::DeviceOptions device_options = resolve_device_options(o.device);
   if (o.device.device_memory.empty()) {
     // Without --device-memory the arena is sized to what the step needs (the host "device"
     // would otherwise default to 512 MiB, a stand-in for a small GPU).
     device_options.memory_bytes = params_bytes + std::max(act_bytes, gemm_bytes) + (64ull << 20);
   }
-  auto device = runtime::Device::create(device_options);
+  auto device = runtime::device::Device::create(device_options);
   auto stream = device->create_stream("compute");
 
   std::fprintf(stderr,
@@ -125,7 +125,7 @@ void bench_gpt(const GptBenchOptions& o) {
 
   double step_ms = 0, gemm_tflops = 0;
   {
-    runtime::ResidentParams params(*device, layout.module_numels(), layout.module_names(), dtype,
+    runtime::params::ResidentParams params(*device, layout.module_numels(), layout.module_names(), dtype,
                                    true);
     for (std::size_t m = 0; m < layout.modules.size(); ++m) {
       std::vector<float> host(layout.modules[m].numel);
@@ -154,12 +154,12 @@ void bench_gpt(const GptBenchOptions& o) {
   }
   {
     // The limit, after the model's memory is back in the arena.
-    runtime::DeviceBuffer x = device->allocate(BT * C * es, "gemm input");
-    runtime::DeviceBuffer w = device->allocate(4 * C * C * es, "gemm weight");
-    runtime::DeviceBuffer y = device->allocate(BT * 4 * C * es, "gemm output");
-    runtime::DeviceBuffer dx = device->allocate(BT * C * es, "gemm dinput");
-    runtime::DeviceBuffer dw = device->allocate(4 * C * C * es, "gemm dweight");
-    for (runtime::DeviceBuffer* b : {&x, &w, &y, &dx, &dw}) stream->memset_async(b->data(), 0, b->bytes());
+    runtime::device::DeviceBuffer x = device->allocate(BT * C * es, "gemm input");
+    runtime::device::DeviceBuffer w = device->allocate(4 * C * C * es, "gemm weight");
+    runtime::device::DeviceBuffer y = device->allocate(BT * 4 * C * es, "gemm output");
+    runtime::device::DeviceBuffer dx = device->allocate(BT * C * es, "gemm dinput");
+    runtime::device::DeviceBuffer dw = device->allocate(4 * C * C * es, "gemm dweight");
+    for (runtime::device::DeviceBuffer* b : {&x, &w, &y, &dx, &dw}) stream->memset_async(b->data(), 0, b->bytes());
     const auto N = static_cast<std::int64_t>(BT);
     const int c = config.n_embd;
     auto gemm_round = [&] {
@@ -182,7 +182,7 @@ void bench_gpt(const GptBenchOptions& o) {
 
   std::optional<double> torch_ms;
   if (o.torch) {
-    torch_ms = torch_step_ms(o, config, device->backend() == runtime::Backend::cuda,
+    torch_ms = torch_step_ms(o, config, device->backend() == runtime::device::Backend::cuda,
                              omp_get_max_threads());
   }
 

@@ -55,12 +55,12 @@ constexpr const char* kReference = "resident";
 std::uint64_t resident_device_bytes(const StepBenchOptions& o, const models::GptConfig& model,
                                     Json config) {
   config["strata"].erase("device_memory");
-  runtime::ResolveInputs resolve;
+  runtime::config::ResolveInputs resolve;
   resolve.hidden_size = static_cast<std::uint64_t>(model.n_embd);
-  const runtime::Config resolved = runtime::resolve_config(
-      runtime::parse_config(config.dump(), "strata bench step (reference)").config, resolve);
+  const runtime::config::Config resolved = runtime::config::resolve_config(
+      runtime::config::parse_config(config.dump(), "strata bench step (reference)").config, resolve);
   const models::GptLayout layout = models::GptLayout::build(model);
-  runtime::PlanInputs inputs;
+  runtime::tiers::PlanInputs inputs;
   inputs.module_numels = layout.module_numels();
   inputs.module_names = layout.module_names();
   inputs.dtype = o.dtype == "bf16" ? DType::bf16 : DType::f32;
@@ -68,7 +68,7 @@ std::uint64_t resident_device_bytes(const StepBenchOptions& o, const models::Gpt
       models::GptModel::activation_bytes(model, inputs.dtype, o.batch, o.seq_len, false);
   inputs.device_budget_bytes = std::uint64_t{1} << 60;  // ask for the need, not the fit
   inputs.pinned_budget_bytes = std::uint64_t{1} << 60;
-  const std::uint64_t need = runtime::make_plan(resolved, inputs).needed(runtime::Tier::device);
+  const std::uint64_t need = runtime::tiers::make_plan(resolved, inputs).needed(runtime::tiers::Tier::device);
   std::uint64_t bytes = need + need / 4 + (std::uint64_t{64} << 20);
   bytes = (bytes + kMiB - 1) / kMiB * kMiB;
   if (!o.device_memory.empty()) {

@@ -32,7 +32,7 @@ void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary) << bytes;
 }
 
-std::string read_bytes(const std::string& path) { return read_text_file(path); }
+std::string read_bytes(const std::string& path) { return checkpoint::read_text_file(path); }
 
 void flip_byte(const std::string& path, std::uint64_t at) {
   std::string b = read_bytes(path);
@@ -55,12 +55,12 @@ std::string error_of(F&& f) {
 }  // namespace
 
 TEST(Manifest, RoundTripsAndRefusesAnyChange) {
-  Manifest m;
+  checkpoint::Manifest m;
   m.step = 42;
   m.shards = 2;
   m.files = {{"meta.json", 100, 0x0123456789abcdefULL}, {"shard-00000-of-00002.bin", 8192, 7}};
   const std::string text = m.to_json();
-  const Manifest back = Manifest::parse(text, "m.json");
+  const checkpoint::Manifest back = checkpoint::Manifest::parse(text, "m.json");
   EXPECT_EQ(back.step, 42u);
   EXPECT_EQ(back.shards, 2);
   ASSERT_EQ(back.files.size(), 2u);
@@ -71,25 +71,25 @@ TEST(Manifest, RoundTripsAndRefusesAnyChange) {
   // Any digit of the step or a size changed, or the text cut: refused, naming the file.
   std::string changed = text;
   changed.replace(changed.find("8192"), 4, "8193");
-  EXPECT_NE(error_of([&] { Manifest::parse(changed, "m.json"); }).find("m.json is damaged"), std::string::npos);
-  EXPECT_NE(error_of([&] { Manifest::parse(text.substr(0, text.size() / 2), "m.json"); }).find("m.json"),
+  EXPECT_NE(error_of([&] { checkpoint::Manifest::parse(changed, "m.json"); }).find("m.json is damaged"), std::string::npos);
+  EXPECT_NE(error_of([&] { checkpoint::Manifest::parse(text.substr(0, text.size() / 2), "m.json"); }).find("m.json"),
             std::string::npos);
 }
 
 TEST(ShardLayout, EntriesAreAlignedAndTheHeaderReadsBack) {
-  const std::vector<ShardModule> modules = {{"a", 1000, 512}, {"b", 70, 64}, {"c", 10, 64}};
-  const ShardLayout l = ShardLayout::make(1, 2, modules);
+  const std::vector<checkpoint::ShardModule> modules = {{"a", 1000, 512}, {"b", 70, 64}, {"c", 10, 64}};
+  const checkpoint::ShardLayout l = checkpoint::ShardLayout::make(1, 2, modules);
   ASSERT_EQ(l.entries.size(), 9u);
-  for (const ShardEntry& e : l.entries) EXPECT_EQ(e.offset % 4096, 0u);
-  EXPECT_EQ(l.entry(0, OptimState::master).real_numel, 488u);  // 1000 - 512
-  EXPECT_EQ(l.entry(1, OptimState::exp_avg).real_numel, 6u);   // 70 - 64
-  EXPECT_EQ(l.entry(2, OptimState::exp_avg_sq).real_numel, 0u);
+  for (const checkpoint::ShardEntry& e : l.entries) EXPECT_EQ(e.offset % 4096, 0u);
+  EXPECT_EQ(l.entry(0, tiers::OptimState::master).real_numel, 488u);  // 1000 - 512
+  EXPECT_EQ(l.entry(1, tiers::OptimState::exp_avg).real_numel, 6u);   // 70 - 64
+  EXPECT_EQ(l.entry(2, tiers::OptimState::exp_avg_sq).real_numel, 0u);
   EXPECT_EQ(l.header().size(), l.header_bytes);
 
   const std::string path = ::testing::TempDir() + "/layout.bin";
   write_bytes(path, l.header());
   const int fd = ::open(path.c_str(), O_RDONLY);
-  const ShardLayout back = ShardLayout::read(fd, path);
+  const checkpoint::ShardLayout back = checkpoint::ShardLayout::read(fd, path);
   ::close(fd);
   EXPECT_EQ(back.file_bytes, l.file_bytes);
   EXPECT_EQ(back.entries.size(), l.entries.size());
@@ -104,14 +104,14 @@ TEST(ShardFile, WritesAndReadsBackThroughTheEngineAndCatchesAFlippedByte) {
   o.block_size = 65536;
   offload::AioEngine io(o);
   const std::size_t chunk = 4096;  // elements: 16 KiB pieces, several per entry
-  const std::vector<ShardModule> modules = {{"a", 10000, 10048}, {"b", 300, 320}};
-  const ShardLayout layout = ShardLayout::make(0, 1, modules);
+  const std::vector<checkpoint::ShardModule> modules = {{"a", 10000, 10048}, {"b", 300, 320}};
+  const checkpoint::ShardLayout layout = checkpoint::ShardLayout::make(0, 1, modules);
   auto value = [](std::size_t e, std::size_t i) { return static_cast<float>(e) * 1000.0f + static_cast<float>(i) * 0.5f; };
-  const std::string path = dir + "/" + shard_file_name(0, 1);
-  CrashPoints crash;
-  ManifestFile written;
+  const std::string path = dir + "/" + checkpoint::shard_file_name(0, 1);
+  checkpoint::CrashPoints crash;
+  checkpoint::ManifestFile written;
   {
-    ShardFileWriter w(path, layout, io, chunk * 4, &crash);
+    checkpoint::ShardFileWriter w(path, layout, io, chunk * 4, &crash);
     for (std::size_t e = 0; e < layout.entries.size(); ++e) {
       const std::size_t n_all = layout.entries[e].numel;
       for (std::size_t off = 0; off < n_all; off += chunk) {
@@ -126,10 +126,10 @@ TEST(ShardFile, WritesAndReadsBackThroughTheEngineAndCatchesAFlippedByte) {
   EXPECT_EQ(written.bytes, layout.file_bytes);
   EXPECT_EQ(fs::file_size(path), layout.file_bytes);
   EXPECT_GT(crash.hits(), 3u);  // pieces and the fdatasync are crash points
-  verify_file(path, written);
+  checkpoint::verify_file(path, written);
 
   auto read_all = [&] {
-    ShardFileReader r(path, written, io, chunk * 4);
+    checkpoint::ShardFileReader r(path, written, io, chunk * 4);
     for (std::size_t e = 0; e < r.layout().entries.size(); ++e) {
       const std::size_t n_all = r.layout().entries[e].numel;
       for (std::size_t off = 0; off < n_all; off += chunk) {
@@ -146,7 +146,7 @@ TEST(ShardFile, WritesAndReadsBackThroughTheEngineAndCatchesAFlippedByte) {
   // A flipped bit in the padding of the last entry (no value changes): the checksum still says so.
   flip_byte(path, layout.file_bytes - 8);
   EXPECT_NE(error_of(read_all).find(path), std::string::npos);
-  EXPECT_NE(error_of([&] { verify_file(path, written); }).find("checksum"), std::string::npos);
+  EXPECT_NE(error_of([&] { checkpoint::verify_file(path, written); }).find("checksum"), std::string::npos);
   fs::resize_file(path, layout.file_bytes - 4096);
   EXPECT_NE(error_of(read_all).find("bytes; its manifest says"), std::string::npos);
   fs::remove_all(dir);
@@ -155,13 +155,13 @@ TEST(ShardFile, WritesAndReadsBackThroughTheEngineAndCatchesAFlippedByte) {
 TEST(CheckpointDir, PublishesAtomicallyKeepsTheLastAndResolvesLatest) {
   const std::string root = ::testing::TempDir() + "/ckdir";
   fs::remove_all(root);
-  const CheckpointDir dir(root);
-  EXPECT_NE(error_of([&] { resolve_checkpoint(root); }).find("holds no checkpoint"), std::string::npos);
+  const checkpoint::CheckpointDir dir(root);
+  EXPECT_NE(error_of([&] { checkpoint::resolve_checkpoint(root); }).find("holds no checkpoint"), std::string::npos);
   for (std::uint64_t step : {2, 4, 6, 8}) {
     const std::string p = dir.begin_partial(step);
     write_bytes(p + "/manifest.json", "{}");
     dir.publish(step, 2, nullptr);
-    EXPECT_EQ(resolve_checkpoint(root), root + "/" + checkpoint_name(step));
+    EXPECT_EQ(checkpoint::resolve_checkpoint(root), root + "/" + checkpoint::checkpoint_name(step));
   }
   EXPECT_EQ(dir.complete_steps(), (std::vector<std::uint64_t>{6, 8}));
   EXPECT_EQ(dir.leftovers().size(), 2u);  // steps 2 and 4, renamed to .deleting
@@ -172,7 +172,7 @@ TEST(CheckpointDir, PublishesAtomicallyKeepsTheLastAndResolvesLatest) {
   // A partial folder left by a crash is never a checkpoint; the next publish removes it.
   dir.begin_partial(10);
   EXPECT_EQ(dir.leftovers().size(), 1u);
-  EXPECT_EQ(resolve_checkpoint(root), root + "/step-00000008");
+  EXPECT_EQ(checkpoint::resolve_checkpoint(root), root + "/step-00000008");
   write_bytes(dir.begin_partial(12) + "/manifest.json", "{}");
   dir.publish(12, 0, nullptr);
   dir.remove_leftovers();
@@ -192,13 +192,13 @@ TEST(CheckpointDir, PublishesAtomicallyKeepsTheLastAndResolvesLatest) {
 
   // latest naming a folder that is gone: an error that says what to do.
   fs::remove_all(root + "/step-00000008");
-  EXPECT_NE(error_of([&] { resolve_checkpoint(root); }).find("not a complete checkpoint"), std::string::npos);
+  EXPECT_NE(error_of([&] { checkpoint::resolve_checkpoint(root); }).find("not a complete checkpoint"), std::string::npos);
   write_bytes(dir.begin_partial(8) + "/manifest.json", "{}");
   dir.publish(8, 0, nullptr);
-  EXPECT_EQ(resolve_checkpoint(root + "/step-00000008"), root + "/step-00000008");
-  EXPECT_NE(error_of([&] { resolve_checkpoint(root + "/nope"); }).find("no such folder"), std::string::npos);
-  EXPECT_EQ(checkpoint_step("step-00000120"), std::optional<std::uint64_t>(120));
-  EXPECT_FALSE(checkpoint_step(".step-00000120.partial").has_value());
+  EXPECT_EQ(checkpoint::resolve_checkpoint(root + "/step-00000008"), root + "/step-00000008");
+  EXPECT_NE(error_of([&] { checkpoint::resolve_checkpoint(root + "/nope"); }).find("no such folder"), std::string::npos);
+  EXPECT_EQ(checkpoint::checkpoint_step("step-00000120"), std::optional<std::uint64_t>(120));
+  EXPECT_FALSE(checkpoint::checkpoint_step(".step-00000120.partial").has_value());
   fs::remove_all(root);
 }
 
@@ -207,34 +207,34 @@ TEST(CheckpointDir, PublishesAtomicallyKeepsTheLastAndResolvesLatest) {
 // first engine's steps 3 and 4.
 TEST(CheckpointEngine, ResumeInAnotherTierGivesTheSameBits) {
   struct Placement {
-    OffloadDevice params, optimizer;
+    config::OffloadDevice params, optimizer;
   };
-  const Placement saves[] = {{OffloadDevice::kNvme, OffloadDevice::kNvme}, {OffloadDevice::kCpu, OffloadDevice::kCpu}};
-  const Placement loads[] = {{OffloadDevice::kCpu, OffloadDevice::kCpu}, {OffloadDevice::kNone, OffloadDevice::kNone}};
+  const Placement saves[] = {{config::OffloadDevice::kNvme, config::OffloadDevice::kNvme}, {config::OffloadDevice::kCpu, config::OffloadDevice::kCpu}};
+  const Placement loads[] = {{config::OffloadDevice::kCpu, config::OffloadDevice::kCpu}, {config::OffloadDevice::kNone, config::OffloadDevice::kNone}};
   for (int c = 0; c < 2; ++c) {
     TempDir tmp;
     const std::string ck = tmp.path() + "/ck";
     std::vector<std::vector<float>> straight;
     {
       EngineRun run(make_config(3, saves[c].params, saves[c].optimizer, tmp.path(), c == 0 ? 1.0 : 0.0));
-      CrashPoints crash;
-      CheckpointSaver saver(CheckpointDir(ck), 2, *run.engine, *run.device, *run.comm, run.engine->tiers().io(), crash);
+      checkpoint::CrashPoints crash;
+      checkpoint::CheckpointSaver saver(checkpoint::CheckpointDir(ck), 2, *run.engine, *run.device, *run.comm, run.engine->tiers().io(), crash);
       run.step(0);
       run.step(0);
       saver.begin(2, "{}");
       run.step(0);  // overlaps the shard write
-      const std::optional<SaveResult> r = saver.finish();
+      const std::optional<checkpoint::SaveResult> r = saver.finish();
       ASSERT_TRUE(r && r->ok) << (r ? r->error : "no save");
       EXPECT_GT(r->bytes, 0u);
       run.step(0);
       straight = run.weights();
     }
     EngineRun resumed(make_config(3, loads[c].params, loads[c].optimizer, tmp.path(), c == 0 ? 1.0 : 0.0));
-    const CheckpointFiles files = open_checkpoint(ck);
+    const checkpoint::CheckpointFiles files = checkpoint::open_checkpoint(ck);
     EXPECT_EQ(files.manifest.step, 2u);
     EXPECT_EQ(files.meta_json, "{}");
-    load_states(files, *resumed.engine, resumed.engine->tiers().io());
-    ZeroEngine::TrainState state;
+    checkpoint::load_states(files, *resumed.engine, resumed.engine->tiers().io());
+    zero::ZeroEngine::TrainState state;
     state.adam_steps = 2;
     state.loss_scaler = resumed.engine->train_state().loss_scaler;
     resumed.engine->restore_train_state(state);
@@ -243,7 +243,7 @@ TEST(CheckpointEngine, ResumeInAnotherTierGivesTheSameBits) {
     EXPECT_TRUE(same_bits(straight, resumed.weights())) << "case " << c;
 
     // The export reads the same masters the engine had at step 2: a module's values are whole.
-    CheckpointStates masters(files);
+    checkpoint::CheckpointStates masters(files);
     ASSERT_EQ(masters.module_count(), kModules);
     for (int m = 0; m < kModules; ++m) EXPECT_EQ(masters.module_numel(m), module_numel(m));
   }

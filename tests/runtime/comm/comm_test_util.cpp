@@ -25,29 +25,29 @@ float round_to(float x, DType dtype) {
   return out;
 }
 
-void upload_into(Stream& stream, void* dst, const std::vector<float>& values, DType dtype) {
+void upload_into(device::Stream& stream, void* dst, const std::vector<float>& values, DType dtype) {
   std::vector<unsigned char> bytes(values.size() * dtype_size(dtype));
   convert(values.data(), DType::f32, bytes.data(), dtype, values.size());
   stream.copy_async(dst, bytes.data(), bytes.size());
   stream.synchronize();  // `bytes` dies here
 }
 
-DeviceBuffer upload(Device& device, Stream& stream, const std::vector<float>& values, DType dtype) {
+device::DeviceBuffer upload(device::Device& device, device::Stream& stream, const std::vector<float>& values, DType dtype) {
   // Never empty: a zero-count collective still gets distinct, valid pointers.
-  DeviceBuffer buffer =
+  device::DeviceBuffer buffer =
       device.allocate(std::max<std::size_t>(1, values.size()) * dtype_size(dtype), "comm test");
   upload_into(stream, buffer.data(), values, dtype);
   return buffer;
 }
 
-std::vector<unsigned char> download_bytes(Stream& stream, const void* src, std::size_t bytes) {
+std::vector<unsigned char> download_bytes(device::Stream& stream, const void* src, std::size_t bytes) {
   std::vector<unsigned char> out(bytes);
   stream.copy_async(out.data(), src, bytes);
   stream.synchronize();
   return out;
 }
 
-std::vector<float> download(Stream& stream, const void* src, std::size_t count, DType dtype) {
+std::vector<float> download(device::Stream& stream, const void* src, std::size_t count, DType dtype) {
   std::vector<unsigned char> bytes = download_bytes(stream, src, count * dtype_size(dtype));
   std::vector<float> out(count);
   convert(bytes.data(), dtype, out.data(), DType::f32, count);

@@ -18,8 +18,8 @@
 namespace strata::runtime::comm_test {
 
 struct Context {
-  Device* device = nullptr;
-  Communicator* comm = nullptr;
+  device::Device* device = nullptr;
+  comm::Communicator* comm = nullptr;
   bool poison = false;  // run only the test that breaks the communicator (it must be last)
 };
 Context& context();  // set by main before RUN_ALL_TESTS
@@ -32,12 +32,12 @@ float value(int rank, std::size_t index);
 float round_to(float x, DType dtype);
 
 // Fills a device buffer of values.size() elements of dtype; synchronizes `stream`.
-DeviceBuffer upload(Device& device, Stream& stream, const std::vector<float>& values, DType dtype);
-void upload_into(Stream& stream, void* dst, const std::vector<float>& values, DType dtype);
+device::DeviceBuffer upload(device::Device& device, device::Stream& stream, const std::vector<float>& values, DType dtype);
+void upload_into(device::Stream& stream, void* dst, const std::vector<float>& values, DType dtype);
 
 // Reads count elements of dtype at src (device memory); synchronizes `stream`.
-std::vector<float> download(Stream& stream, const void* src, std::size_t count, DType dtype);
-std::vector<unsigned char> download_bytes(Stream& stream, const void* src, std::size_t bytes);
+std::vector<float> download(device::Stream& stream, const void* src, std::size_t count, DType dtype);
+std::vector<unsigned char> download_bytes(device::Stream& stream, const void* src, std::size_t bytes);
 
 // Equal element for element; on failure names the first mismatches and how many there are.
 ::testing::AssertionResult same_values(const std::vector<float>& expected,

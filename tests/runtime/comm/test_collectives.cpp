@@ -23,8 +23,8 @@ class CommTest : public ::testing::Test {
                    "rank " + std::to_string(rank()) + " of " + std::to_string(world()) + " (" +
                        std::string(comm().backend_name()) + ")");
   }
-  Device& device() { return *context().device; }
-  Communicator& comm() { return *context().comm; }
+  device::Device& device() { return *context().device; }
+  comm::Communicator& comm() { return *context().comm; }
   int rank() { return comm().rank(); }
   int world() { return comm().world(); }
   std::size_t ranks() { return static_cast<std::size_t>(world()); }
@@ -36,10 +36,10 @@ class CommTest : public ::testing::Test {
     return v;
   }
   // The reduction over ranks of value(r, index), in rank order in fp32, rounded once.
-  float reduced(std::size_t index, ReduceOp op, DType dtype) {
+  float reduced(std::size_t index, comm::ReduceOp op, DType dtype) {
     float acc = value(0, index);
     for (int r = 1; r < world(); ++r) {
-      acc = op == ReduceOp::sum ? acc + value(r, index) : std::max(acc, value(r, index));
+      acc = op == comm::ReduceOp::sum ? acc + value(r, index) : std::max(acc, value(r, index));
     }
     return round_to(acc, dtype);
   }
@@ -58,14 +58,14 @@ class Collectives : public CommTest,
   DType dtype() const { return std::get<0>(GetParam()); }
   std::size_t count() const { return std::get<1>(GetParam()); }
   std::size_t bytes(std::size_t elements) const { return elements * dtype_size(dtype()); }
-  unsigned char* at(const DeviceBuffer& b, std::size_t elements) const {
+  unsigned char* at(const device::DeviceBuffer& b, std::size_t elements) const {
     return static_cast<unsigned char*>(b.data()) + bytes(elements);
   }
 
-  void check_reduce_scatter(ReduceOp op);
-  void check_all_reduce(ReduceOp op);
+  void check_reduce_scatter(comm::ReduceOp op);
+  void check_all_reduce(comm::ReduceOp op);
 
-  std::unique_ptr<Stream> stream_;
+  std::unique_ptr<device::Stream> stream_;
 };
 
 TEST_P(Collectives, AllGather) {
@@ -75,8 +75,8 @@ TEST_P(Collectives, AllGather) {
     for (std::size_t i = 0; i < n; ++i) expected[r * n + i] = value(static_cast<int>(r), i);
   }
   {  // out of place; recv starts as garbage that must all be overwritten
-    DeviceBuffer send = upload(device(), *stream_, values_of(rank(), n), dtype());
-    DeviceBuffer recv =
+    device::DeviceBuffer send = upload(device(), *stream_, values_of(rank(), n), dtype());
+    device::DeviceBuffer recv =
         upload(device(), *stream_, std::vector<float>(ranks() * n, -99.0f), dtype());
     comm().all_gather(send.data(), recv.data(), n, dtype(), *stream_);
     EXPECT_TRUE(same_values(expected, download(*stream_, recv.data(), ranks() * n, dtype())));
@@ -87,7 +87,7 @@ TEST_P(Collectives, AllGather) {
     std::vector<float> initial(ranks() * n, -99.0f);
     for (std::size_t i = 0; i < n; ++i)
       initial[static_cast<std::size_t>(rank()) * n + i] = value(rank(), i);
-    DeviceBuffer recv = upload(device(), *stream_, initial, dtype());
+    device::DeviceBuffer recv = upload(device(), *stream_, initial, dtype());
     comm().all_gather(at(recv, static_cast<std::size_t>(rank()) * n), recv.data(), n, dtype(),
                       *stream_);
     EXPECT_TRUE(same_values(expected, download(*stream_, recv.data(), ranks() * n, dtype())))
@@ -95,10 +95,10 @@ TEST_P(Collectives, AllGather) {
   }
 }
 
-TEST_P(Collectives, ReduceScatterSum) { check_reduce_scatter(ReduceOp::sum); }
-TEST_P(Collectives, ReduceScatterMax) { check_reduce_scatter(ReduceOp::max); }
+TEST_P(Collectives, ReduceScatterSum) { check_reduce_scatter(comm::ReduceOp::sum); }
+TEST_P(Collectives, ReduceScatterMax) { check_reduce_scatter(comm::ReduceOp::max); }
 
-void Collectives::check_reduce_scatter(ReduceOp op) {
+void Collectives::check_reduce_scatter(comm::ReduceOp op) {
   const std::size_t n = count();
   const auto me = static_cast<std::size_t>(rank());
   // send chunk k, element i = value(rank, k * n + i): every chunk differs from the others.
@@ -107,8 +107,8 @@ void Collectives::check_reduce_scatter(ReduceOp op) {
   std::vector<float> expected(n);
   for (std::size_t i = 0; i < n; ++i) expected[i] = reduced(me * n + i, op, dtype());
   {
-    DeviceBuffer send = upload(device(), *stream_, send_values, dtype());
-    DeviceBuffer recv = upload(device(), *stream_, std::vector<float>(n, -99.0f), dtype());
+    device::DeviceBuffer send = upload(device(), *stream_, send_values, dtype());
+    device::DeviceBuffer recv = upload(device(), *stream_, std::vector<float>(n, -99.0f), dtype());
     comm().reduce_scatter(send.data(), recv.data(), n, dtype(), *stream_, op);
     EXPECT_TRUE(same_values(expected, download(*stream_, recv.data(), n, dtype())));
     EXPECT_TRUE(
@@ -116,17 +116,17 @@ void Collectives::check_reduce_scatter(ReduceOp op) {
         << "send buffer changed";
   }
   {  // in place: the result lands on our own chunk of send
-    DeviceBuffer send = upload(device(), *stream_, send_values, dtype());
+    device::DeviceBuffer send = upload(device(), *stream_, send_values, dtype());
     comm().reduce_scatter(send.data(), at(send, me * n), n, dtype(), *stream_, op);
     EXPECT_TRUE(same_values(expected, download(*stream_, at(send, me * n), n, dtype())))
         << "in place";
   }
 }
 
-TEST_P(Collectives, AllReduceSum) { check_all_reduce(ReduceOp::sum); }
-TEST_P(Collectives, AllReduceMax) { check_all_reduce(ReduceOp::max); }
+TEST_P(Collectives, AllReduceSum) { check_all_reduce(comm::ReduceOp::sum); }
+TEST_P(Collectives, AllReduceMax) { check_all_reduce(comm::ReduceOp::max); }
 
-void Collectives::check_all_reduce(ReduceOp op) {
+void Collectives::check_all_reduce(comm::ReduceOp op) {
   const std::size_t n = count();
   std::vector<float> in_values(n);
   std::vector<float> expected(n);
@@ -135,14 +135,14 @@ void Collectives::check_all_reduce(ReduceOp op) {
     expected[i] = reduced(i, op, dtype());
   }
   {
-    DeviceBuffer in = upload(device(), *stream_, in_values, dtype());
-    DeviceBuffer out = upload(device(), *stream_, std::vector<float>(n, -99.0f), dtype());
+    device::DeviceBuffer in = upload(device(), *stream_, in_values, dtype());
+    device::DeviceBuffer out = upload(device(), *stream_, std::vector<float>(n, -99.0f), dtype());
     comm().all_reduce(in.data(), out.data(), n, dtype(), *stream_, op);
     EXPECT_TRUE(same_values(expected, download(*stream_, out.data(), n, dtype())));
     EXPECT_TRUE(same_values(in_values, download(*stream_, in.data(), n, dtype()))) << "in changed";
   }
   {
-    DeviceBuffer buf = upload(device(), *stream_, in_values, dtype());
+    device::DeviceBuffer buf = upload(device(), *stream_, in_values, dtype());
     comm().all_reduce(buf.data(), buf.data(), n, dtype(), *stream_, op);
     EXPECT_TRUE(same_values(expected, download(*stream_, buf.data(), n, dtype()))) << "in place";
   }
@@ -151,7 +151,7 @@ void Collectives::check_all_reduce(ReduceOp op) {
 TEST_P(Collectives, BroadcastFromEveryRoot) {
   const std::size_t n = count();
   for (int root = 0; root < world(); ++root) {
-    DeviceBuffer buf = upload(device(), *stream_, values_of(rank(), n), dtype());
+    device::DeviceBuffer buf = upload(device(), *stream_, values_of(rank(), n), dtype());
     comm().broadcast(buf.data(), n, dtype(), root, *stream_);
     EXPECT_TRUE(same_values(values_of(root, n), download(*stream_, buf.data(), n, dtype())))
         << "root " << root;
@@ -182,8 +182,8 @@ TEST_F(CommTest, StreamsOrderedByEvents) {
   auto produced = device().create_event();
   auto reduced_event = device().create_event();
   auto gathered = device().create_event();
-  DeviceBuffer a = device().allocate(n * dtype_size(dtype), "a");
-  DeviceBuffer g = device().allocate(ranks() * n * dtype_size(dtype), "g");
+  device::DeviceBuffer a = device().allocate(n * dtype_size(dtype), "a");
+  device::DeviceBuffer g = device().allocate(ranks() * n * dtype_size(dtype), "g");
   std::vector<unsigned char> src(n * dtype_size(dtype));
   convert(values_of(rank(), n).data(), DType::f32, src.data(), dtype, n);
   std::vector<unsigned char> dst(ranks() * n * dtype_size(dtype));
@@ -208,7 +208,7 @@ TEST_F(CommTest, StreamsOrderedByEvents) {
   convert(dst.data(), dtype, got.data(), DType::f32, got.size());
   std::vector<float> expected(ranks() * n);
   for (std::size_t k = 0; k < ranks(); ++k) {
-    for (std::size_t i = 0; i < n; ++i) expected[k * n + i] = reduced(i, ReduceOp::sum, dtype);
+    for (std::size_t i = 0; i < n; ++i) expected[k * n + i] = reduced(i, comm::ReduceOp::sum, dtype);
   }
   EXPECT_TRUE(same_values(expected, got));
 }
@@ -220,7 +220,7 @@ TEST_F(CommTest, InterleavedStreamsMatchInIssueOrder) {
   const DType dtype = DType::f32;
   const std::size_t n = 1001;
   constexpr int kRounds = 4;
-  std::vector<std::unique_ptr<Stream>> streams;
+  std::vector<std::unique_ptr<device::Stream>> streams;
   for (int s = 0; s < 3; ++s) streams.push_back(device().create_stream("s" + std::to_string(s)));
   auto setup = device().create_stream("setup");
   streams[static_cast<std::size_t>(rank() % 3)]->host_task(
@@ -229,7 +229,7 @@ TEST_F(CommTest, InterleavedStreamsMatchInIssueOrder) {
       [] { std::this_thread::sleep_for(std::chrono::milliseconds(15)); });
 
   struct Round {
-    DeviceBuffer reduce, bcast, gather_in, gather_out, scatter_in, scatter_out;
+    device::DeviceBuffer reduce, bcast, gather_in, gather_out, scatter_in, scatter_out;
   };
   std::vector<Round> rounds;
   for (int round = 0; round < kRounds; ++round) {
@@ -245,9 +245,9 @@ TEST_F(CommTest, InterleavedStreamsMatchInIssueOrder) {
   }
   for (int round = 0; round < kRounds; ++round) {
     Round& r = rounds[static_cast<std::size_t>(round)];
-    Stream& a = *streams[static_cast<std::size_t>(round % 3)];
-    Stream& b = *streams[static_cast<std::size_t>((round + 1) % 3)];
-    Stream& c = *streams[static_cast<std::size_t>((round + 2) % 3)];
+    device::Stream& a = *streams[static_cast<std::size_t>(round % 3)];
+    device::Stream& b = *streams[static_cast<std::size_t>((round + 1) % 3)];
+    device::Stream& c = *streams[static_cast<std::size_t>((round + 2) % 3)];
     comm().all_reduce(r.reduce.data(), r.reduce.data(), n, dtype, a);
     comm().broadcast(r.bcast.data(), n, dtype, round % world(), b);
     comm().all_gather(r.gather_in.data(), r.gather_out.data(), n, dtype, c);
@@ -259,13 +259,13 @@ TEST_F(CommTest, InterleavedStreamsMatchInIssueOrder) {
     SCOPED_TRACE("round " + std::to_string(round));
     Round& r = rounds[static_cast<std::size_t>(round)];
     std::vector<float> sum(n), gathered(ranks() * n), scattered(n);
-    for (std::size_t i = 0; i < n; ++i) sum[i] = reduced(i, ReduceOp::sum, dtype);
+    for (std::size_t i = 0; i < n; ++i) sum[i] = reduced(i, comm::ReduceOp::sum, dtype);
     for (std::size_t j = 0; j < gathered.size(); ++j)
       gathered[j] = value(static_cast<int>(j / n), j % n);
     for (std::size_t i = 0; i < n; ++i) {
       scattered[i] =
           reduced(static_cast<std::size_t>(rank()) * n + i + static_cast<std::size_t>(round),
-                  ReduceOp::sum, dtype);
+                  comm::ReduceOp::sum, dtype);
     }
     EXPECT_TRUE(same_values(sum, download(*setup, r.reduce.data(), n, dtype))) << "all_reduce";
     EXPECT_TRUE(
@@ -295,9 +295,9 @@ TEST_F(CommTest, AllReduceIsBitwiseReproducibleAndAgreedOn) {
       return v;
     };
     const std::size_t bytes = n * dtype_size(dtype);
-    DeviceBuffer first = upload(device(), *stream, input(rank()), dtype);
-    DeviceBuffer second = upload(device(), *stream, input(rank()), dtype);
-    DeviceBuffer all = device().allocate(ranks() * bytes, "all");
+    device::DeviceBuffer first = upload(device(), *stream, input(rank()), dtype);
+    device::DeviceBuffer second = upload(device(), *stream, input(rank()), dtype);
+    device::DeviceBuffer all = device().allocate(ranks() * bytes, "all");
     comm().all_reduce(first.data(), first.data(), n, dtype, *stream);
     comm().all_reduce(second.data(), second.data(), n, dtype, *stream);
     comm().all_gather(first.data(), all.data(), n, dtype, *stream);
@@ -308,7 +308,7 @@ TEST_F(CommTest, AllReduceIsBitwiseReproducibleAndAgreedOn) {
       EXPECT_EQ(0, std::memcmp(everyone.data() + r * bytes, mine.data(), bytes))
           << "rank " << r << " differs";
     }
-    if (comm().backend() != CommBackend::nccl) {
+    if (comm().backend() != comm::CommBackend::nccl) {
       std::vector<float> expected = input(0);
       for (int r = 1; r < world(); ++r) {
         std::vector<float> v = input(r);
@@ -331,8 +331,8 @@ TEST_F(CommTest, BarrierWaitsForEveryRank) {
   // Share the entry times as raw bits (all_gather moves bits, it does no arithmetic).
   static_assert(sizeof(entered) == 2 * sizeof(float));
   auto stream = device().create_stream("barrier");
-  DeviceBuffer mine = device().allocate(sizeof(entered), "entered");
-  DeviceBuffer all = device().allocate(ranks() * sizeof(entered), "all entered");
+  device::DeviceBuffer mine = device().allocate(sizeof(entered), "entered");
+  device::DeviceBuffer all = device().allocate(ranks() * sizeof(entered), "all entered");
   stream->copy_async(mine.data(), &entered, sizeof(entered));
   comm().all_gather(mine.data(), all.data(), 2, DType::f32, *stream);
   std::vector<unsigned char> bytes = download_bytes(*stream, all.data(), ranks() * sizeof(entered));

@@ -27,62 +27,62 @@ class CommFactory : public ::testing::Test {
 };
 
 TEST_F(CommFactory, BackendNamesRoundTrip) {
-  for (CommBackend b :
-       {CommBackend::automatic, CommBackend::single, CommBackend::mpi, CommBackend::nccl}) {
-    EXPECT_EQ(parse_comm_backend(comm_backend_name(b)), b);
+  for (comm::CommBackend b :
+       {comm::CommBackend::automatic, comm::CommBackend::single, comm::CommBackend::mpi, comm::CommBackend::nccl}) {
+    EXPECT_EQ(comm::parse_comm_backend(comm::comm_backend_name(b)), b);
   }
-  EXPECT_THROW(parse_comm_backend("gloo"), Error);
-  EXPECT_TRUE(comm_backend_compiled(CommBackend::single));
+  EXPECT_THROW(comm::parse_comm_backend("gloo"), Error);
+  EXPECT_TRUE(comm::comm_backend_compiled(comm::CommBackend::single));
 }
 
 TEST_F(CommFactory, AutoPicksWhatTheLaunchSays) {
-  const LaunchInfo launch = detect_launch();
-  Communicator& comm = *context().comm;
+  const launch::LaunchInfo launch = launch::detect_launch();
+  comm::Communicator& comm = *context().comm;
   if (!launch.under_mpirun) {
-    auto device = Device::create({.kind = "host", .memory_bytes = 1 << 20});
-    auto single = create_communicator(*device);
-    EXPECT_EQ(single->backend(), CommBackend::single);
+    auto device = device::Device::create({.kind = "host", .memory_bytes = 1 << 20});
+    auto single = comm::create_communicator(*device);
+    EXPECT_EQ(single->backend(), comm::CommBackend::single);
     EXPECT_EQ(single->rank(), 0);
     EXPECT_EQ(single->world(), 1);
     single->barrier();
   } else {
     EXPECT_EQ(comm.rank(), launch.rank);
     EXPECT_EQ(comm.world(), launch.world);
-    if (comm_backend_compiled(CommBackend::mpi)) {
-      EXPECT_EQ(comm.backend(), CommBackend::mpi);
+    if (comm::comm_backend_compiled(comm::CommBackend::mpi)) {
+      EXPECT_EQ(comm.backend(), comm::CommBackend::mpi);
     }
   }
 }
 
 // Impossible choices fail with an Error that says what to do, before touching MPI or CUDA.
 TEST_F(CommFactory, ImpossibleChoicesAreErrors) {
-  auto device = Device::create({.kind = "host", .memory_bytes = 1 << 20});
+  auto device = device::Device::create({.kind = "host", .memory_bytes = 1 << 20});
   try {
-    create_communicator(*device, {.backend = CommBackend::nccl});
+    comm::create_communicator(*device, {.backend = comm::CommBackend::nccl});
     ADD_FAILURE() << "nccl on the host device was accepted";
   } catch (const Error& e) {
     EXPECT_FALSE(e.hint().empty()) << e.what();
   }
-  if (!comm_backend_compiled(CommBackend::mpi)) {
-    EXPECT_THROW(create_communicator(*device, {.backend = CommBackend::mpi}), Error);
+  if (!comm::comm_backend_compiled(comm::CommBackend::mpi)) {
+    EXPECT_THROW(comm::create_communicator(*device, {.backend = comm::CommBackend::mpi}), Error);
   }
-  if (detect_launch().world > 1) {
-    EXPECT_THROW(create_communicator(*device, {.backend = CommBackend::single}), Error);
+  if (launch::detect_launch().world > 1) {
+    EXPECT_THROW(comm::create_communicator(*device, {.backend = comm::CommBackend::single}), Error);
   }
 }
 
 // Only meaningful where the same calls are made on every rank: run alone with --poison.
 TEST(CommPoison, SkippedCollectiveBreaksTheMpiCommunicator) {
   if (!context().poison) GTEST_SKIP() << "run with --poison";
-  Communicator& comm = *context().comm;
-  if (comm.backend() != CommBackend::mpi)
+  comm::Communicator& comm = *context().comm;
+  if (comm.backend() != comm::CommBackend::mpi)
     GTEST_SKIP() << "only the mpi backend sequences collectives";
-  Device& device = *context().device;
+  device::Device& device = *context().device;
   auto failing = device.create_stream("failing");
   auto healthy = device.create_stream("healthy");
   const std::size_t n = 100;
-  DeviceBuffer a = upload(device, *healthy, std::vector<float>(n, 1.0f), DType::f32);
-  DeviceBuffer b = upload(device, *healthy, std::vector<float>(n, 2.0f), DType::f32);
+  device::DeviceBuffer a = upload(device, *healthy, std::vector<float>(n, 1.0f), DType::f32);
+  device::DeviceBuffer b = upload(device, *healthy, std::vector<float>(n, 2.0f), DType::f32);
 
   comm.all_reduce(a.data(), a.data(), n, DType::f32, *healthy);  // a healthy one first
   healthy->synchronize();
@@ -111,15 +111,15 @@ int main(int argc, char** argv) {
   using namespace strata::runtime;
   // Rank 0 prints the run, the others only their failures. Decided from the launcher's
   // environment: InitGoogleTest picks the printer, before any communicator exists.
-  if (detect_launch().rank > 0) GTEST_FLAG_SET(brief, true);
+  if (launch::detect_launch().rank > 0) GTEST_FLAG_SET(brief, true);
   ::testing::InitGoogleTest(&argc, argv);
-  CommOptions options;
+  comm::CommOptions options;
   bool poison = false;
   try {
     for (int i = 1; i < argc; ++i) {
       const std::string_view arg = argv[i];
       if (arg.starts_with("--comm=")) {
-        options.backend = parse_comm_backend(arg.substr(7));
+        options.backend = comm::parse_comm_backend(arg.substr(7));
       } else if (arg.starts_with("--piece-bytes=")) {
         options.mpi_piece_bytes = std::stoul(std::string(arg.substr(14)));
       } else if (arg == "--poison") {
@@ -132,8 +132,8 @@ int main(int argc, char** argv) {
         return 2;
       }
     }
-    auto device = Device::create({.kind = "host"});
-    auto comm = create_communicator(*device, options);
+    auto device = device::Device::create({.kind = "host"});
+    auto comm = comm::create_communicator(*device, options);
     comm_test::context() = {device.get(), comm.get(), poison};
     std::printf("communicator %s, rank %d of %d\n", std::string(comm->backend_name()).c_str(),
                 comm->rank(), comm->world());

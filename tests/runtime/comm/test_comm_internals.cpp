@@ -20,8 +20,8 @@
 namespace strata::runtime {
 namespace {
 
-LaunchInfo alone(bool mpi_compiled) { return {.mpi_compiled = mpi_compiled, .launcher = "none"}; }
-LaunchInfo mpirun(int world, bool mpi_compiled) {
+launch::LaunchInfo alone(bool mpi_compiled) { return {.mpi_compiled = mpi_compiled, .launcher = "none"}; }
+launch::LaunchInfo mpirun(int world, bool mpi_compiled) {
   return {.mpi_compiled = mpi_compiled,
           .under_mpirun = true,
           .rank = world - 1,
@@ -30,7 +30,7 @@ LaunchInfo mpirun(int world, bool mpi_compiled) {
 }
 
 // The Error's text, or "" when resolve_comm_backend accepted the choice.
-std::string refusal(CommBackend wanted, Backend device, const LaunchInfo& launch) {
+std::string refusal(comm::CommBackend wanted, device::Backend device, const launch::LaunchInfo& launch) {
   try {
     resolve_comm_backend(wanted, device, launch);
     return "";
@@ -42,52 +42,52 @@ std::string refusal(CommBackend wanted, Backend device, const LaunchInfo& launch
 
 TEST(ResolveCommBackend, AutoFollowsTheLaunchAndTheDevice) {
   for (bool mpi : {false, true}) {
-    EXPECT_EQ(resolve_comm_backend(CommBackend::automatic, Backend::host, alone(mpi)),
-              CommBackend::single);
-    EXPECT_EQ(resolve_comm_backend(CommBackend::automatic, Backend::cuda, alone(mpi)),
-              CommBackend::single);
-    EXPECT_EQ(resolve_comm_backend(CommBackend::automatic, Backend::cuda, mpirun(1, mpi)),
-              CommBackend::nccl);
+    EXPECT_EQ(resolve_comm_backend(comm::CommBackend::automatic, device::Backend::host, alone(mpi)),
+              comm::CommBackend::single);
+    EXPECT_EQ(resolve_comm_backend(comm::CommBackend::automatic, device::Backend::cuda, alone(mpi)),
+              comm::CommBackend::single);
+    EXPECT_EQ(resolve_comm_backend(comm::CommBackend::automatic, device::Backend::cuda, mpirun(1, mpi)),
+              comm::CommBackend::nccl);
   }
-  EXPECT_EQ(resolve_comm_backend(CommBackend::automatic, Backend::host, mpirun(3, true)),
-            CommBackend::mpi);
-  EXPECT_EQ(resolve_comm_backend(CommBackend::automatic, Backend::host, mpirun(1, true)),
-            CommBackend::mpi);
-  EXPECT_EQ(resolve_comm_backend(CommBackend::automatic, Backend::cuda, mpirun(3, true)),
-            CommBackend::nccl);
-  EXPECT_EQ(resolve_comm_backend(CommBackend::automatic, Backend::host, mpirun(1, false)),
-            CommBackend::single);
+  EXPECT_EQ(resolve_comm_backend(comm::CommBackend::automatic, device::Backend::host, mpirun(3, true)),
+            comm::CommBackend::mpi);
+  EXPECT_EQ(resolve_comm_backend(comm::CommBackend::automatic, device::Backend::host, mpirun(1, true)),
+            comm::CommBackend::mpi);
+  EXPECT_EQ(resolve_comm_backend(comm::CommBackend::automatic, device::Backend::cuda, mpirun(3, true)),
+            comm::CommBackend::nccl);
+  EXPECT_EQ(resolve_comm_backend(comm::CommBackend::automatic, device::Backend::host, mpirun(1, false)),
+            comm::CommBackend::single);
 }
 
 TEST(ResolveCommBackend, ImpossibleChoicesSayWhatToDo) {
   // mpirun with several ranks and no MPI in the build: no way to talk.
   EXPECT_NE(
-      refusal(CommBackend::automatic, Backend::host, mpirun(2, false)).find("-DSTRATA_MPI=ON"),
+      refusal(comm::CommBackend::automatic, device::Backend::host, mpirun(2, false)).find("-DSTRATA_MPI=ON"),
       std::string::npos);
-  EXPECT_NE(refusal(CommBackend::automatic, Backend::cuda, mpirun(2, false)).find("no MPI"),
+  EXPECT_NE(refusal(comm::CommBackend::automatic, device::Backend::cuda, mpirun(2, false)).find("no MPI"),
             std::string::npos);
-  EXPECT_NE(refusal(CommBackend::mpi, Backend::host, alone(false)).find("no MPI"),
+  EXPECT_NE(refusal(comm::CommBackend::mpi, device::Backend::host, alone(false)).find("no MPI"),
             std::string::npos);
-  EXPECT_NE(refusal(CommBackend::mpi, Backend::cuda, mpirun(2, true)).find("cuda"),
+  EXPECT_NE(refusal(comm::CommBackend::mpi, device::Backend::cuda, mpirun(2, true)).find("cuda"),
             std::string::npos);
-  EXPECT_NE(refusal(CommBackend::single, Backend::host, mpirun(2, true)).find("rank 1 of 2"),
+  EXPECT_NE(refusal(comm::CommBackend::single, device::Backend::host, mpirun(2, true)).find("rank 1 of 2"),
             std::string::npos);
-  EXPECT_EQ(refusal(CommBackend::single, Backend::host, mpirun(1, true)), "");
-  EXPECT_EQ(refusal(CommBackend::mpi, Backend::host, alone(true)), "");  // a world of one
-  if (comm_backend_compiled(CommBackend::nccl)) {
-    EXPECT_NE(refusal(CommBackend::nccl, Backend::host, alone(true)).find("needs a cuda device"),
+  EXPECT_EQ(refusal(comm::CommBackend::single, device::Backend::host, mpirun(1, true)), "");
+  EXPECT_EQ(refusal(comm::CommBackend::mpi, device::Backend::host, alone(true)), "");  // a world of one
+  if (comm_backend_compiled(comm::CommBackend::nccl)) {
+    EXPECT_NE(refusal(comm::CommBackend::nccl, device::Backend::host, alone(true)).find("needs a cuda device"),
               std::string::npos);
-    EXPECT_EQ(refusal(CommBackend::nccl, Backend::cuda, alone(false)), "");
-    EXPECT_NE(refusal(CommBackend::nccl, Backend::cuda, mpirun(2, false)).find("NCCL id"),
+    EXPECT_EQ(refusal(comm::CommBackend::nccl, device::Backend::cuda, alone(false)), "");
+    EXPECT_NE(refusal(comm::CommBackend::nccl, device::Backend::cuda, mpirun(2, false)).find("NCCL id"),
               std::string::npos);
   } else {
-    EXPECT_NE(refusal(CommBackend::nccl, Backend::cuda, alone(true)).find("-DSTRATA_CUDA=ON"),
+    EXPECT_NE(refusal(comm::CommBackend::nccl, device::Backend::cuda, alone(true)).find("-DSTRATA_CUDA=ON"),
               std::string::npos);
   }
 }
 
 TEST(Sequencer, RunsTicketsInIssueOrderWhateverThreadComesFirst) {
-  Sequencer sequencer;
+  comm::Sequencer sequencer;
   constexpr int kTickets = 16;
   std::vector<std::uint64_t> tickets;
   for (int i = 0; i < kTickets; ++i) tickets.push_back(sequencer.take());
@@ -109,8 +109,8 @@ TEST(Sequencer, RunsTicketsInIssueOrderWhateverThreadComesFirst) {
 }
 
 TEST(Sequencer, ClosureDestroyedUnrunBreaksIt) {
-  Sequencer sequencer;
-  auto skipped = std::make_shared<TicketGuard>(sequencer, sequencer.take());
+  comm::Sequencer sequencer;
+  auto skipped = std::make_shared<comm::TicketGuard>(sequencer, sequencer.take());
   const std::uint64_t next = sequencer.take();
   std::thread waiter([&] {
     EXPECT_THROW(sequencer.run_in_turn(next, [] { ADD_FAILURE() << "ran after a skipped ticket"; }),
@@ -125,7 +125,7 @@ TEST(Sequencer, ClosureDestroyedUnrunBreaksIt) {
 }
 
 TEST(Sequencer, FailureBreaksItAndIsRethrown) {
-  Sequencer sequencer;
+  comm::Sequencer sequencer;
   EXPECT_THROW(sequencer.run_in_turn(sequencer.take(), [] { throw Error("boom"); }), Error);
   EXPECT_TRUE(sequencer.broken());
   try {
@@ -142,13 +142,13 @@ TEST(ReduceInOrder, SumsInChunkOrderAndRoundsOnce) {
   std::vector<std::uint16_t> chunks = {fp32_to_bf16(256.0f), fp32_to_bf16(1.0f),
                                        fp32_to_bf16(1.0f)};
   std::uint16_t out = 0;
-  reduce_in_order(chunks.data(), 3, 1, DType::bf16, ReduceOp::sum, &out);
+  reduce_in_order(chunks.data(), 3, 1, DType::bf16, comm::ReduceOp::sum, &out);
   EXPECT_EQ(bf16_to_fp32(out), 258.0f);
 
   // fp32 is summed left to right: (1e8 + 1 - 1e8) is 0 in that order, not 1.
   std::vector<float> f = {1e8f, 1.0f, -1e8f};
   float sum = -1;
-  reduce_in_order(f.data(), 3, 1, DType::f32, ReduceOp::sum, &sum);
+  reduce_in_order(f.data(), 3, 1, DType::f32, comm::ReduceOp::sum, &sum);
   EXPECT_EQ(sum, 0.0f);
 }
 
@@ -158,7 +158,7 @@ TEST(ReduceInOrder, MaxKeepsNaNAndInf) {
   // 3 chunks of 3: column 0 has a NaN in the middle, column 1 an Inf, column 2 plain values.
   std::vector<float> chunks = {1.0f, 2.0f, -5.0f, nan, inf, -3.0f, 7.0f, 3.0f, -4.0f};
   std::vector<float> out(3);
-  reduce_in_order(chunks.data(), 3, 3, DType::f32, ReduceOp::max, out.data());
+  reduce_in_order(chunks.data(), 3, 3, DType::f32, comm::ReduceOp::max, out.data());
   EXPECT_TRUE(std::isnan(out[0]));
   EXPECT_EQ(out[1], inf);
   EXPECT_EQ(out[2], -3.0f);
@@ -174,7 +174,7 @@ TEST(ReduceInOrder, LongFp16BuffersMatchAScalarLoop) {
     }
   }
   std::vector<std::uint16_t> out(n);
-  reduce_in_order(in.data(), chunks, n, DType::f16, ReduceOp::sum, out.data());
+  reduce_in_order(in.data(), chunks, n, DType::f16, comm::ReduceOp::sum, out.data());
   for (std::size_t i = 0; i < n; ++i) {
     float acc = fp16_to_fp32(in[i]);
     for (std::size_t k = 1; k < chunks; ++k) acc += fp16_to_fp32(in[k * n + i]);

@@ -19,7 +19,7 @@ void clear_launch_env() {
 
 TEST(Launch, AloneIsRankZeroOfOne) {
   clear_launch_env();
-  LaunchInfo l = detect_launch();
+  launch::LaunchInfo l = launch::detect_launch();
   EXPECT_FALSE(l.under_mpirun);
   EXPECT_EQ(l.rank, 0);
   EXPECT_EQ(l.world, 1);
@@ -32,7 +32,7 @@ TEST(Launch, OpenMpiAndMpichAreRead) {
   ::setenv("OMPI_COMM_WORLD_RANK", "5", 1);
   ::setenv("OMPI_COMM_WORLD_SIZE", "8", 1);
   ::setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1", 1);
-  LaunchInfo l = detect_launch();
+  launch::LaunchInfo l = launch::detect_launch();
   EXPECT_TRUE(l.under_mpirun);
   EXPECT_EQ(l.rank, 5);
   EXPECT_EQ(l.world, 8);
@@ -43,7 +43,7 @@ TEST(Launch, OpenMpiAndMpichAreRead) {
   ::setenv("PMI_RANK", "2", 1);
   ::setenv("PMI_SIZE", "3", 1);
   ::setenv("MPI_LOCALRANKID", "2", 1);
-  l = detect_launch();
+  l = launch::detect_launch();
   EXPECT_EQ(l.rank, 2);
   EXPECT_EQ(l.world, 3);
   EXPECT_EQ(l.local_rank, 2);
@@ -54,13 +54,13 @@ TEST(Launch, MalformedOrIncompleteEnvironmentIsAnError) {
   clear_launch_env();
   ::setenv("OMPI_COMM_WORLD_RANK", "two", 1);
   ::setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
-  EXPECT_THROW(detect_launch(), Error);
+  EXPECT_THROW(launch::detect_launch(), Error);
   ::setenv("OMPI_COMM_WORLD_RANK", "4", 1);  // rank >= size
-  EXPECT_THROW(detect_launch(), Error);
+  EXPECT_THROW(launch::detect_launch(), Error);
   clear_launch_env();
   ::setenv("PMIX_RANK", "0", 1);  // a rank without a world size must not run as one rank
   try {
-    detect_launch();
+    launch::detect_launch();
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(e.where(), "PMIX_RANK");

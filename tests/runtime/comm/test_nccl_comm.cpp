@@ -13,25 +13,25 @@ namespace strata::runtime::comm_test {
 namespace {
 
 TEST(NcclComm, IsNcclWithOneRank) {
-  Communicator& comm = *context().comm;
-  EXPECT_EQ(comm.backend(), CommBackend::nccl);
+  comm::Communicator& comm = *context().comm;
+  EXPECT_EQ(comm.backend(), comm::CommBackend::nccl);
   EXPECT_EQ(comm.rank(), 0);
   EXPECT_EQ(comm.world(), 1);
 }
 
 TEST(NcclComm, SingleBackendCopiesDeviceBuffers) {
-  Device& device = *context().device;
-  auto single = create_communicator(device, {.backend = CommBackend::single});
+  device::Device& device = *context().device;
+  auto single = comm::create_communicator(device, {.backend = comm::CommBackend::single});
   auto stream = device.create_stream("single");
   const std::vector<float> values = {1.0f, -2.0f, 3.5f};
-  DeviceBuffer in = upload(device, *stream, values, DType::f32);
-  DeviceBuffer out = upload(device, *stream, {0.0f, 0.0f, 0.0f}, DType::f32);
+  device::DeviceBuffer in = upload(device, *stream, values, DType::f32);
+  device::DeviceBuffer out = upload(device, *stream, {0.0f, 0.0f, 0.0f}, DType::f32);
   single->all_reduce(in.data(), out.data(), values.size(), DType::f32, *stream);
   EXPECT_TRUE(same_values(values, download(*stream, out.data(), values.size(), DType::f32)));
 }
 
 TEST(NcclComm, MpiOnACudaDeviceIsAnError) {
-  EXPECT_THROW(create_communicator(*context().device, {.backend = CommBackend::mpi}), Error);
+  EXPECT_THROW(comm::create_communicator(*context().device, {.backend = comm::CommBackend::mpi}), Error);
 }
 
 }  // namespace
@@ -48,8 +48,8 @@ int main(int argc, char** argv) {
     return 77;
   }
   try {
-    auto device = Device::create({.kind = "cuda", .memory_bytes = std::uint64_t{512} << 20});
-    auto comm = create_communicator(*device, {.backend = CommBackend::nccl});
+    auto device = device::Device::create({.kind = "cuda", .memory_bytes = std::uint64_t{512} << 20});
+    auto comm = comm::create_communicator(*device, {.backend = comm::CommBackend::nccl});
     comm_test::context() = {device.get(), comm.get(), false};
     const int result = RUN_ALL_TESTS();
     comm_test::context() = {};

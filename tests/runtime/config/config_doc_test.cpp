@@ -16,7 +16,7 @@
 namespace strata::runtime::test {
 namespace {
 
-using detail::Json;
+using config::detail::Json;
 
 struct DocRow {
   std::string key;
@@ -72,7 +72,7 @@ std::map<std::string, std::vector<DocRow>> doc_tables() {
 template <typename Fields>
 std::vector<std::string> keys_of(const Fields& fields, const std::string& prefix = "") {
   std::vector<std::string> keys;
-  detail::for_each_field(fields, [&](const auto& f) { keys.push_back(prefix + std::string(f.key)); });
+  config::detail::for_each_field(fields, [&](const auto& f) { keys.push_back(prefix + std::string(f.key)); });
   return keys;
 }
 
@@ -84,18 +84,18 @@ std::vector<std::string> plus(std::vector<std::string> a, const std::vector<std:
 // The keys each table must list: the field lists, and the keys outside them.
 std::map<std::string, std::vector<std::string>> expected_tables() {
   return {
-      {"", plus(keys_of(detail::kTopFields),
+      {"", plus(keys_of(config::detail::kTopFields),
                 {"fp16", "bf16", "optimizer", "scheduler", "zero_optimization", "aio", "strata"})},
-      {"fp16", keys_of(detail::kFp16Fields)},
-      {"bf16", keys_of(detail::kBf16Fields)},
+      {"fp16", keys_of(config::detail::kFp16Fields)},
+      {"bf16", keys_of(config::detail::kBf16Fields)},
       {"optimizer",
-       plus(keys_of(detail::kOptimizerParamFields, "params."), {"type", "params.amsgrad"})},
-      {"scheduler", plus(keys_of(detail::kSchedulerParamFields, "params."), {"type"})},
-      {"zero_optimization", keys_of(detail::kZeroFields)},
-      {"zero_optimization.offload_param", keys_of(detail::kOffloadParamFields)},
-      {"zero_optimization.offload_optimizer", keys_of(detail::kOffloadOptimizerFields)},
-      {"aio", keys_of(detail::kAioFields)},
-      {"strata", keys_of(detail::kStrataFields)},
+       plus(keys_of(config::detail::kOptimizerParamFields, "params."), {"type", "params.amsgrad"})},
+      {"scheduler", plus(keys_of(config::detail::kSchedulerParamFields, "params."), {"type"})},
+      {"zero_optimization", keys_of(config::detail::kZeroFields)},
+      {"zero_optimization.offload_param", keys_of(config::detail::kOffloadParamFields)},
+      {"zero_optimization.offload_optimizer", keys_of(config::detail::kOffloadOptimizerFields)},
+      {"aio", keys_of(config::detail::kAioFields)},
+      {"strata", keys_of(config::detail::kStrataFields)},
   };
 }
 
@@ -137,13 +137,13 @@ const Json* printed_value(const Json& printed, const std::string& section, const
 
 TEST(ConfigDoc, DefaultsMatchTheStructs) {
   // Defaults as printed, with every scheduler key present in one of two configs.
-  Config cosine;
-  cosine.optimizer = OptimizerConfig{};
-  cosine.scheduler = SchedulerConfig{};
-  cosine.scheduler->type = SchedulerType::kWarmupCosineLR;
-  Config decay = cosine;
-  decay.scheduler->type = SchedulerType::kWarmupDecayLR;
-  const Json printed[] = {detail::config_to_json_value(cosine), detail::config_to_json_value(decay)};
+  config::Config cosine;
+  cosine.optimizer = config::OptimizerConfig{};
+  cosine.scheduler = config::SchedulerConfig{};
+  cosine.scheduler->type = config::SchedulerType::kWarmupCosineLR;
+  config::Config decay = cosine;
+  decay.scheduler->type = config::SchedulerType::kWarmupDecayLR;
+  const Json printed[] = {config::detail::config_to_json_value(cosine), config::detail::config_to_json_value(decay)};
 
   // amsgrad has no field: it must be false, and parse_optimizer says so.
   int compared = 0;

@@ -12,12 +12,12 @@ namespace strata::runtime::test {
 namespace {
 
 TEST(ConfigParse, EmptyObjectGivesDeepSpeedDefaults) {
-  ParsedConfig parsed = parse("{}");
+  config::ParsedConfig parsed = parse("{}");
   EXPECT_TRUE(parsed.warnings.empty());
-  const Config& c = parsed.config;
-  EXPECT_EQ(c, Config{});
+  const config::Config& c = parsed.config;
+  EXPECT_EQ(c, config::Config{});
   EXPECT_FALSE(c.train_batch_size.has_value());
-  EXPECT_EQ(c.gradient_clipping, AutoOr<double>(0.0));
+  EXPECT_EQ(c.gradient_clipping, config::AutoOr<double>(0.0));
   EXPECT_EQ(c.fp16.initial_scale_power, 16);
   EXPECT_EQ(c.fp16.loss_scale_window, 1000u);
   EXPECT_EQ(c.fp16.hysteresis, 2u);
@@ -42,11 +42,11 @@ TEST(ConfigParse, EmptyObjectGivesDeepSpeedDefaults) {
   EXPECT_EQ(c.aio.intra_op_parallelism, 1u);
   EXPECT_FALSE(c.aio.single_submit);
   EXPECT_TRUE(c.aio.overlap_events);
-  EXPECT_EQ(c.strata.device, DeviceKind::kAuto);
+  EXPECT_EQ(c.strata.device, config::DeviceKind::kAuto);
   EXPECT_EQ(c.strata.device_memory_bytes, 0u);
   EXPECT_FALSE(c.strata.checksum);
-  EXPECT_EQ(c.strata.io_backend, IoBackend::kAuto);
-  EXPECT_EQ(c.strata.direct_io, DirectIoMode::kAuto);
+  EXPECT_EQ(c.strata.io_backend, config::IoBackend::kAuto);
+  EXPECT_EQ(c.strata.direct_io, config::DirectIoMode::kAuto);
   EXPECT_FALSE(c.strata.io_uring_sqpoll);
   EXPECT_EQ(c.strata.checkpoint_keep, 2u);
 }
@@ -59,28 +59,28 @@ TEST(ConfigParse, OverlapCommDefaultsOnAtStage3Only) {
 }
 
 TEST(ConfigParse, DeepSpeedZero3NvmeExample) {
-  ParsedConfig parsed = load_config_file(data_file("ds_zero3_nvme.json"));
-  const Config& c = parsed.config;
+  config::ParsedConfig parsed = config::load_config_file(data_file("ds_zero3_nvme.json"));
+  const config::Config& c = parsed.config;
   EXPECT_EQ(c.train_micro_batch_size_per_gpu->value(), 4u);
   EXPECT_EQ(c.gradient_accumulation_steps->value(), 2u);
   EXPECT_TRUE(c.bf16.enabled.value());
   ASSERT_TRUE(c.optimizer.has_value());
-  EXPECT_EQ(c.optimizer->type, OptimizerType::kAdamW);
+  EXPECT_EQ(c.optimizer->type, config::OptimizerType::kAdamW);
   EXPECT_EQ(c.optimizer->lr.value(), 3e-4);
   EXPECT_EQ(c.optimizer->betas.value()[1], 0.95);
   ASSERT_TRUE(c.scheduler.has_value());
-  EXPECT_EQ(c.scheduler->type, SchedulerType::kWarmupDecayLR);
+  EXPECT_EQ(c.scheduler->type, config::SchedulerType::kWarmupDecayLR);
   EXPECT_EQ(c.scheduler->total_num_steps->value(), 100'000u);
-  const ZeroConfig& z = c.zero_optimization;
+  const config::ZeroConfig& z = c.zero_optimization;
   EXPECT_EQ(z.stage, 3);
   EXPECT_TRUE(z.overlap_comm);
   EXPECT_EQ(z.stage3_prefetch_bucket_size.value(), 10'000'000u);  // written 1e7
   EXPECT_EQ(z.reduce_bucket_size.value(), 10'000'000u);
-  EXPECT_EQ(z.offload_param.device, OffloadDevice::kNvme);
+  EXPECT_EQ(z.offload_param.device, config::OffloadDevice::kNvme);
   EXPECT_EQ(z.offload_param.nvme_path, std::vector<std::string>{"/local_nvme"});
   EXPECT_EQ(z.offload_param.buffer_size, 100'000'000u);  // written 1e8
   EXPECT_TRUE(z.offload_param.pin_memory);
-  EXPECT_EQ(z.offload_optimizer.device, OffloadDevice::kNvme);
+  EXPECT_EQ(z.offload_optimizer.device, config::OffloadDevice::kNvme);
   EXPECT_EQ(z.offload_optimizer.buffer_count, 4u);
   EXPECT_EQ(c.aio.block_size, 262'144u);
   EXPECT_EQ(c.aio.queue_depth, 32u);
@@ -89,31 +89,31 @@ TEST(ConfigParse, DeepSpeedZero3NvmeExample) {
   // steps_per_print, wall_clock_breakdown and fast_init are DeepSpeed keys strata ignores;
   // thread_count is an old name. No key is unknown.
   std::vector<std::string> ignored;
-  for (const ConfigWarning& w : parsed.warnings) {
-    EXPECT_NE(w.kind, ConfigWarning::Kind::kUnknownKey) << w.message;
-    if (w.kind == ConfigWarning::Kind::kIgnoredKey) ignored.push_back(w.path);
+  for (const config::ConfigWarning& w : parsed.warnings) {
+    EXPECT_NE(w.kind, config::ConfigWarning::Kind::kUnknownKey) << w.message;
+    if (w.kind == config::ConfigWarning::Kind::kIgnoredKey) ignored.push_back(w.path);
   }
   EXPECT_EQ(ignored, (std::vector<std::string>{"zero_optimization.offload_optimizer.fast_init",
                                                "steps_per_print", "wall_clock_breakdown"}));
   EXPECT_TRUE(std::any_of(parsed.warnings.begin(), parsed.warnings.end(),
-                          [](const ConfigWarning& w) { return w.path == "aio.thread_count"; }));
+                          [](const config::ConfigWarning& w) { return w.path == "aio.thread_count"; }));
 }
 
 TEST(ConfigParse, DeepSpeedZeroOffloadCpuExample) {
-  const Config c = load_config_file(data_file("ds_zero_offload_cpu.json")).config;
+  const config::Config c = config::load_config_file(data_file("ds_zero_offload_cpu.json")).config;
   EXPECT_EQ(c.train_batch_size->value(), 64u);
   EXPECT_TRUE(c.fp16.enabled.value());
   EXPECT_EQ(c.fp16.loss_scale, 0.0);
-  EXPECT_EQ(c.optimizer->type, OptimizerType::kAdam);
+  EXPECT_EQ(c.optimizer->type, config::OptimizerType::kAdam);
   EXPECT_TRUE(c.optimizer->adam_w_mode);  // DeepSpeed: "Adam" is AdamW unless told otherwise
-  EXPECT_EQ(c.scheduler->type, SchedulerType::kWarmupLR);
+  EXPECT_EQ(c.scheduler->type, config::SchedulerType::kWarmupLR);
   EXPECT_FALSE(c.scheduler->total_num_steps.has_value());
   EXPECT_EQ(c.zero_optimization.stage, 2);
-  EXPECT_EQ(c.zero_optimization.offload_optimizer.device, OffloadDevice::kCpu);
+  EXPECT_EQ(c.zero_optimization.offload_optimizer.device, config::OffloadDevice::kCpu);
   EXPECT_TRUE(c.zero_optimization.offload_optimizer.pin_memory);
-  EXPECT_EQ(c.zero_optimization.offload_param.device, OffloadDevice::kNone);
+  EXPECT_EQ(c.zero_optimization.offload_param.device, config::OffloadDevice::kNone);
   EXPECT_EQ(c.zero_optimization.allgather_bucket_size, 200'000'000u);
-  EXPECT_EQ(c.strata.device, DeviceKind::kHost);
+  EXPECT_EQ(c.strata.device, config::DeviceKind::kHost);
   EXPECT_EQ(c.strata.device_memory_bytes, 1 * kGiB);
   EXPECT_EQ(c.strata.pinned_memory_bytes, 4 * kGiB);
   EXPECT_EQ(c.strata.cpu_threads, 8u);
@@ -137,11 +137,11 @@ TEST(ConfigParse, RoundTripsThroughPrint) {
           "io_uring_sqpoll": true, "checkpoint_keep": 5}})",
   };
   for (const char* file : {"ds_zero3_nvme.json", "ds_zero_offload_cpu.json", "hf_zero3_auto.json"})
-    texts.push_back(config_to_json(load_config_file(data_file(file)).config));
+    texts.push_back(config::config_to_json(config::load_config_file(data_file(file)).config));
   for (const std::string& text : texts) {
-    const Config first = parse(text).config;
+    const config::Config first = parse(text).config;
     const std::string printed = config_to_json(first);
-    ParsedConfig second = parse(printed);
+    config::ParsedConfig second = parse(printed);
     EXPECT_EQ(second.config, first) << printed;
     EXPECT_EQ(config_to_json(second.config), printed);
     EXPECT_TRUE(second.warnings.empty()) << second.warnings.front().message;
@@ -149,7 +149,7 @@ TEST(ConfigParse, RoundTripsThroughPrint) {
 }
 
 TEST(ConfigParse, IntegersMayBeWrittenAsFloats) {
-  const Config c = parse(R"({"train_batch_size": 3.2e1, "zero_optimization": {
+  const config::Config c = parse(R"({"train_batch_size": 3.2e1, "zero_optimization": {
       "reduce_bucket_size": 5e8, "stage3_max_live_parameters": 1e9}})").config;
   EXPECT_EQ(c.train_batch_size->value(), 32u);
   EXPECT_EQ(c.zero_optimization.reduce_bucket_size.value(), 500'000'000u);
@@ -157,13 +157,13 @@ TEST(ConfigParse, IntegersMayBeWrittenAsFloats) {
 }
 
 TEST(ConfigParse, EnumsAreCaseInsensitive) {
-  EXPECT_EQ(parse(R"({"optimizer": {"type": "adamw"}})").config.optimizer->type, OptimizerType::kAdamW);
-  EXPECT_EQ(parse(R"({"optimizer": {"type": "ADAM"}})").config.optimizer->type, OptimizerType::kAdam);
-  EXPECT_EQ(parse(R"({"strata": {"device": "Host"}})").config.strata.device, DeviceKind::kHost);
+  EXPECT_EQ(parse(R"({"optimizer": {"type": "adamw"}})").config.optimizer->type, config::OptimizerType::kAdamW);
+  EXPECT_EQ(parse(R"({"optimizer": {"type": "ADAM"}})").config.optimizer->type, config::OptimizerType::kAdam);
+  EXPECT_EQ(parse(R"({"strata": {"device": "Host"}})").config.strata.device, config::DeviceKind::kHost);
 }
 
 TEST(ConfigParse, DeepSpeedAliases) {
-  const Config c = parse(R"({"zero_optimization": {"prefetch_bucket_size": 7,
+  const config::Config c = parse(R"({"zero_optimization": {"prefetch_bucket_size": 7,
       "max_live_parameters": 8}, "bfloat16": {"enabled": true}})").config;
   EXPECT_EQ(c.zero_optimization.stage3_prefetch_bucket_size.value(), 7u);
   EXPECT_EQ(c.zero_optimization.stage3_max_live_parameters, 8u);
@@ -174,15 +174,15 @@ TEST(ConfigParse, DeepSpeedAliases) {
 }
 
 TEST(ConfigParse, WarmupLRDefaultsToTheOptimizerLr) {
-  const Config c = parse(R"({"optimizer": {"type": "AdamW", "params": {"lr": 2e-4}},
+  const config::Config c = parse(R"({"optimizer": {"type": "AdamW", "params": {"lr": 2e-4}},
       "scheduler": {"type": "WarmupLR"}})").config;
   EXPECT_EQ(c.scheduler->warmup_max_lr.value(), 2e-4);
   EXPECT_EQ(c.scheduler->warmup_num_steps.value(), 1000u);
-  EXPECT_EQ(c.scheduler->warmup_type, WarmupType::kLog);
+  EXPECT_EQ(c.scheduler->warmup_type, config::WarmupType::kLog);
 }
 
 TEST(ConfigParse, AdamWIgnoresAdamWModeFalseWithAWarning) {
-  ParsedConfig parsed = parse(R"({"optimizer": {"type": "AdamW", "params": {"adam_w_mode": false}}})");
+  config::ParsedConfig parsed = parse(R"({"optimizer": {"type": "AdamW", "params": {"adam_w_mode": false}}})");
   EXPECT_TRUE(parsed.config.optimizer->adam_w_mode);
   ASSERT_EQ(parsed.warnings.size(), 1u);
   EXPECT_EQ(parsed.warnings[0].path, "optimizer.params.adam_w_mode");
@@ -308,7 +308,7 @@ TEST(ConfigErrors, MalformedJsonGivesLineAndColumn) {
   Error trailing = parse_error("{\"a\": 1,\n}");
   EXPECT_EQ(trailing.where(), "test.json:2:1") << trailing.what();
 
-  Error from_file = expect_error([] { load_config_file(data_file("malformed.json")); });
+  Error from_file = expect_error([] { config::load_config_file(data_file("malformed.json")); });
   EXPECT_EQ(from_file.where(), data_file("malformed.json") + ":3:26") << from_file.what();
 
   EXPECT_NE(std::string(parse_error("").what()).find("malformed JSON"), std::string::npos);
@@ -317,26 +317,26 @@ TEST(ConfigErrors, MalformedJsonGivesLineAndColumn) {
 
 TEST(ConfigErrors, MissingOrUnreadableFileNamesThePathAndErrno) {
   const std::string missing = data_file("no_such_config.json");
-  Error e = expect_error([&] { load_config_file(missing); });
+  Error e = expect_error([&] { config::load_config_file(missing); });
   EXPECT_EQ(e.where(), missing);
   EXPECT_NE(std::string(e.what()).find("No such file or directory"), std::string::npos) << e.what();
 
-  Error dir = expect_error([] { load_config_file(STRATA_CONFIG_TEST_DATA); });
+  Error dir = expect_error([] { config::load_config_file(STRATA_CONFIG_TEST_DATA); });
   EXPECT_EQ(dir.where(), STRATA_CONFIG_TEST_DATA);
   EXPECT_NE(std::string(dir.what()).find("Is a directory"), std::string::npos) << dir.what();
 }
 
 TEST(ConfigWarnings, EveryUnknownKeyIsReportedWithASuggestion) {
   LogCapture capture;
-  ParsedConfig parsed = parse(R"({
+  config::ParsedConfig parsed = parse(R"({
       "trian_batch_size": 8,
       "zero_optimization": {"stage": 3, "stage3_prefetch_bucket": 1, "overlap_com": true,
                             "offload_param": {"devcie": "cpu"}},
       "strata": {"Device": "host", "colour": "blue"},
       "steps_per_print": 10})");
   std::vector<std::pair<std::string, std::string>> unknown;  // path, suggestion
-  for (const ConfigWarning& w : parsed.warnings) {
-    if (w.kind == ConfigWarning::Kind::kUnknownKey) unknown.emplace_back(w.path, w.suggestion);
+  for (const config::ConfigWarning& w : parsed.warnings) {
+    if (w.kind == config::ConfigWarning::Kind::kUnknownKey) unknown.emplace_back(w.path, w.suggestion);
   }
   const std::vector<std::pair<std::string, std::string>> expected = {
       {"zero_optimization.offload_param.devcie", "zero_optimization.offload_param.device"},
@@ -363,8 +363,8 @@ TEST(ConfigWarnings, EveryUnknownKeyIsReportedWithASuggestion) {
 }
 
 TEST(ConfigAuto, HuggingFaceStyleAutoValuesStayExplicit) {
-  ParsedConfig parsed = load_config_file(data_file("hf_zero3_auto.json"));
-  const Config& c = parsed.config;
+  config::ParsedConfig parsed = config::load_config_file(data_file("hf_zero3_auto.json"));
+  const config::Config& c = parsed.config;
   EXPECT_TRUE(c.train_batch_size->is_auto());
   EXPECT_TRUE(c.train_micro_batch_size_per_gpu->is_auto());
   EXPECT_TRUE(c.gradient_accumulation_steps->is_auto());

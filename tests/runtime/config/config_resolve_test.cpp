@@ -14,7 +14,7 @@ namespace {
 // ---- overrides ---------------------------------------------------------------------------
 
 TEST(ConfigOverride, SetsValuesBeforeValidation) {
-  const Config c = parse(R"({"zero_optimization": {"stage": 2}, "optimizer": {"type": "Adam"}})",
+  const config::Config c = parse(R"({"zero_optimization": {"stage": 2}, "optimizer": {"type": "Adam"}})",
                          {"zero_optimization.stage=3",          // a number
                           "strata.device=host",                 // not JSON: taken as a string
                           "strata.device_memory=2GiB",          // string, then parsed as bytes
@@ -28,19 +28,19 @@ TEST(ConfigOverride, SetsValuesBeforeValidation) {
                        .config;
   EXPECT_EQ(c.zero_optimization.stage, 3);
   EXPECT_TRUE(c.zero_optimization.overlap_comm);  // the stage-3 default follows the override
-  EXPECT_EQ(c.strata.device, DeviceKind::kHost);
+  EXPECT_EQ(c.strata.device, config::DeviceKind::kHost);
   EXPECT_EQ(c.strata.device_memory_bytes, 2 * kGiB);
   EXPECT_EQ(c.strata.pinned_memory_bytes, 1 * kGiB);
   EXPECT_EQ(c.optimizer->betas.value()[0], 0.8);
   EXPECT_EQ(c.optimizer->betas.value()[1], 0.95);
-  EXPECT_EQ(c.zero_optimization.offload_param.device, OffloadDevice::kCpu);
+  EXPECT_EQ(c.zero_optimization.offload_param.device, config::OffloadDevice::kCpu);
   EXPECT_TRUE(c.train_batch_size->is_auto());
   EXPECT_EQ(c.zero_optimization.reduce_bucket_size.value(), 500'000'000u);
   EXPECT_TRUE(c.fp16.enabled.value());
 }
 
 TEST(ConfigOverride, LaterOverrideWinsAndNullRestoresTheDefault) {
-  const Config c = parse(R"({"zero_optimization": {"reduce_bucket_size": 7}})",
+  const config::Config c = parse(R"({"zero_optimization": {"reduce_bucket_size": 7}})",
                          {"zero_optimization.stage=1", "zero_optimization.stage=2",
                           "zero_optimization.reduce_bucket_size=null"})
                        .config;
@@ -83,7 +83,7 @@ TEST(ConfigOverride, ErrorsNameTheOverride) {
 }
 
 TEST(ConfigOverride, UnknownKeyInTheFileStaysAWarning) {
-  ParsedConfig parsed = parse(R"({"colour": 1})", {"zero_optimization.stage=1"});
+  config::ParsedConfig parsed = parse(R"({"colour": 1})", {"zero_optimization.stage=1"});
   ASSERT_EQ(parsed.warnings.size(), 1u);
   EXPECT_EQ(parsed.warnings[0].path, "colour");
 }
@@ -110,9 +110,9 @@ TEST(ConfigResolve, BatchSizesFollowDeepSpeedsRule) {
            "gradient_accumulation_steps": "auto"})", 2, 8, 4, 1},
   };
   for (const BatchCase& c : cases) {
-    ResolveInputs inputs;
+    config::ResolveInputs inputs;
     inputs.world_size = c.world;
-    const Config r = resolve_config(parse(c.json).config, inputs);
+    const config::Config r = resolve_config(parse(c.json).config, inputs);
     EXPECT_EQ(r.train_batch_size->value(), c.train) << c.json;
     EXPECT_EQ(r.train_micro_batch_size_per_gpu->value(), c.micro) << c.json;
     EXPECT_EQ(r.gradient_accumulation_steps->value(), c.accum) << c.json;
@@ -139,14 +139,14 @@ TEST(ConfigResolve, InconsistentOrMissingBatchSizesAreErrors) {
       {"{}", 1, "train_micro_batch_size_per_gpu", "neither"},
   };
   for (const Bad& c : cases) {
-    ResolveInputs inputs;
+    config::ResolveInputs inputs;
     inputs.world_size = c.world;
-    Config config = parse(c.json).config;
+    config::Config config = parse(c.json).config;
     Error e = expect_error([&] { resolve_config(config, inputs); });
     EXPECT_EQ(e.where(), c.where) << c.json;
     EXPECT_NE(std::string(e.what()).find(c.says), std::string::npos) << e.what();
   }
-  ResolveInputs no_ranks;
+  config::ResolveInputs no_ranks;
   no_ranks.world_size = 0;
   expect_error([&] { resolve_config(parse(R"({"train_batch_size": 8})").config, no_ranks); });
 }
@@ -154,15 +154,15 @@ TEST(ConfigResolve, InconsistentOrMissingBatchSizesAreErrors) {
 // ---- "auto" sizes and machine defaults ---------------------------------------------------
 
 TEST(ConfigResolve, HiddenSizeResolvesAutoBucketSizes) {
-  const Config c = load_config_file(data_file("hf_zero3_auto.json")).config;
-  ResolveInputs inputs;
+  const config::Config c = config::load_config_file(data_file("hf_zero3_auto.json")).config;
+  config::ResolveInputs inputs;
   inputs.world_size = 1;
-  Config without = c;
-  without.train_micro_batch_size_per_gpu = AutoOr<std::uint64_t>(2);
+  config::Config without = c;
+  without.train_micro_batch_size_per_gpu = config::AutoOr<std::uint64_t>(2);
   EXPECT_TRUE(resolve_config(without, inputs).zero_optimization.reduce_bucket_size.is_auto());
 
   inputs.hidden_size = 1024;
-  const Config r = resolve_config(without, inputs);
+  const config::Config r = resolve_config(without, inputs);
   EXPECT_EQ(r.zero_optimization.reduce_bucket_size.value(), 1024u * 1024u);
   EXPECT_EQ(r.zero_optimization.stage3_prefetch_bucket_size.value(), 943'718u);  // 0.9 * h^2
   EXPECT_EQ(r.zero_optimization.stage3_param_persistence_threshold.value(), 10'240u);
@@ -174,25 +174,25 @@ TEST(ConfigResolve, HiddenSizeResolvesAutoBucketSizes) {
 }
 
 TEST(ConfigResolve, StrataDefaultsComeFromTheMachine) {
-  ResolveInputs inputs;
+  config::ResolveInputs inputs;
   inputs.host_memory_bytes = 64 * kGiB;
   inputs.cpu_count = 12;
 
-  Config host = parse(R"({"train_batch_size": 1, "strata": {"device": "host"}})").config;
-  Config r = resolve_config(host, inputs);
-  EXPECT_EQ(r.strata.device_memory_bytes, kHostDeviceDefaultMemoryBytes);
+  config::Config host = parse(R"({"train_batch_size": 1, "strata": {"device": "host"}})").config;
+  config::Config r = resolve_config(host, inputs);
+  EXPECT_EQ(r.strata.device_memory_bytes, config::kHostDeviceDefaultMemoryBytes);
   EXPECT_EQ(r.strata.device_memory_bytes, 512 * kMiB);
   EXPECT_EQ(r.strata.pinned_memory_bytes, 32 * kGiB);
   EXPECT_EQ(r.strata.cpu_threads, 12u);
 
   // A CUDA (or not yet known) device keeps 0: its backend decides.
-  Config cuda = parse(R"({"train_batch_size": 1, "strata": {"device": "cuda"}})").config;
+  config::Config cuda = parse(R"({"train_batch_size": 1, "strata": {"device": "cuda"}})").config;
   EXPECT_EQ(resolve_config(cuda, inputs).strata.device_memory_bytes, 0u);
-  Config any = parse(R"({"train_batch_size": 1})").config;
+  config::Config any = parse(R"({"train_batch_size": 1})").config;
   EXPECT_EQ(resolve_config(any, inputs).strata.device_memory_bytes, 0u);
 
   // Given values are kept.
-  Config given = parse(R"({"train_batch_size": 1, "strata": {"device": "host",
+  config::Config given = parse(R"({"train_batch_size": 1, "strata": {"device": "host",
       "device_memory": "256MiB", "pinned_memory": 1048576, "cpu_threads": 3}})").config;
   r = resolve_config(given, inputs);
   EXPECT_EQ(r.strata.device_memory_bytes, 256 * kMiB);
@@ -200,17 +200,17 @@ TEST(ConfigResolve, StrataDefaultsComeFromTheMachine) {
   EXPECT_EQ(r.strata.cpu_threads, 3u);
 
   // Without inputs, this machine answers.
-  r = resolve_config(any, ResolveInputs{});
+  r = resolve_config(any, config::ResolveInputs{});
   EXPECT_GT(r.strata.pinned_memory_bytes, 0u);
   EXPECT_GE(r.strata.cpu_threads, 1u);
 }
 
 TEST(ConfigResolve, ResolvedConfigRoundTrips) {
-  ResolveInputs inputs;
+  config::ResolveInputs inputs;
   inputs.world_size = 4;
   inputs.host_memory_bytes = 8 * kGiB;
   inputs.cpu_count = 4;
-  const Config r = resolve_config(load_config_file(data_file("ds_zero3_nvme.json")).config, inputs);
+  const config::Config r = resolve_config(config::load_config_file(data_file("ds_zero3_nvme.json")).config, inputs);
   EXPECT_EQ(r.train_batch_size->value(), 32u);
   EXPECT_EQ(parse(config_to_json(r)).config, r);
   EXPECT_TRUE(unresolved_auto_keys(r).empty());
@@ -219,7 +219,7 @@ TEST(ConfigResolve, ResolvedConfigRoundTrips) {
 // ---- validation of configs built in code -------------------------------------------------
 
 TEST(ConfigValidate, ChecksConfigsBuiltInCode) {
-  Config c;
+  config::Config c;
   EXPECT_TRUE(validate_config(c).empty());
   c.zero_optimization.stage = 3;
   c.zero_optimization.offload_optimizer.ratio = 2.0;
@@ -231,16 +231,16 @@ TEST(ConfigValidate, ChecksConfigsBuiltInCode) {
   EXPECT_EQ(expect_error([&] { validate_config(c); }).where(),
             "zero_optimization.offload_optimizer.ratio");
 
-  Config adamw;
-  adamw.optimizer = OptimizerConfig{};
+  config::Config adamw;
+  adamw.optimizer = config::OptimizerConfig{};
   adamw.optimizer->adam_w_mode = false;  // AdamW always decouples
   EXPECT_EQ(expect_error([&] { validate_config(adamw); }).where(), "optimizer.params.adam_w_mode");
 
-  Config warm;
-  warm.scheduler = SchedulerConfig{};
-  warm.scheduler->type = SchedulerType::kWarmupDecayLR;
-  warm.scheduler->total_num_steps = AutoOr<std::uint64_t>(10);
-  std::vector<ConfigWarning> warnings = validate_config(warm);  // ends during warmup (1000)
+  config::Config warm;
+  warm.scheduler = config::SchedulerConfig{};
+  warm.scheduler->type = config::SchedulerType::kWarmupDecayLR;
+  warm.scheduler->total_num_steps = config::AutoOr<std::uint64_t>(10);
+  std::vector<config::ConfigWarning> warnings = validate_config(warm);  // ends during warmup (1000)
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_EQ(warnings[0].path, "scheduler.params.total_num_steps");
 }
@@ -260,10 +260,10 @@ void collect_paths(const nlohmann::ordered_json& j, const std::string& prefix, s
 }
 
 TEST(ConfigPrint, PrintsEveryKey) {
-  ResolveInputs inputs;
+  config::ResolveInputs inputs;
   inputs.host_memory_bytes = 8 * kGiB;
   inputs.cpu_count = 4;
-  const Config r = resolve_config(
+  const config::Config r = resolve_config(
       parse(R"({"train_batch_size": 8, "optimizer": {"type": "AdamW"},
           "scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 100}}})").config,
       inputs);
@@ -307,8 +307,8 @@ TEST(ConfigPrint, PrintsEveryKey) {
 
 TEST(ConfigPrint, LogConfigLogsTheResolvedConfig) {
   LogCapture capture;
-  Config c;
-  c.train_batch_size = AutoOr<std::uint64_t>(8);
+  config::Config c;
+  c.train_batch_size = config::AutoOr<std::uint64_t>(8);
   log_config(c);
   const std::string log = capture.text();
   EXPECT_NE(log.find("\"train_batch_size\": 8"), std::string::npos) << log;

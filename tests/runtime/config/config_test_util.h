@@ -36,8 +36,8 @@ Error expect_error(F&& f) {
   return Error("no error was thrown");
 }
 
-inline ParsedConfig parse(std::string_view text, std::vector<std::string> overrides = {}) {
-  return parse_config(text, "test.json", overrides);
+inline config::ParsedConfig parse(std::string_view text, std::vector<std::string> overrides = {}) {
+  return config::parse_config(text, "test.json", overrides);
 }
 
 inline Error parse_error(std::string_view text, std::vector<std::string> overrides = {}) {

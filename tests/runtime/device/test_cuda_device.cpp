@@ -13,15 +13,15 @@
 namespace strata::runtime {
 namespace {
 
-std::unique_ptr<Device> cuda_device() {
-  return Device::create({.kind = "cuda", .memory_bytes = 256 << 20});
+std::unique_ptr<device::Device> cuda_device() {
+  return device::Device::create({.kind = "cuda", .memory_bytes = 256 << 20});
 }
 
 TEST(CudaDevice, ArenaBudgetAndOom) {
   auto device = cuda_device();
-  EXPECT_EQ(device->backend(), Backend::cuda);
-  DeviceBuffer a = device->allocate(200 << 20, "a");
-  EXPECT_THROW(device->allocate(100 << 20, "b"), OutOfMemory);
+  EXPECT_EQ(device->backend(), device::Backend::cuda);
+  device::DeviceBuffer a = device->allocate(200 << 20, "a");
+  EXPECT_THROW(device->allocate(100 << 20, "b"), device::OutOfMemory);
   EXPECT_EQ(device->memory_stats().live_allocations, 1u);
 }
 
@@ -34,7 +34,7 @@ TEST(CudaDevice, RoundTripThroughTwoStreamsWithEvent) {
   std::vector<unsigned char> src(n), dst(n, 0);
   std::iota(src.begin(), src.end(), 0);
   device->pin_host(src.data(), n);
-  DeviceBuffer buf = device->allocate(n, "buf");
+  device::DeviceBuffer buf = device->allocate(n, "buf");
   h2d->memset_async(buf.data(), 0x5a, n);
   h2d->copy_async(buf.data(), src.data(), n - 1);
   done->record(*h2d);
@@ -66,7 +66,7 @@ TEST(CudaDevice, HostTaskOrderAndFailure) {
 }  // namespace strata::runtime
 
 int main(int argc, char** argv) {
-  auto cuda = strata::runtime::cuda_availability();
+  auto cuda = strata::runtime::device::cuda_availability();
   if (cuda.devices.empty()) {
     std::printf("skipped: no usable CUDA device: %s\n", cuda.why_not.c_str());
     return 77;

@@ -46,7 +46,7 @@ class Signal {
   bool set_ = false;
 };
 
-std::unique_ptr<Device> host_device() { return Device::create({.kind = "host", .memory_bytes = 64 << 20}); }
+std::unique_ptr<device::Device> host_device() { return device::Device::create({.kind = "host", .memory_bytes = 64 << 20}); }
 
 TEST(HostStream, RunsItsQueueInOrder) {
   auto device = host_device();
@@ -186,7 +186,7 @@ TEST(HostStream, CopiesBetweenHostAndArena) {
   std::vector<unsigned char> src(n), dst(n, 0);
   std::mt19937 rng(1);
   for (auto& x : src) x = static_cast<unsigned char>(rng());
-  DeviceBuffer buf = device->allocate(n, "staging");
+  device::DeviceBuffer buf = device->allocate(n, "staging");
   h2d->memset_async(buf.data(), 0xab, n);
   h2d->copy_async(buf.data(), src.data(), n - 1);
   copied->record(*h2d);
@@ -199,7 +199,7 @@ TEST(HostStream, CopiesBetweenHostAndArena) {
 
 TEST(HostDevice, SynchronizeDrainsEveryStreamEvenAfterAFailure) {
   auto device = host_device();
-  std::vector<std::unique_ptr<Stream>> streams;
+  std::vector<std::unique_ptr<device::Stream>> streams;
   std::atomic<int> done{0};
   Signal release;
   // Every stream starts with work held until a helper thread lets it go, so a synchronize
@@ -227,19 +227,19 @@ TEST(HostStream, RandomOpsWithCrossWaits) {
   constexpr int kStreams = 4;
   constexpr int kOps = 10000;
   auto device = host_device();
-  std::vector<std::unique_ptr<Stream>> streams;
+  std::vector<std::unique_ptr<device::Stream>> streams;
   std::vector<std::atomic<int>> progress(kStreams);  // ops completed per stream
   std::vector<int> enqueued(kStreams, 0);
   std::atomic<int> violations{0};
-  std::vector<std::unique_ptr<Event>> events;
-  DeviceBuffer scratch = device->allocate(kStreams * 4096, "scratch");
+  std::vector<std::unique_ptr<device::Event>> events;
+  device::DeviceBuffer scratch = device->allocate(kStreams * 4096, "scratch");
   std::vector<std::vector<unsigned char>> host(kStreams, std::vector<unsigned char>(4096));
   for (int s = 0; s < kStreams; ++s) streams.push_back(device->create_stream("s" + std::to_string(s)));
 
   std::mt19937 rng(12345);
   for (int op = 0; op < kOps; ++op) {
     const int s = static_cast<int>(rng() % kStreams);
-    Stream& stream = *streams[s];
+    device::Stream& stream = *streams[s];
     switch (rng() % 4) {
       case 0: {  // record an event, and make another stream wait on it
         const int other = static_cast<int>((s + 1 + rng() % (kStreams - 1)) % kStreams);

@@ -13,8 +13,8 @@ namespace strata::runtime {
 namespace {
 
 // What a host op enqueued on a stream of `device` would use.
-kernels::host::KernelThreads threads_seen_by_ops(Device& device) {
-  std::unique_ptr<Stream> s = device.create_stream("ops");
+kernels::host::KernelThreads threads_seen_by_ops(device::Device& device) {
+  std::unique_ptr<device::Stream> s = device.create_stream("ops");
   kernels::host::KernelThreads seen{};
   s->host_task([&] { seen = kernels::host::kernel_threads(); }, "probe");
   s->synchronize();
@@ -24,7 +24,7 @@ kernels::host::KernelThreads threads_seen_by_ops(Device& device) {
 TEST(HostThreads, DeviceOptionsSetTheHostKernelsThreads) {
   const int blas_before = kernels::host::kernel_threads().openblas;
   for (int threads : {1, 3, 2}) {
-    auto device = Device::create({.kind = "host", .memory_bytes = 1 << 20, .host_threads = threads});
+    auto device = device::Device::create({.kind = "host", .memory_bytes = 1 << 20, .host_threads = threads});
     const kernels::host::KernelThreads seen = threads_seen_by_ops(*device);
     EXPECT_EQ(seen.openmp, threads);
     EXPECT_EQ(seen.openblas, blas_before);
@@ -35,14 +35,14 @@ TEST(HostThreads, ZeroKeepsTheDefaults) {
   // A fresh thread has OpenMP's default.
   kernels::host::KernelThreads fresh{};
   std::thread([&] { fresh = kernels::host::kernel_threads(); }).join();
-  auto device = Device::create({.kind = "host", .memory_bytes = 1 << 20});
+  auto device = device::Device::create({.kind = "host", .memory_bytes = 1 << 20});
   const kernels::host::KernelThreads seen = threads_seen_by_ops(*device);
   EXPECT_EQ(seen.openmp, fresh.openmp);
   EXPECT_EQ(seen.openblas, fresh.openblas);
 }
 
 TEST(HostThreads, NegativeIsAnError) {
-  EXPECT_THROW(Device::create({.kind = "host", .memory_bytes = 1 << 20, .host_threads = -1}), Error);
+  EXPECT_THROW(device::Device::create({.kind = "host", .memory_bytes = 1 << 20, .host_threads = -1}), Error);
 }
 
 }  // namespace

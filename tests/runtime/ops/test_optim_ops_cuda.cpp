@@ -56,7 +56,7 @@ struct Outcome {
 
 // The sequence on one backend. out_dtype f32 = no params_out.
 Outcome run(const std::string& kind, cpu_adam::AdamMode mode, DType out_dtype) {
-  auto device = Device::create({.kind = kind, .memory_bytes = 256 << 20});
+  auto device = device::Device::create({.kind = kind, .memory_bytes = 256 << 20});
   auto s = device->create_stream("optim");
   const std::size_t n = kN;
   const std::vector<unsigned char> g1 = to_dtype(random_floats(n, 1, -3.0f, 3.0f), DType::bf16);
@@ -64,14 +64,14 @@ Outcome run(const std::string& kind, cpu_adam::AdamMode mode, DType out_dtype) {
   const std::vector<float> g3 = random_floats(n, 3, -1e-3f, 1e-3f);
   const std::vector<float> params0 = random_floats(n, 4, -1.0f, 1.0f);
 
-  DeviceBuffer acc = device->allocate(n * 4, "acc");
-  DeviceBuffer grad16 = device->allocate(n * 2, "grad16");
-  DeviceBuffer grad32 = device->allocate(n * 4, "grad32");
-  DeviceBuffer params = device->allocate(n * 4, "params");
-  DeviceBuffer m = device->allocate(n * 4, "exp_avg");
-  DeviceBuffer v = device->allocate(n * 4, "exp_avg_sq");
-  DeviceBuffer out16 = device->allocate(n * 2, "params_out");
-  DeviceBuffer scratch = device->allocate(ops::optim_scratch_bytes(n), "scratch");
+  device::DeviceBuffer acc = device->allocate(n * 4, "acc");
+  device::DeviceBuffer grad16 = device->allocate(n * 2, "grad16");
+  device::DeviceBuffer grad32 = device->allocate(n * 4, "grad32");
+  device::DeviceBuffer params = device->allocate(n * 4, "params");
+  device::DeviceBuffer m = device->allocate(n * 4, "exp_avg");
+  device::DeviceBuffer v = device->allocate(n * 4, "exp_avg_sq");
+  device::DeviceBuffer out16 = device->allocate(n * 2, "params_out");
+  device::DeviceBuffer scratch = device->allocate(ops::optim_scratch_bytes(n), "scratch");
 
   Outcome o;
   s->memset_async(acc.data(), 0, n * 4);
@@ -197,9 +197,9 @@ TEST(OptimOpsCuda, SameResultsAsTheHostBackend) {
 
 // Bad hyper-parameters throw from the call itself on CUDA (from synchronize() on the host).
 TEST(OptimOpsCuda, BadHyperParametersThrow) {
-  auto device = Device::create({.kind = "cuda", .memory_bytes = 64 << 20});
+  auto device = device::Device::create({.kind = "cuda", .memory_bytes = 64 << 20});
   auto s = device->create_stream("optim");
-  DeviceBuffer buf = device->allocate(4 * 16, "buf");
+  device::DeviceBuffer buf = device->allocate(4 * 16, "buf");
   cpu_adam::AdamHyper hyper;
   hyper.beta1 = 1.0f;
   cpu_adam::AdamShard shard;
@@ -216,7 +216,7 @@ TEST(OptimOpsCuda, BadHyperParametersThrow) {
 }  // namespace strata::runtime
 
 int main(int argc, char** argv) {
-  auto cuda = strata::runtime::cuda_availability();
+  auto cuda = strata::runtime::device::cuda_availability();
   if (cuda.devices.empty()) {
     std::printf("test_optim_ops_cuda: skipped: no usable CUDA device: %s\n", cuda.why_not.c_str());
     return 77;

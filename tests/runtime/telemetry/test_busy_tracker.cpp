@@ -9,7 +9,7 @@
 namespace strata::runtime {
 namespace {
 
-double ms_of(const BusyTracker::Result& r, const std::string& track) {
+double ms_of(const telemetry::BusyTracker::Result& r, const std::string& track) {
   for (const auto& [name, ms] : r.per_track_ms) {
     if (name == track) return ms;
   }
@@ -17,8 +17,8 @@ double ms_of(const BusyTracker::Result& r, const std::string& track) {
 }
 
 TEST(BusyTracker, DifferencesBetweenBeginAndEnd) {
-  Tracer tracer("", "strata", /*account_busy=*/true);
-  BusyTracker tracker(tracer);
+  trace::Tracer tracer("", "strata", /*account_busy=*/true);
+  telemetry::BusyTracker tracker(tracer);
   // Before the step: nvme was busy a long time; that must not count in the step.
   tracer.record("read", "nvme read", 0, 50'000'000);
   tracer.record("h2d", "h2d", 0, 1'000'000);
@@ -27,7 +27,7 @@ TEST(BusyTracker, DifferencesBetweenBeginAndEnd) {
   tracer.record("read", "nvme read", 0, 2'000'000);      // 2 ms
   tracer.record("h2d", "h2d", 0, 3'000'000);             // 3 ms
   tracer.record("adam", "cpu adam", 0, 4'500'000);       // 4.5 ms, a track new in this step
-  BusyTracker::Result r = tracker.end_step();
+  telemetry::BusyTracker::Result r = tracker.end_step();
   EXPECT_EQ(r.busiest, "cpu adam");
   EXPECT_DOUBLE_EQ(r.busiest_ms, 4.5);
   ASSERT_EQ(r.per_track_ms.size(), 3u);
@@ -49,8 +49,8 @@ TEST(BusyTracker, DifferencesBetweenBeginAndEnd) {
 }
 
 TEST(BusyTracker, TiesGoToTheTrackUsedFirst) {
-  Tracer tracer("", "strata", true);
-  BusyTracker tracker(tracer);
+  trace::Tracer tracer("", "strata", true);
+  telemetry::BusyTracker tracker(tracer);
   tracker.begin_step();
   tracer.record("a", "first", 0, 1000);
   tracer.record("b", "second", 0, 1000);
@@ -58,16 +58,16 @@ TEST(BusyTracker, TiesGoToTheTrackUsedFirst) {
 }
 
 TEST(BusyTracker, IdleStepAndNonAccountingTracer) {
-  Tracer tracer("", "strata", true);
-  BusyTracker tracker(tracer);
+  trace::Tracer tracer("", "strata", true);
+  telemetry::BusyTracker tracker(tracer);
   tracker.begin_step();
-  BusyTracker::Result r = tracker.end_step();
+  telemetry::BusyTracker::Result r = tracker.end_step();
   EXPECT_EQ(r.busiest, "");
   EXPECT_EQ(r.busiest_ms, 0.0);
   EXPECT_TRUE(r.per_track_ms.empty());
 
-  Tracer off("");
-  BusyTracker none(off);
+  trace::Tracer off("");
+  telemetry::BusyTracker none(off);
   none.begin_step();
   off.record("x", "s", 0, 1000);
   r = none.end_step();
@@ -76,18 +76,18 @@ TEST(BusyTracker, IdleStepAndNonAccountingTracer) {
 }
 
 TEST(BusyTracker, WithoutBeginCountsFromConstruction) {
-  Tracer tracer("", "strata", true);
+  trace::Tracer tracer("", "strata", true);
   tracer.record("x", "s", 0, 5'000'000);  // before the tracker: not counted
-  BusyTracker tracker(tracer);
+  telemetry::BusyTracker tracker(tracer);
   tracer.record("x", "s", 0, 1'000'000);
   EXPECT_DOUBLE_EQ(tracker.end_step().busiest_ms, 1.0);
 }
 
 TEST(BusyTracker, OverlapRatio) {
-  EXPECT_DOUBLE_EQ(overlap_ratio(100, 80), 1.25);
-  EXPECT_DOUBLE_EQ(overlap_ratio(100, 100), 1.0);
-  EXPECT_EQ(overlap_ratio(100, 0), 0.0);  // unknown
-  EXPECT_EQ(overlap_ratio(0, 10), 0.0);
+  EXPECT_DOUBLE_EQ(telemetry::overlap_ratio(100, 80), 1.25);
+  EXPECT_DOUBLE_EQ(telemetry::overlap_ratio(100, 100), 1.0);
+  EXPECT_EQ(telemetry::overlap_ratio(100, 0), 0.0);  // unknown
+  EXPECT_EQ(telemetry::overlap_ratio(0, 10), 0.0);
 }
 
 }  // namespace

@@ -10,8 +10,8 @@
 namespace strata::runtime {
 namespace {
 
-StepMetrics step_metrics(std::uint64_t step, double step_ms) {
-  StepMetrics m;
+telemetry::StepMetrics step_metrics(std::uint64_t step, double step_ms) {
+  telemetry::StepMetrics m;
   m.step = step;
   m.loss = 4.1234;
   m.lr = 1e-3;
@@ -36,7 +36,7 @@ std::uint64_t step_of(const std::string& line) {
 
 std::vector<std::uint64_t> run_plain(std::uint64_t total, std::uint64_t last_step, std::string* text) {
   std::ostringstream out;
-  Progress progress(total, out, /*is_terminal=*/false);
+  telemetry::Progress progress(total, out, /*is_terminal=*/false);
   for (std::uint64_t s = 1; s <= last_step; ++s) progress.update(step_metrics(s, 100));
   progress.finish();
   progress.finish();  // idempotent
@@ -91,7 +91,7 @@ TEST(Progress, FinishShowsAStoppedRunsLastStep) {
 
 TEST(Progress, EtaLeavesOutTheFirstStep) {
   std::ostringstream out;
-  Progress progress(10, out, false);
+  telemetry::Progress progress(10, out, false);
   progress.update(step_metrics(1, 60'000));  // a slow first step: ETA from it alone, 9 min
   progress.update(step_metrics(2, 1'000));   // then 1 s steps: 8 left -> 8 s
   progress.finish();
@@ -103,8 +103,8 @@ TEST(Progress, EtaLeavesOutTheFirstStep) {
 
 TEST(Progress, SkippedStepIsFlagged) {
   std::ostringstream out;
-  Progress progress(5, out, false);
-  StepMetrics m = step_metrics(1, 10);
+  telemetry::Progress progress(5, out, false);
+  telemetry::StepMetrics m = step_metrics(1, 10);
   m.skipped = true;
   m.loss_scale = 32768;
   progress.update(m);
@@ -114,7 +114,7 @@ TEST(Progress, SkippedStepIsFlagged) {
 
 TEST(Progress, TerminalRewritesOneLine) {
   std::ostringstream out;
-  Progress progress(4, out, /*is_terminal=*/true);
+  telemetry::Progress progress(4, out, /*is_terminal=*/true);
   for (std::uint64_t s = 1; s <= 4; ++s) {
     progress.update(step_metrics(s, 250));
     EXPECT_EQ(out.str().find('\n'), std::string::npos);  // no newline while running
@@ -137,8 +137,8 @@ TEST(Progress, TerminalRewritesOneLine) {
 
 TEST(Progress, TerminalBlanksTheRestOfALongerLine) {
   std::ostringstream out;
-  Progress progress(0, out, true);  // unknown total: no bar
-  StepMetrics m = step_metrics(1, 10);
+  telemetry::Progress progress(0, out, true);  // unknown total: no bar
+  telemetry::StepMetrics m = step_metrics(1, 10);
   m.skipped = true;  // a longer line first
   progress.update(m);
   const std::size_t first_len = out.str().size() - 1;

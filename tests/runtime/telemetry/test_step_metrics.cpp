@@ -38,8 +38,8 @@ class TempDir {
   std::string dir_;
 };
 
-StepMetrics sample(std::uint64_t step) {
-  StepMetrics m;
+telemetry::StepMetrics sample(std::uint64_t step) {
+  telemetry::StepMetrics m;
   m.step = step;
   m.loss = 4.25;
   m.lr = 1e-3;
@@ -116,7 +116,7 @@ TEST(StepMetricsJson, OneObjectWithEveryKeyInOrder) {
 }
 
 TEST(StepMetricsJson, DefaultsAndNonFiniteNumbers) {
-  StepMetrics m;
+  telemetry::StepMetrics m;
   m.loss = std::numeric_limits<double>::quiet_NaN();
   m.phase_ms = {{"name \"with\" quotes\n", 1.0}};
   nlohmann::json j = nlohmann::json::parse(to_json_line(m));
@@ -135,7 +135,7 @@ TEST(MetricsWriter, WritesOneLinePerStep) {
   ASSERT_FALSE(tmp.dir().empty());
   const std::string path = tmp.dir() + "/metrics.jsonl";
   {
-    MetricsWriter writer(path);
+    telemetry::MetricsWriter writer(path);
     EXPECT_TRUE(writer.enabled());
     EXPECT_EQ(writer.path(), path);
     for (std::uint64_t s = 1; s <= 5; ++s) {
@@ -150,12 +150,12 @@ TEST(MetricsWriter, WritesOneLinePerStep) {
     EXPECT_EQ(nlohmann::json::parse(lines[i])["step"], i + 1);
   }
   // A new writer truncates.
-  { MetricsWriter writer(path); writer.write(sample(9)); }
+  { telemetry::MetricsWriter writer(path); writer.write(sample(9)); }
   EXPECT_EQ(read_lines(path).size(), 1u);
 }
 
 TEST(MetricsWriter, EmptyPathIsDisabled) {
-  MetricsWriter writer("");
+  telemetry::MetricsWriter writer("");
   EXPECT_FALSE(writer.enabled());
   EXPECT_NO_THROW(writer.write(sample(1)));
 }
@@ -163,9 +163,9 @@ TEST(MetricsWriter, EmptyPathIsDisabled) {
 TEST(MetricsWriter, MovedWriterKeepsWriting) {
   TempDir tmp;
   const std::string path = tmp.dir() + "/m.jsonl";
-  MetricsWriter a(path);
+  telemetry::MetricsWriter a(path);
   a.write(sample(1));
-  MetricsWriter b(std::move(a));
+  telemetry::MetricsWriter b(std::move(a));
   b.write(sample(2));
   EXPECT_EQ(read_lines(path).size(), 2u);
 }
@@ -173,7 +173,7 @@ TEST(MetricsWriter, MovedWriterKeepsWriting) {
 TEST(MetricsWriter, UncreatablePathIsAnErrorNamingIt) {
   const std::string path = "/nonexistent/strata/metrics.jsonl";
   try {
-    MetricsWriter writer(path);
+    telemetry::MetricsWriter writer(path);
     FAIL() << "creating a file in a missing folder succeeded";
   } catch (const Error& e) {
     EXPECT_EQ(e.where(), path);
@@ -183,7 +183,7 @@ TEST(MetricsWriter, UncreatablePathIsAnErrorNamingIt) {
 
 TEST(MetricsWriter, FullDiskIsAnErrorNamingThePath) {
   if (::access("/dev/full", W_OK) != 0) GTEST_SKIP() << "no writable /dev/full";
-  MetricsWriter writer("/dev/full");
+  telemetry::MetricsWriter writer("/dev/full");
   try {
     writer.write(sample(3));
     FAIL() << "writing to /dev/full succeeded";
@@ -195,7 +195,7 @@ TEST(MetricsWriter, FullDiskIsAnErrorNamingThePath) {
 }
 
 TEST(Tables, MemoryTable) {
-  const std::string text = memory_table({{"device", {512 << 20, 600 << 20, 1 << 30}},
+  const std::string text = telemetry::memory_table({{"device", {512 << 20, 600 << 20, 1 << 30}},
                                          {"nvme", {2u << 30, 2u << 30, 0}}});
   EXPECT_EQ(text,
             "tier       current        peak    budget  peak/budget\n"
@@ -205,7 +205,7 @@ TEST(Tables, MemoryTable) {
 }
 
 TEST(Tables, BytesTable) {
-  LinkBytes b{.nvme_read = std::uint64_t{4} << 30, .nvme_write = 1u << 30, .h2d = 3u << 20, .d2h = 1024,
+  telemetry::LinkBytes b{.nvme_read = std::uint64_t{4} << 30, .nvme_write = 1u << 30, .h2d = 3u << 20, .d2h = 1024,
               .collective = 3u << 29};
   const std::string text = bytes_table(b, static_cast<double>(1u << 30));
   EXPECT_EQ(text,

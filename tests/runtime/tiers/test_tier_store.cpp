@@ -39,47 +39,47 @@ class TempDir {
   std::string path_;
 };
 
-Config resolved(Config c) {
-  ResolveInputs in;
+config::Config resolved(config::Config c) {
+  config::ResolveInputs in;
   in.host_memory_bytes = 8 * kGiB;
   in.cpu_count = 2;
   if (!c.train_micro_batch_size_per_gpu) c.train_micro_batch_size_per_gpu = std::uint64_t{1};
   return resolve_config(c, in);
 }
 
-std::unique_ptr<Device> host_device(std::uint64_t bytes) {
-  DeviceOptions o;
+std::unique_ptr<device::Device> host_device(std::uint64_t bytes) {
+  device::DeviceOptions o;
   o.kind = "host";
   o.memory_bytes = bytes;
-  return Device::create(o);
+  return device::Device::create(o);
 }
 
 // A store of one small module "m0" (4096 elements, fp32) on `device`, parameters only (the
 // tests count the pinned pool's use to the byte).
 struct Store {
-  Store(const Config& config, Device& device) : init(device.create_stream("init")) {
-    StoreSetup setup;
+  Store(const config::Config& config, device::Device& device) : init(device.create_stream("init")) {
+    tiers::StoreSetup setup;
     setup.module_numels = {4096};
     setup.module_names = {"m0"};
     setup.optimizer = false;
-    store = std::make_unique<TierStore>(config, setup, device, *init);
+    store = std::make_unique<tiers::TierStore>(config, setup, device, *init);
   }
-  std::unique_ptr<Stream> init;
-  std::unique_ptr<TierStore> store;
+  std::unique_ptr<device::Stream> init;
+  std::unique_ptr<tiers::TierStore> store;
 };
 
 TEST(TierStore, ConfigKeysBecomeOptions) {
-  Config c;
+  config::Config c;
   c.aio.block_size = 256 * kKiB;
   c.aio.queue_depth = 32;
   c.aio.intra_op_parallelism = 2;
   c.aio.single_submit = true;
   c.aio.overlap_events = false;
-  c.strata.io_backend = IoBackend::kThreads;
+  c.strata.io_backend = config::IoBackend::kThreads;
   c.strata.io_uring_sqpoll = true;
   c.strata.checksum = true;
-  c.strata.direct_io = DirectIoMode::kOff;
-  offload::AioOptions a = aio_options(c);
+  c.strata.direct_io = config::DirectIoMode::kOff;
+  offload::AioOptions a = tiers::aio_options(c);
   EXPECT_EQ(a.block_size, 256 * kKiB);
   EXPECT_EQ(a.queue_depth, 32u);
   EXPECT_EQ(a.parallelism, 2u);
@@ -87,7 +87,7 @@ TEST(TierStore, ConfigKeysBecomeOptions) {
   EXPECT_FALSE(a.overlap_events);
   EXPECT_TRUE(a.sqpoll);
   EXPECT_EQ(a.backend, offload::AioBackend::kThreads);
-  offload::SwapOptions s = swap_options(c, {"/a", "/b"});
+  offload::SwapOptions s = tiers::swap_options(c, {"/a", "/b"});
   EXPECT_EQ(s.paths, (std::vector<std::string>{"/a", "/b"}));
   EXPECT_EQ(s.block_size, 256 * kKiB);
   EXPECT_TRUE(s.checksum);
@@ -95,25 +95,25 @@ TEST(TierStore, ConfigKeysBecomeOptions) {
 }
 
 TEST(TierStore, NvmePathsComeFromTheNvmeSectionsOnlyEachOnce) {
-  Config c;
+  config::Config c;
   c.zero_optimization.stage = 3;
-  c.zero_optimization.offload_param.device = OffloadDevice::kCpu;
+  c.zero_optimization.offload_param.device = config::OffloadDevice::kCpu;
   c.zero_optimization.offload_param.nvme_path = {"/ignored"};
-  EXPECT_TRUE(nvme_paths(c).empty());
-  c.zero_optimization.offload_param.device = OffloadDevice::kNvme;
+  EXPECT_TRUE(tiers::nvme_paths(c).empty());
+  c.zero_optimization.offload_param.device = config::OffloadDevice::kNvme;
   c.zero_optimization.offload_param.nvme_path = {"/n0", "/n1"};
-  c.zero_optimization.offload_optimizer.device = OffloadDevice::kNvme;
+  c.zero_optimization.offload_optimizer.device = config::OffloadDevice::kNvme;
   c.zero_optimization.offload_optimizer.nvme_path = {"/n1", "/n2"};
-  EXPECT_EQ(nvme_paths(c), (std::vector<std::string>{"/n0", "/n1", "/n2"}));
+  EXPECT_EQ(tiers::nvme_paths(c), (std::vector<std::string>{"/n0", "/n1", "/n2"}));
 }
 
 TEST(TierStore, NoNvmeOffloadMeansNoSwapSpace) {
-  Config c;
+  config::Config c;
   c.strata.pinned_memory_bytes = 0;  // resolved below to host memory / 2
-  c.strata.io_backend = IoBackend::kThreads;
+  c.strata.io_backend = config::IoBackend::kThreads;
   auto device = host_device(64 * kMiB);
   Store made(resolved(c), *device);
-  TierStore& tiers = *made.store;
+  tiers::TierStore& tiers = *made.store;
   EXPECT_EQ(tiers.swap(), nullptr);
   EXPECT_EQ(tiers.pinned().stats().budget_bytes, 4 * kGiB);
   EXPECT_EQ(tiers.io().backend_name(), "threads");
@@ -122,25 +122,25 @@ TEST(TierStore, NoNvmeOffloadMeansNoSwapSpace) {
 TEST(TierStore, TiersAppearInTheDevicesOutOfMemoryReport) {
   TempDir dir;
   ASSERT_FALSE(dir.path().empty());
-  Config c;
+  config::Config c;
   c.zero_optimization.stage = 3;
-  c.zero_optimization.offload_optimizer.device = OffloadDevice::kNvme;
+  c.zero_optimization.offload_optimizer.device = config::OffloadDevice::kNvme;
   c.zero_optimization.offload_optimizer.nvme_path = {dir.path()};
   c.strata.pinned_memory_bytes = 16 * kMiB;
-  c.strata.direct_io = DirectIoMode::kAuto;
+  c.strata.direct_io = config::DirectIoMode::kAuto;
   c.aio.block_size = 64 * kKiB;  // small swap sets: the plan fits the 16 MiB pool
   auto device = host_device(8 * kMiB);
   Store made(resolved(c), *device);
-  TierStore& tiers = *made.store;
+  tiers::TierStore& tiers = *made.store;
   ASSERT_NE(tiers.swap(), nullptr);
   offload::HostBuffer b = tiers.pinned().allocate(3 * kMiB, "staging");
   offload::ExtentId e = tiers.swap()->allocate({"h.0", offload::StateKind::kExpAvg, 0}, 2 * kMiB);
   tiers.io().wait(tiers.swap()->write(e, b.data(), 2 * kMiB));
 
   try {
-    DeviceBuffer too_big = device->allocate(9 * kMiB, "activations");
+    device::DeviceBuffer too_big = device->allocate(9 * kMiB, "activations");
     FAIL() << "allocating past the budget must throw";
-  } catch (const OutOfMemory& error) {
+  } catch (const device::OutOfMemory& error) {
     const std::string what = error.what();
     EXPECT_NE(what.find("pinned host"), std::string::npos) << what;
     EXPECT_NE(what.find("3.00 MiB"), std::string::npos) << what;  // the pinned pool in use
@@ -150,9 +150,9 @@ TEST(TierStore, TiersAppearInTheDevicesOutOfMemoryReport) {
 }
 
 TEST(TierStore, AMissingNvmeFolderIsAClearError) {
-  Config c;
+  config::Config c;
   c.zero_optimization.stage = 3;
-  c.zero_optimization.offload_param.device = OffloadDevice::kNvme;
+  c.zero_optimization.offload_param.device = config::OffloadDevice::kNvme;
   c.zero_optimization.offload_param.nvme_path = {"/nonexistent/strata/nvme"};
   c.strata.pinned_memory_bytes = 16 * kMiB;
   auto device = host_device(8 * kMiB);

@@ -12,13 +12,13 @@
 namespace strata::runtime {
 namespace {
 
-void expect_sane(const Topology& t) {
+void expect_sane(const topology::Topology& t) {
   EXPECT_GE(t.packages, 1);
   EXPECT_GE(t.physical_cores, t.packages);
   EXPECT_GE(t.logical_cores, t.physical_cores);
   ASSERT_GE(t.numa_nodes.size(), 1u);
   std::uint64_t memory = 0;
-  for (const NumaNode& n : t.numa_nodes) memory += n.memory_bytes;
+  for (const topology::NumaNode& n : t.numa_nodes) memory += n.memory_bytes;
   EXPECT_GT(memory, 0u);
   EXPECT_GE(t.affinity_cpus, 1);
   EXPECT_LE(t.affinity_cpus, t.logical_cores);
@@ -26,15 +26,15 @@ void expect_sane(const Topology& t) {
 }
 
 TEST(Topology, CountsAreConsistent) {
-  Topology t = detect_topology();
+  topology::Topology t = topology::detect_topology();
   expect_sane(t);
   // Every online CPU is a processing unit the kernel schedules on.
   EXPECT_EQ(t.logical_cores, static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN)));
 }
 
 TEST(Topology, SysfsAgreesWithTheDefaultSource) {
-  Topology automatic = detect_topology();
-  Topology sysfs = detect_topology(TopologySource::sysfs);
+  topology::Topology automatic = topology::detect_topology();
+  topology::Topology sysfs = detect_topology(topology::TopologySource::sysfs);
   expect_sane(sysfs);
   EXPECT_EQ(sysfs.source, "sysfs");
   EXPECT_EQ(sysfs.logical_cores, automatic.logical_cores);
@@ -44,7 +44,7 @@ TEST(Topology, SysfsAgreesWithTheDefaultSource) {
 }
 
 TEST(MachineReport, IsConsistentAndMentionsEverySection) {
-  MachineReport r = collect_machine_report(".");
+  topology::MachineReport r = topology::collect_machine_report(".");
   expect_sane(r.topology);
   EXPECT_FALSE(r.cpu_model.empty());
   EXPECT_GT(r.memory_total_bytes, 0u);
@@ -75,7 +75,7 @@ TEST(MachineReport, IsConsistentAndMentionsEverySection) {
 }
 
 TEST(MachineReport, JsonCarriesTheSameFacts) {
-  MachineReport r = collect_machine_report("/nonexistent/strata");
+  topology::MachineReport r = topology::collect_machine_report("/nonexistent/strata");
   nlohmann::json j = nlohmann::json::parse(machine_report_json(r));
   EXPECT_EQ(j.at("cpu").at("logical_cores"), r.topology.logical_cores);
   EXPECT_EQ(j.at("cpu").at("physical_cores"), r.topology.physical_cores);

@@ -15,12 +15,12 @@ namespace {
 
 TEST(StreamTrace, HostStreamWorkBecomesSpansOnItsTrack) {
   test::TracePath path;
-  Tracer tracer(path.file(), "rank 0");
+  trace::Tracer tracer(path.file(), "rank 0");
   {
-    auto device = Device::create({.kind = "host", .memory_bytes = 1 << 20, .tracer = &tracer});
+    auto device = device::Device::create({.kind = "host", .memory_bytes = 1 << 20, .tracer = &tracer});
     auto h2d = device->create_stream("h2d");
     auto compute = device->create_stream("compute");
-    DeviceBuffer buf = device->allocate(4096, "buf");
+    device::DeviceBuffer buf = device->allocate(4096, "buf");
     std::vector<char> host(4096, 1);
     h2d->copy_async(buf.data(), host.data(), 4096);
     compute->host_task([] {}, "layernorm");
@@ -48,12 +48,12 @@ TEST(StreamTrace, HostStreamWorkBecomesSpansOnItsTrack) {
 }
 
 TEST(StreamTrace, AccountOnlyTracerSumsStreamBusyTime) {
-  Tracer tracer("", "rank 0", /*account_busy=*/true);
+  trace::Tracer tracer("", "rank 0", /*account_busy=*/true);
   {
-    auto device = Device::create({.kind = "host", .memory_bytes = 1 << 20, .tracer = &tracer});
+    auto device = device::Device::create({.kind = "host", .memory_bytes = 1 << 20, .tracer = &tracer});
     auto h2d = device->create_stream("h2d");
     auto compute = device->create_stream("compute");
-    DeviceBuffer buf = device->allocate(4096, "buf");
+    device::DeviceBuffer buf = device->allocate(4096, "buf");
     std::vector<char> host(4096, 1);
     h2d->copy_async(buf.data(), host.data(), 4096);
     h2d->copy_async(host.data(), buf.data(), 1024);
@@ -65,7 +65,7 @@ TEST(StreamTrace, AccountOnlyTracerSumsStreamBusyTime) {
   }
   std::int64_t compute_ns = -1;
   std::uint64_t h2d_bytes = 0, h2d_spans = 0;
-  for (const TrackBusy& b : tracer.busy()) {
+  for (const trace::TrackBusy& b : tracer.busy()) {
     if (b.track == "compute") compute_ns = b.busy_ns;
     if (b.track == "h2d") {
       h2d_bytes = b.bytes;
@@ -78,8 +78,8 @@ TEST(StreamTrace, AccountOnlyTracerSumsStreamBusyTime) {
 }
 
 TEST(StreamTrace, DisabledTracerRecordsNothing) {
-  Tracer tracer("");
-  auto device = Device::create({.kind = "host", .memory_bytes = 1 << 20, .tracer = &tracer});
+  trace::Tracer tracer("");
+  auto device = device::Device::create({.kind = "host", .memory_bytes = 1 << 20, .tracer = &tracer});
   auto s = device->create_stream("s");
   s->host_task([] {}, "work");
   s->synchronize();

@@ -29,7 +29,7 @@ TEST(Tracer, WritesSpansWithTracksTimesAndBytes) {
   TracePath tmp;
   ASSERT_FALSE(tmp.dir().empty());
   {
-    Tracer tracer(tmp.file(), "rank 0");
+    trace::Tracer tracer(tmp.file(), "rank 0");
     ASSERT_TRUE(tracer.enabled());
     tracer.record("read block 3", "nvme", 1'000'000, 1'250'500, 4096);
     tracer.record("h2d block 3", "copy", 1'300'000, 1'400'000, 8192);
@@ -72,9 +72,9 @@ TEST(Tracer, WritesSpansWithTracksTimesAndBytes) {
 
 TEST(Tracer, ScopedSpanRecordsOnDestruction) {
   TracePath tmp;
-  Tracer tracer(tmp.file());
+  trace::Tracer tracer(tmp.file());
   {
-    ScopedSpan span(tracer, "adam step", "cpu_adam", 0);
+    trace::ScopedSpan span(tracer, "adam step", "cpu_adam", 0);
     span.set_bytes(123);
     EXPECT_EQ(tracer.span_count(), 0u);
   }
@@ -89,13 +89,13 @@ TEST(Tracer, ScopedSpanRecordsOnDestruction) {
 
 TEST(Tracer, DestructorWritesWithoutFlush) {
   TracePath tmp;
-  { Tracer tracer(tmp.file()); tracer.record("x", "s", 0, 10); }
+  { trace::Tracer tracer(tmp.file()); tracer.record("x", "s", 0, 10); }
   EXPECT_EQ(spans_of(read_json(tmp.file())).size(), 1u);
 }
 
 TEST(Tracer, FlushWritesEverythingSoFarEachTime) {
   TracePath tmp;
-  Tracer tracer(tmp.file());
+  trace::Tracer tracer(tmp.file());
   tracer.record("a", "s", 0, 10);
   tracer.flush();
   EXPECT_EQ(spans_of(read_json(tmp.file())).size(), 1u);
@@ -110,7 +110,7 @@ TEST(Tracer, FlushWritesEverythingSoFarEachTime) {
 
 TEST(Tracer, EmptyTraceIsValid) {
   TracePath tmp;
-  { Tracer tracer(tmp.file()); }
+  { trace::Tracer tracer(tmp.file()); }
   nlohmann::json trace = read_json(tmp.file());
   EXPECT_TRUE(spans_of(trace).empty());
 }
@@ -118,10 +118,10 @@ TEST(Tracer, EmptyTraceIsValid) {
 TEST(Tracer, DisabledWritesNothing) {
   TracePath tmp;
   {
-    Tracer tracer("");
+    trace::Tracer tracer("");
     EXPECT_FALSE(tracer.enabled());
     tracer.record("x", "s", 0, 10, 1);
-    { ScopedSpan span(tracer, "y", "s"); }
+    { trace::ScopedSpan span(tracer, "y", "s"); }
     EXPECT_EQ(tracer.span_count(), 0u);
     tracer.flush();
   }
@@ -132,7 +132,7 @@ TEST(Tracer, DisabledWritesNothing) {
 
 TEST(Tracer, UnwritablePathIsAnErrorNamingIt) {
   const std::string path = "/nonexistent/strata/trace.json";
-  Tracer tracer(path);
+  trace::Tracer tracer(path);
   tracer.record("x", "s", 0, 10);
   try {
     tracer.flush();

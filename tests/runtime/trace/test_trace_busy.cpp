@@ -15,9 +15,9 @@
 namespace strata::runtime {
 namespace {
 
-std::map<std::string, TrackBusy> by_track(const std::vector<TrackBusy>& busy) {
-  std::map<std::string, TrackBusy> out;
-  for (const TrackBusy& b : busy) out[b.track] = b;
+std::map<std::string, trace::TrackBusy> by_track(const std::vector<trace::TrackBusy>& busy) {
+  std::map<std::string, trace::TrackBusy> out;
+  for (const trace::TrackBusy& b : busy) out[b.track] = b;
   return out;
 }
 
@@ -28,18 +28,18 @@ std::size_t files_in(const std::string& dir) {
 }
 
 TEST(TracerBusy, DisabledTracerAccountsNothing) {
-  Tracer tracer("");
+  trace::Tracer tracer("");
   EXPECT_FALSE(tracer.enabled());
   EXPECT_FALSE(tracer.accounts_busy());
   tracer.record("x", "s", 0, 1000, 64);
-  { ScopedSpan span(tracer, "y", "s"); }
+  { trace::ScopedSpan span(tracer, "y", "s"); }
   EXPECT_EQ(tracer.span_count(), 0u);
   EXPECT_TRUE(tracer.busy().empty());
 }
 
 TEST(TracerBusy, PathWithoutAccountingHasNoCounters) {
   test::TracePath tmp;
-  Tracer tracer(tmp.file());
+  trace::Tracer tracer(tmp.file());
   EXPECT_TRUE(tracer.enabled());
   EXPECT_FALSE(tracer.accounts_busy());
   tracer.record("x", "s", 0, 1000);
@@ -53,12 +53,12 @@ TEST(TracerBusy, AccountOnlyTracerWritesNoFile) {
   const std::filesystem::path cwd = std::filesystem::current_path();
   std::filesystem::current_path(tmp.dir());  // a stray relative file would land here
   {
-    Tracer tracer("", "rank 0", /*account_busy=*/true);
+    trace::Tracer tracer("", "rank 0", /*account_busy=*/true);
     EXPECT_TRUE(tracer.enabled());
     EXPECT_TRUE(tracer.accounts_busy());
     EXPECT_TRUE(tracer.path().empty());
     tracer.record("x", "s", 0, 1000);
-    { ScopedSpan span(tracer, "y", "s"); }
+    { trace::ScopedSpan span(tracer, "y", "s"); }
     EXPECT_EQ(tracer.span_count(), 2u);
     EXPECT_NO_THROW(tracer.flush());
     ASSERT_EQ(tracer.busy().size(), 1u);
@@ -69,14 +69,14 @@ TEST(TracerBusy, AccountOnlyTracerWritesNoFile) {
 }
 
 TEST(TracerBusy, SumsDurationsBytesAndSpansPerTrack) {
-  Tracer tracer("", "strata", true);
+  trace::Tracer tracer("", "strata", true);
   tracer.record("read 0", "nvme read", 1'000, 3'000, 4096);   // 2000 ns
   tracer.record("h2d 0", "h2d", 3'000, 3'500, 4096);          // 500 ns
   tracer.record("read 1", "nvme read", 3'000, 8'000, 8192);   // 5000 ns
   tracer.record("adam", "cpu adam", 0, 10'000);               // two threads at once:
   tracer.record("adam", "cpu adam", 0, 10'000);               // the sum, not the union
   tracer.record("backwards", "h2d", 5'000, 4'000, 1);         // end < start counts 0 ns
-  std::vector<TrackBusy> busy = tracer.busy();
+  std::vector<trace::TrackBusy> busy = tracer.busy();
   ASSERT_EQ(busy.size(), 3u);
   // In order of first use.
   EXPECT_EQ(busy[0].track, "nvme read");
@@ -103,7 +103,7 @@ TEST(TracerBusy, SumsDurationsBytesAndSpansPerTrack) {
 TEST(TracerBusy, PathAndAccountingTogether) {
   test::TracePath tmp;
   {
-    Tracer tracer(tmp.file(), "rank 0", true);
+    trace::Tracer tracer(tmp.file(), "rank 0", true);
     tracer.record("a", "s", 0, 100, 7);
     tracer.record("b", "t", 0, 50);
     auto busy = by_track(tracer.busy());
@@ -121,16 +121,16 @@ TEST(TracerBusy, PathAndAccountingTogether) {
 TEST(TracerBusy, ExactUnderConcurrentRecording) {
   constexpr int kThreads = 8;
   constexpr int kSpansPerThread = 20'000;
-  Tracer tracer("", "strata", true);
+  trace::Tracer tracer("", "strata", true);
   std::vector<std::string> own;
   for (int t = 0; t < kThreads; ++t) own.push_back("stream " + std::to_string(t));
   std::atomic<bool> done{false};
   // A reader polls while others record: every track's counters only grow.
   std::thread reader([&] {
-    std::map<std::string, TrackBusy> last;
+    std::map<std::string, trace::TrackBusy> last;
     while (!done.load()) {
-      for (const TrackBusy& b : tracer.busy()) {
-        TrackBusy& prev = last[b.track];
+      for (const trace::TrackBusy& b : tracer.busy()) {
+        trace::TrackBusy& prev = last[b.track];
         EXPECT_GE(b.busy_ns, prev.busy_ns) << b.track;
         EXPECT_GE(b.spans, prev.spans) << b.track;
         prev = b;
@@ -153,7 +153,7 @@ TEST(TracerBusy, ExactUnderConcurrentRecording) {
   auto busy = by_track(tracer.busy());
   ASSERT_EQ(busy.size(), static_cast<std::size_t>(kThreads + 1));
   for (int t = 0; t < kThreads; ++t) {
-    const TrackBusy& b = busy[own[t]];
+    const trace::TrackBusy& b = busy[own[t]];
     EXPECT_EQ(b.spans, static_cast<std::uint64_t>(kSpansPerThread)) << own[t];
     EXPECT_EQ(b.busy_ns, std::int64_t{3} * kSpansPerThread) << own[t];
     EXPECT_EQ(b.bytes, std::uint64_t{2} * kSpansPerThread) << own[t];

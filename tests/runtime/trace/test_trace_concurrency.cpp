@@ -22,7 +22,7 @@ TEST(TracerConcurrency, NoSpanIsLost) {
   test::TracePath tmp;
   ASSERT_FALSE(tmp.dir().empty());
   {
-    Tracer tracer(tmp.file());
+    trace::Tracer tracer(tmp.file());
     std::vector<std::string> streams;
     for (int t = 0; t < kThreads; ++t) streams.push_back("stream " + std::to_string(t));
     std::atomic<bool> done{false};
@@ -37,7 +37,7 @@ TEST(TracerConcurrency, NoSpanIsLost) {
           if (i % 2 == 0) {
             tracer.record("work", streams[t], i * 10, i * 10 + 5, static_cast<std::uint64_t>(i));
           } else {
-            ScopedSpan span(tracer, "scoped", streams[t], static_cast<std::uint64_t>(i));
+            trace::ScopedSpan span(tracer, "scoped", streams[t], static_cast<std::uint64_t>(i));
           }
         }
       });

@@ -48,27 +48,27 @@ class TempDir {
   std::string path_;
 };
 
-inline Config make_config(int stage, OffloadDevice params, OffloadDevice optimizer, const std::string& nvme,
+inline config::Config make_config(int stage, config::OffloadDevice params, config::OffloadDevice optimizer, const std::string& nvme,
                    double clipping = 1.0) {
-  Config c;
+  config::Config c;
   c.train_micro_batch_size_per_gpu = std::uint64_t{1};
   // With clipping the updates are posted after the global norm; without, each as soon as its
   // module's gradient is final (engine.h).
   c.gradient_clipping = clipping;
-  c.optimizer = OptimizerConfig{};
+  c.optimizer = config::OptimizerConfig{};
   c.optimizer->weight_decay = 0.01;
   c.zero_optimization.stage = stage;
   c.zero_optimization.offload_param.device = params;
   c.zero_optimization.offload_optimizer.device = optimizer;
-  if (params == OffloadDevice::kNvme) c.zero_optimization.offload_param.nvme_path = {nvme};
-  if (optimizer == OffloadDevice::kNvme) c.zero_optimization.offload_optimizer.nvme_path = {nvme};
+  if (params == config::OffloadDevice::kNvme) c.zero_optimization.offload_param.nvme_path = {nvme};
+  if (optimizer == config::OffloadDevice::kNvme) c.zero_optimization.offload_optimizer.nvme_path = {nvme};
   c.zero_optimization.stage3_param_persistence_threshold = std::uint64_t{0};
   c.zero_optimization.stage3_prefetch_bucket_size = std::uint64_t{1'000'000};
   c.zero_optimization.sub_group_size = 20'000;
   c.aio.block_size = 65'536;
-  c.strata.device = DeviceKind::kHost;
+  c.strata.device = config::DeviceKind::kHost;
   c.strata.device_memory_bytes = 64 * kMiB;
-  ResolveInputs in;
+  config::ResolveInputs in;
   in.host_memory_bytes = 8 * kGiB;
   in.cpu_count = 2;
   return resolve_config(c, in);
@@ -78,24 +78,24 @@ inline Config make_config(int stage, OffloadDevice params, OffloadDevice optimiz
 // (sleeping `compute_ms` to stand for the work), backward writes a gradient derived from the
 // parameters. Owns everything a run needs.
 struct EngineRun {
-  EngineRun(const Config& config_in, Tracer* tracer_in = nullptr)
-      : config(config_in), own_tracer(tracer_in ? nullptr : std::make_unique<Tracer>("")),
+  EngineRun(const config::Config& config_in, trace::Tracer* tracer_in = nullptr)
+      : config(config_in), own_tracer(tracer_in ? nullptr : std::make_unique<trace::Tracer>("")),
         tracer(tracer_in ? *tracer_in : *own_tracer) {
-    DeviceOptions o;
+    device::DeviceOptions o;
     o.kind = "host";
     o.memory_bytes = config.strata.device_memory_bytes;
     o.tracer = &tracer;
-    device = Device::create(o);
-    CommOptions co;
-    co.backend = CommBackend::single;
+    device = device::Device::create(o);
+    comm::CommOptions co;
+    co.backend = comm::CommBackend::single;
     comm = create_communicator(*device, co);
     compute = device->create_stream("compute");
-    EngineSetup setup;
+    zero::EngineSetup setup;
     for (int m = 0; m < kModules; ++m) {
       setup.module_numels.push_back(module_numel(m));
       setup.module_names.push_back("m" + std::to_string(m));
     }
-    engine = std::make_unique<ZeroEngine>(config, setup, *device, *compute, *comm, tracer);
+    engine = std::make_unique<zero::ZeroEngine>(config, setup, *device, *compute, *comm, tracer);
     done = device->create_event();
     for (int m = 0; m < kModules; ++m) {
       std::vector<float> v(module_numel(m));
@@ -110,7 +110,7 @@ struct EngineRun {
   void step(int compute_ms, bool host_sync = false) {
     engine->begin_step(1e-2);
     for (int m = 0; m < kModules; ++m) {
-      ModuleView v = engine->acquire(m);
+      params::ModuleView v = engine->acquire(m);
       if (v.ready) compute->wait(*v.ready);
       const float* p = static_cast<const float*>(v.data);
       const std::size_t n = v.numel;
@@ -127,9 +127,9 @@ struct EngineRun {
       if (host_sync) compute->synchronize();
     }
     for (int m = kModules - 1; m >= 0; --m) {
-      ModuleView v = engine->acquire(m);
+      params::ModuleView v = engine->acquire(m);
       if (v.ready) compute->wait(*v.ready);
-      ModuleView g = engine->acquire_grads(m);
+      params::ModuleView g = engine->acquire_grads(m);
       const float* p = static_cast<const float*>(v.data);
       float* gp = static_cast<float*>(g.data);
       const std::size_t n = v.numel;
@@ -154,14 +154,14 @@ struct EngineRun {
     return w;
   }
 
-  Config config;
-  std::unique_ptr<Tracer> own_tracer;
-  Tracer& tracer;
-  std::unique_ptr<Device> device;
-  std::unique_ptr<Communicator> comm;
-  std::unique_ptr<Stream> compute;
-  std::unique_ptr<ZeroEngine> engine;
-  std::unique_ptr<Event> done;
+  config::Config config;
+  std::unique_ptr<trace::Tracer> own_tracer;
+  trace::Tracer& tracer;
+  std::unique_ptr<device::Device> device;
+  std::unique_ptr<comm::Communicator> comm;
+  std::unique_ptr<device::Stream> compute;
+  std::unique_ptr<zero::ZeroEngine> engine;
+  std::unique_ptr<device::Event> done;
   double sink = 0;
 };
 

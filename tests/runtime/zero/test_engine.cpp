@@ -37,12 +37,12 @@ namespace fs = std::filesystem;
 TEST(ZeroEngine, PlacementNeverChangesTheBits) {
   struct Case {
     int stage;
-    OffloadDevice params, optimizer;
+    config::OffloadDevice params, optimizer;
   };
   const Case cases[] = {
-      {3, OffloadDevice::kNone, OffloadDevice::kNone}, {3, OffloadDevice::kCpu, OffloadDevice::kCpu},
-      {3, OffloadDevice::kNvme, OffloadDevice::kNvme}, {3, OffloadDevice::kCpu, OffloadDevice::kNvme},
-      {2, OffloadDevice::kNone, OffloadDevice::kCpu},  {1, OffloadDevice::kNone, OffloadDevice::kNvme},
+      {3, config::OffloadDevice::kNone, config::OffloadDevice::kNone}, {3, config::OffloadDevice::kCpu, config::OffloadDevice::kCpu},
+      {3, config::OffloadDevice::kNvme, config::OffloadDevice::kNvme}, {3, config::OffloadDevice::kCpu, config::OffloadDevice::kNvme},
+      {2, config::OffloadDevice::kNone, config::OffloadDevice::kCpu},  {1, config::OffloadDevice::kNone, config::OffloadDevice::kNvme},
   };
   for (double clipping : {1.0, 0.0}) {
     TempDir dir;
@@ -59,7 +59,7 @@ TEST(ZeroEngine, PlacementNeverChangesTheBits) {
         EXPECT_NE(std::memcmp(initial.data(), w[0].data(), initial.size() * 4), 0);
       } else {
         EXPECT_TRUE(same_bits(reference, w)) << "clipping " << clipping << ", stage " << c.stage << " params "
-                                             << to_string(c.params) << " optimizer " << to_string(c.optimizer);
+                                             << config::to_string(c.params) << " optimizer " << config::to_string(c.optimizer);
       }
     }
   }
@@ -71,14 +71,14 @@ TEST(ZeroEngine, PlacementNeverChangesTheBits) {
 // The model waits for each module's compute before acquiring the next, so without prefetching
 // every fetch would start after the previous module's compute.
 TEST(ZeroEngine, PrefetchOverlapsTheNextFetchWithCompute) {
-  for (OffloadDevice params : {OffloadDevice::kCpu, OffloadDevice::kNvme}) {
+  for (config::OffloadDevice params : {config::OffloadDevice::kCpu, config::OffloadDevice::kNvme}) {
     TempDir dir;
     const std::string trace_path = dir.path() + "/trace.json";
-    Tracer tracer(trace_path);
+    trace::Tracer tracer(trace_path);
     {
-      EngineRun run(make_config(3, params, OffloadDevice::kCpu, dir.path()), &tracer);
+      EngineRun run(make_config(3, params, config::OffloadDevice::kCpu, dir.path()), &tracer);
       run.step(0);
-      const std::int64_t step2_start = Tracer::now_ns();
+      const std::int64_t step2_start = trace::Tracer::now_ns();
       run.step(40, /*host_sync=*/true);
       EXPECT_GT(run.engine->counters().prefetched, 0u);
       tracer.flush();
@@ -123,23 +123,23 @@ TEST(ZeroEngine, PrefetchOverlapsTheNextFetchWithCompute) {
         if (h.start <= next.start && (fetch == nullptr || h.start > fetch->start)) fetch = &h;
       ASSERT_NE(fetch, nullptr) << "no H2D of module " << i + 1 << " before its compute";
       EXPECT_LT(fetch->start, ci.end) << "the fetch of module " << i + 1 << " started after module " << i
-                                      << " finished computing (params " << to_string(params) << ")";
+                                      << " finished computing (params " << config::to_string(params) << ")";
       EXPECT_LE(fetch->end, ci.end) << "module " << i + 1 << "'s compute had to wait for its fetch (params "
-                                    << to_string(params) << ")";
+                                    << config::to_string(params) << ")";
     }
   }
 }
 
 TEST(ZeroPlan, ABudgetBelowTheMinimumFailsWithTheTable) {
-  Config c = make_config(3, OffloadDevice::kCpu, OffloadDevice::kCpu, "");
-  PlanInputs in;
+  config::Config c = make_config(3, config::OffloadDevice::kCpu, config::OffloadDevice::kCpu, "");
+  tiers::PlanInputs in;
   in.module_numels = {1'000'000, 2'000'000, 2'000'000};
   in.module_names = {"embedding", "h.0", "h.1"};
   in.activation_bytes = 4 * kMiB;
   in.device_budget_bytes = 8 * kMiB;
   in.pinned_budget_bytes = 1 * kGiB;
   try {
-    make_plan(c, in);
+    tiers::make_plan(c, in);
     FAIL() << "a plan needing more than the budget was accepted";
   } catch (const Error& e) {
     const std::string what = e.what();
@@ -149,49 +149,49 @@ TEST(ZeroPlan, ABudgetBelowTheMinimumFailsWithTheTable) {
     EXPECT_NE(what.find("strata.device_memory"), std::string::npos) << what;
   }
   in.device_budget_bytes = 64 * kMiB;
-  const ZeroPlan plan = make_plan(c, in);
-  EXPECT_LE(plan.needed(Tier::device), in.device_budget_bytes);
+  const tiers::ZeroPlan plan = tiers::make_plan(c, in);
+  EXPECT_LE(plan.needed(tiers::Tier::device), in.device_budget_bytes);
   EXPECT_FALSE(plan.modules[1].resident);
-  EXPECT_EQ(plan.modules[1].param_tier, Tier::pinned);
-  EXPECT_EQ(plan.modules[1].optimizer_tier, Tier::pinned);
+  EXPECT_EQ(plan.modules[1].param_tier, tiers::Tier::pinned);
+  EXPECT_EQ(plan.modules[1].optimizer_tier, tiers::Tier::pinned);
 }
 
 TEST(ZeroPlan, AShardLargerThanTheNvmeStagingBufferIsRefused) {
-  Config c = make_config(3, OffloadDevice::kNvme, OffloadDevice::kNvme, "/tmp");
+  config::Config c = make_config(3, config::OffloadDevice::kNvme, config::OffloadDevice::kNvme, "/tmp");
   c.zero_optimization.offload_param.buffer_size = 1000;
-  PlanInputs in;
+  tiers::PlanInputs in;
   in.module_numels = {4000, 500};
   in.module_names = {"a", "b"};
   in.device_budget_bytes = 64 * kMiB;
   in.pinned_budget_bytes = 64 * kMiB;
   in.nvme_free_bytes = 1 * kGiB;
   try {
-    make_plan(c, in);
+    tiers::make_plan(c, in);
     FAIL() << "a 4000-element shard was accepted with 1000-element staging buffers";
   } catch (const Error& e) {
     EXPECT_EQ(e.where(), "zero_optimization.offload_param.buffer_size");
   }
   c.zero_optimization.offload_param.buffer_size = 4096;
-  EXPECT_NO_THROW(make_plan(c, in));
+  EXPECT_NO_THROW(tiers::make_plan(c, in));
 }
 
 TEST(ZeroPlan, OptimizerRatioOffloadsWholeModulesFromTheFirst) {
-  Config c = make_config(3, OffloadDevice::kNone, OffloadDevice::kCpu, "");
+  config::Config c = make_config(3, config::OffloadDevice::kNone, config::OffloadDevice::kCpu, "");
   c.zero_optimization.offload_optimizer.ratio = 0.5;
-  PlanInputs in;
+  tiers::PlanInputs in;
   in.module_numels = {1000, 1000, 1000, 1000};
   in.module_names = {"a", "b", "c", "d"};
   in.device_budget_bytes = 64 * kMiB;
   in.pinned_budget_bytes = 64 * kMiB;
-  const ZeroPlan plan = make_plan(c, in);
-  EXPECT_EQ(plan.modules[0].optimizer_tier, Tier::pinned);
-  EXPECT_EQ(plan.modules[1].optimizer_tier, Tier::pinned);
-  EXPECT_EQ(plan.modules[2].optimizer_tier, Tier::device);
-  EXPECT_EQ(plan.modules[3].optimizer_tier, Tier::device);
+  const tiers::ZeroPlan plan = tiers::make_plan(c, in);
+  EXPECT_EQ(plan.modules[0].optimizer_tier, tiers::Tier::pinned);
+  EXPECT_EQ(plan.modules[1].optimizer_tier, tiers::Tier::pinned);
+  EXPECT_EQ(plan.modules[2].optimizer_tier, tiers::Tier::device);
+  EXPECT_EQ(plan.modules[3].optimizer_tier, tiers::Tier::device);
 }
 
 TEST(FetchTrace, RecordsFollowsAndRecordsAgainAfterADivergence) {
-  FetchTrace t;
+  zero::FetchTrace t;
   t.begin_step();
   EXPECT_FALSE(t.following());
   for (int m : {0, 1, 2, 0}) t.on_acquire(m);
@@ -211,13 +211,13 @@ TEST(FetchTrace, RecordsFollowsAndRecordsAgainAfterADivergence) {
 }
 
 TEST(DevicePool, ABufferReturnsOnlyAfterItsStreamsWork) {
-  DeviceOptions o;
+  device::DeviceOptions o;
   o.kind = "host";
   o.memory_bytes = 4 * kMiB;
-  std::unique_ptr<Device> device = Device::create(o);
-  std::unique_ptr<Stream> s = device->create_stream("s");
-  DevicePool pool(*device, 2 * kMiB, "test region");
-  DeviceBuffer a = pool.allocate(1536 * kKiB, "a");
+  std::unique_ptr<device::Device> device = device::Device::create(o);
+  std::unique_ptr<device::Stream> s = device->create_stream("s");
+  device::DevicePool pool(*device, 2 * kMiB, "test region");
+  device::DeviceBuffer a = pool.allocate(1536 * kKiB, "a");
   std::atomic<bool> release{false};
   s->host_task([&] {
     while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -226,7 +226,7 @@ TEST(DevicePool, ABufferReturnsOnlyAfterItsStreamsWork) {
   // The stream still "uses" it: no room without waiting.
   EXPECT_TRUE(pool.try_allocate(1536 * kKiB, "b").empty());
   release = true;
-  DeviceBuffer b = pool.allocate(1536 * kKiB, "b");  // waits for the stream, then reuses
+  device::DeviceBuffer b = pool.allocate(1536 * kKiB, "b");  // waits for the stream, then reuses
   EXPECT_FALSE(b.empty());
-  EXPECT_THROW(pool.allocate(1536 * kKiB, "c"), OutOfMemory);
+  EXPECT_THROW(pool.allocate(1536 * kKiB, "c"), device::OutOfMemory);
 }

@@ -24,9 +24,9 @@ namespace {
 
 using Json = nlohmann::json;
 
-Fp16Config dynamic_fp16(int power, std::uint32_t window, std::uint32_t hysteresis,
+config::Fp16Config dynamic_fp16(int power, std::uint32_t window, std::uint32_t hysteresis,
                         double min_scale, bool consecutive = false) {
-  Fp16Config f;
+  config::Fp16Config f;
   f.enabled = true;
   f.loss_scale = 0.0;
   f.initial_scale_power = power;
@@ -43,11 +43,11 @@ struct Expect {
   std::uint32_t hysteresis;
 };
 
-std::uint64_t hysteresis_of(const LossScaler& s) {
+std::uint64_t hysteresis_of(const zero::LossScaler& s) {
   return Json::parse(s.save_state()).at("cur_hysteresis").get<std::uint64_t>();
 }
 
-void run(LossScaler& scaler, const std::vector<Expect>& rows) {
+void run(zero::LossScaler& scaler, const std::vector<Expect>& rows) {
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const bool overflow = rows[i].step == 'O';
     EXPECT_EQ(scaler.update(overflow), overflow) << "row " << i;
@@ -57,9 +57,9 @@ void run(LossScaler& scaler, const std::vector<Expect>& rows) {
 }
 
 TEST(LossScaler, Fp16OffIsScaleOneAndNeverSkips) {
-  Fp16Config f;
+  config::Fp16Config f;
   f.loss_scale = 128.0;  // ignored with fp16 off
-  LossScaler scaler(f, /*fp16_enabled=*/false);
+  zero::LossScaler scaler(f, /*fp16_enabled=*/false);
   EXPECT_EQ(scaler.scale(), 1.0f);
   EXPECT_FALSE(scaler.dynamic());
   EXPECT_FALSE(scaler.update(true));
@@ -67,14 +67,14 @@ TEST(LossScaler, Fp16OffIsScaleOneAndNeverSkips) {
   EXPECT_EQ(scaler.scale(), 1.0f);
   // The fp16 section is not looked at when fp16 is off.
   f.loss_scale_window = 0;
-  EXPECT_NO_THROW(LossScaler(f, false));
+  EXPECT_NO_THROW(zero::LossScaler(f, false));
 }
 
 TEST(LossScaler, StaticScaleSkipsOverflowButNeverMoves) {
-  Fp16Config f;
+  config::Fp16Config f;
   f.enabled = true;
   f.loss_scale = 128.0;
-  LossScaler scaler(f, true);
+  zero::LossScaler scaler(f, true);
   EXPECT_FALSE(scaler.dynamic());
   EXPECT_EQ(scaler.scale(), 128.0f);
   for (int i = 0; i < 5; ++i) EXPECT_TRUE(scaler.update(true));
@@ -83,13 +83,13 @@ TEST(LossScaler, StaticScaleSkipsOverflowButNeverMoves) {
 }
 
 TEST(LossScaler, DynamicStartsAtTwoToTheInitialPower) {
-  Fp16Config defaults;
+  config::Fp16Config defaults;
   defaults.enabled = true;
-  LossScaler scaler(defaults, true);  // DeepSpeed's defaults: 2^16
+  zero::LossScaler scaler(defaults, true);  // DeepSpeed's defaults: 2^16
   EXPECT_TRUE(scaler.dynamic());
   EXPECT_EQ(scaler.scale(), 65536.0f);
-  EXPECT_EQ(LossScaler(dynamic_fp16(0, 1000, 2, 1.0), true).scale(), 1.0f);
-  EXPECT_EQ(LossScaler(dynamic_fp16(127, 1000, 2, 1.0), true).scale(), 0x1p127f);
+  EXPECT_EQ(zero::LossScaler(dynamic_fp16(0, 1000, 2, 1.0), true).scale(), 1.0f);
+  EXPECT_EQ(zero::LossScaler(dynamic_fp16(127, 1000, 2, 1.0), true).scale(), 0x1p127f);
 }
 
 TEST(LossScaler, HysteresisWindowGrowthAndRefill) {
@@ -97,7 +97,7 @@ TEST(LossScaler, HysteresisWindowGrowthAndRefill) {
   // stable = cur_iter - last_overflow_iter - 1 is a positive multiple of 4: iterations 4 and 8
   // of a fresh run (the 5th and 9th clean steps). After the overflows at 9, 10, 11 it doubles
   // at iteration 16 (stable = 16 - 11 - 1 = 4), refilling the hysteresis.
-  LossScaler scaler(dynamic_fp16(16, 4, 2, 1.0), true);
+  zero::LossScaler scaler(dynamic_fp16(16, 4, 2, 1.0), true);
   run(scaler, {
                   {'C', 65536, 2},   // iter 0: stable 0
                   {'C', 65536, 2},   // 1
@@ -130,7 +130,7 @@ TEST(LossScaler, HysteresisWindowGrowthAndRefill) {
 TEST(LossScaler, ConsecutiveHysteresisRefillsOnEveryCleanStep) {
   // hysteresis 2 with consecutive_hysteresis: isolated overflows never halve the scale; two in
   // a row do. Growth still waits for a window of 4 stable steps after the last overflow.
-  LossScaler scaler(dynamic_fp16(16, 4, 2, 1.0, /*consecutive=*/true), true);
+  zero::LossScaler scaler(dynamic_fp16(16, 4, 2, 1.0, /*consecutive=*/true), true);
   run(scaler, {
                   {'O', 65536, 1},
                   {'C', 65536, 2},
@@ -151,7 +151,7 @@ TEST(LossScaler, ConsecutiveHysteresisRefillsOnEveryCleanStep) {
 TEST(LossScaler, WindowOfOneGrowsFromTheSecondCleanStep) {
   // window 1: stable > 0 and stable % 1 == 0 on every clean step but the first after a start
   // or an overflow. hysteresis 1: every overflow halves.
-  LossScaler scaler(dynamic_fp16(10, 1, 1, 1.0), true);
+  zero::LossScaler scaler(dynamic_fp16(10, 1, 1, 1.0), true);
   run(scaler, {
                   {'C', 1024, 1},
                   {'C', 2048, 1},
@@ -165,14 +165,14 @@ TEST(LossScaler, WindowOfOneGrowsFromTheSecondCleanStep) {
 }
 
 TEST(LossScaler, HysteresisOneHalvesOnEveryOverflow) {
-  LossScaler scaler(dynamic_fp16(16, 1000, 1, 1.0), true);
+  zero::LossScaler scaler(dynamic_fp16(16, 1000, 1, 1.0), true);
   run(scaler, {{'O', 32768, 1}, {'O', 16384, 1}, {'O', 8192, 1}, {'C', 8192, 1}, {'C', 8192, 1}});
 }
 
 TEST(LossScaler, FloorThenErrorAtTheMinimum) {
   // 2^2 = 4 with floor 3: the first overflow gives max(4 / 2, 3) = 3; the next overflow finds
   // the scale at the minimum, where DeepSpeed raises. The error changes nothing.
-  LossScaler scaler(dynamic_fp16(2, 2, 1, 3.0), true);
+  zero::LossScaler scaler(dynamic_fp16(2, 2, 1, 3.0), true);
   run(scaler, {
                   {'O', 3, 1},  // iter 0
                   {'C', 3, 1},  // 1: stable 0
@@ -195,7 +195,7 @@ TEST(LossScaler, FloorThenErrorAtTheMinimum) {
 TEST(LossScaler, HysteresisIsSpentBeforeTheMinimumError) {
   // 2 with floor 1 and hysteresis 3: two overflows spend the hysteresis, the third halves to
   // the floor, the fourth raises.
-  LossScaler scaler(dynamic_fp16(1, 1000, 3, 1.0), true);
+  zero::LossScaler scaler(dynamic_fp16(1, 1000, 3, 1.0), true);
   run(scaler, {{'O', 2, 2}, {'O', 2, 1}, {'O', 1, 1}});
   EXPECT_THROW(scaler.update(true), Error);
   // A clean step still works afterwards (the error changed nothing).
@@ -205,19 +205,19 @@ TEST(LossScaler, HysteresisIsSpentBeforeTheMinimumError) {
 
 TEST(LossScaler, NonPowerOfTwoFloorIsExact) {
   // Floor 0.3: 2 -> 1 -> 0.5 -> max(0.25, 0.3) = 0.3 -> error.
-  LossScaler scaler(dynamic_fp16(1, 1000, 1, 0.3), true);
+  zero::LossScaler scaler(dynamic_fp16(1, 1000, 1, 0.3), true);
   run(scaler, {{'O', 1.0, 1}, {'O', 0.5, 1}, {'O', 0.3, 1}});
   EXPECT_EQ(Json::parse(scaler.save_state()).at("scale").get<double>(), 0.3);
   EXPECT_THROW(scaler.update(true), Error);
 }
 
 TEST(LossScaler, SaveLoadRoundTrip) {
-  const Fp16Config f = dynamic_fp16(16, 4, 2, 1.0);
-  LossScaler a(f, true);
+  const config::Fp16Config f = dynamic_fp16(16, 4, 2, 1.0);
+  zero::LossScaler a(f, true);
   for (char c : std::string("CCCCCOCOCC")) a.update(c == 'O');
   const std::string state = a.save_state();
 
-  LossScaler b(f, true);
+  zero::LossScaler b(f, true);
   b.load_state(state);
   EXPECT_EQ(b.save_state(), state);
   EXPECT_EQ(b.scale(), a.scale());
@@ -239,26 +239,26 @@ TEST(LossScaler, SaveLoadRoundTrip) {
 }
 
 TEST(LossScaler, StaticAndOffStatesRoundTrip) {
-  Fp16Config f;
+  config::Fp16Config f;
   f.enabled = true;
   f.loss_scale = 64.0;
-  LossScaler a(f, true);
-  LossScaler b(f, true);
+  zero::LossScaler a(f, true);
+  zero::LossScaler b(f, true);
   EXPECT_NO_THROW(b.load_state(a.save_state()));
   EXPECT_EQ(b.scale(), 64.0f);
-  LossScaler off_a(f, false);
-  LossScaler off_b(f, false);
+  zero::LossScaler off_a(f, false);
+  zero::LossScaler off_b(f, false);
   EXPECT_NO_THROW(off_b.load_state(off_a.save_state()));
   EXPECT_EQ(off_b.scale(), 1.0f);
 }
 
 TEST(LossScaler, ModeMismatchIsAnError) {
-  Fp16Config static_f;
+  config::Fp16Config static_f;
   static_f.enabled = true;
   static_f.loss_scale = 64.0;
-  LossScaler dynamic_scaler(dynamic_fp16(16, 4, 2, 1.0), true);
-  LossScaler static_scaler(static_f, true);
-  LossScaler off_scaler(static_f, false);
+  zero::LossScaler dynamic_scaler(dynamic_fp16(16, 4, 2, 1.0), true);
+  zero::LossScaler static_scaler(static_f, true);
+  zero::LossScaler off_scaler(static_f, false);
   const std::string before = dynamic_scaler.save_state();
   EXPECT_THROW(dynamic_scaler.load_state(static_scaler.save_state()), Error);
   EXPECT_THROW(dynamic_scaler.load_state(off_scaler.save_state()), Error);
@@ -267,14 +267,14 @@ TEST(LossScaler, ModeMismatchIsAnError) {
 }
 
 TEST(LossScaler, SavedHysteresisAboveTheConfigIsLowered) {
-  LossScaler a(dynamic_fp16(16, 4, 5, 1.0), true);
-  LossScaler b(dynamic_fp16(16, 4, 2, 1.0), true);
+  zero::LossScaler a(dynamic_fp16(16, 4, 5, 1.0), true);
+  zero::LossScaler b(dynamic_fp16(16, 4, 2, 1.0), true);
   b.load_state(a.save_state());  // cur_hysteresis 5 -> 2
   EXPECT_EQ(hysteresis_of(b), 2u);
 }
 
 TEST(LossScaler, MalformedStateIsAnErrorAndChangesNothing) {
-  LossScaler scaler(dynamic_fp16(16, 4, 2, 1.0), true);
+  zero::LossScaler scaler(dynamic_fp16(16, 4, 2, 1.0), true);
   for (char c : std::string("CCCCCO")) scaler.update(c == 'O');
   const std::string before = scaler.save_state();
   const Json good = Json::parse(before);
@@ -334,7 +334,7 @@ TEST(LossScaler, MalformedStateIsAnErrorAndChangesNothing) {
     EXPECT_EQ(scaler.save_state(), before) << text;
   }
   // Off-mode state must have scale 1.
-  LossScaler off(Fp16Config{}, false);
+  zero::LossScaler off(config::Fp16Config{}, false);
   Json off_state = Json::parse(off.save_state());
   off_state["scale"] = 2.0;
   EXPECT_THROW(off.load_state(off_state.dump()), Error);
@@ -344,15 +344,15 @@ TEST(LossScaler, MalformedStateIsAnErrorAndChangesNothing) {
 }
 
 TEST(LossScaler, BadConfigValuesAreErrorsNamingTheKey) {
-  auto where = [](const Fp16Config& f) -> std::string {
+  auto where = [](const config::Fp16Config& f) -> std::string {
     try {
-      LossScaler s(f, true);
+      zero::LossScaler s(f, true);
     } catch (const Error& e) {
       return e.where();
     }
     return "(no error)";
   };
-  Fp16Config f = dynamic_fp16(16, 1000, 2, 1.0);
+  config::Fp16Config f = dynamic_fp16(16, 1000, 2, 1.0);
   f.loss_scale = -1.0;
   EXPECT_EQ(where(f), "fp16.loss_scale");
   f.loss_scale = INFINITY;
@@ -373,7 +373,7 @@ TEST(LossScaler, BadConfigValuesAreErrorsNamingTheKey) {
 
 TEST(LossScaler, ScaleSaturatesAtTheLargestFloat) {
   // 2^127 doubling on all-zero gradients: the double keeps growing, scale() stays finite.
-  LossScaler scaler(dynamic_fp16(127, 1, 1, 1.0), true);
+  zero::LossScaler scaler(dynamic_fp16(127, 1, 1, 1.0), true);
   for (int i = 0; i < 4; ++i) scaler.update(false);
   EXPECT_EQ(scaler.scale(), std::numeric_limits<float>::max());
   EXPECT_TRUE(std::isfinite(scaler.scale()));

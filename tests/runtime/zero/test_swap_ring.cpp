@@ -25,34 +25,34 @@ constexpr std::size_t kWindow = 16'384;  // elements: one 64 KiB block of fp32
 
 struct RingRun {
   explicit RingRun(const std::string& nvme) {
-    Config c = make_config(3, OffloadDevice::kNone, OffloadDevice::kNvme, nvme);
-    DeviceOptions o;
+    config::Config c = make_config(3, config::OffloadDevice::kNone, config::OffloadDevice::kNvme, nvme);
+    device::DeviceOptions o;
     o.kind = "host";
     o.memory_bytes = 64 * kMiB;
-    device = Device::create(o);
+    device = device::Device::create(o);
     init = device->create_stream("init");
-    StoreSetup setup;
+    tiers::StoreSetup setup;
     // Three modules of two windows and a half each.
     for (int m = 0; m < 3; ++m) {
       setup.module_numels.push_back(2 * kWindow + kWindow / 2);
       setup.module_names.push_back("m" + std::to_string(m));
     }
-    store = std::make_unique<TierStore>(c, setup, *device, *init);
-    ring = std::make_unique<SwapRing>(*store, 4, kWindow, /*pipeline_read=*/true, /*pipeline_write=*/true);
+    store = std::make_unique<tiers::TierStore>(c, setup, *device, *init);
+    ring = std::make_unique<zero::SwapRing>(*store, 4, kWindow, /*pipeline_read=*/true, /*pipeline_write=*/true);
   }
   std::uint64_t bytes_read() const { return store->io().stats().bytes_read; }
-  std::unique_ptr<Device> device;
-  std::unique_ptr<Stream> init;
-  std::unique_ptr<TierStore> store;
-  std::unique_ptr<SwapRing> ring;
+  std::unique_ptr<device::Device> device;
+  std::unique_ptr<device::Stream> init;
+  std::unique_ptr<tiers::TierStore> store;
+  std::unique_ptr<zero::SwapRing> ring;
 };
 
 // Every window of `module`, in order, through the ring; each element += `add`.
-void update_module(RingRun& r, int module, float add, const SwapRing::Upcoming& upcoming) {
-  const std::size_t shard = r.store->state(module, StateKind::master).numel();
+void update_module(RingRun& r, int module, float add, const zero::SwapRing::Upcoming& upcoming) {
+  const std::size_t shard = r.store->state(module, tiers::StateKind::master).numel();
   for (std::size_t off = 0; off < shard; off += kWindow) {
     const std::size_t n = std::min(kWindow, shard - off);
-    SwapRing::Window w = r.ring->acquire(module, off, n, upcoming);
+    zero::SwapRing::Window w = r.ring->acquire(module, off, n, upcoming);
     for (std::size_t i = 0; i < n; ++i) {
       w.master[i] += add;
       w.exp_avg[i] += 2 * add;
@@ -77,14 +77,14 @@ TEST(SwapRing, WindowsRoundTripAcrossModulesAndSteps) {
   }
   r.ring->flush();
   for (int m = 0; m < 3; ++m) {
-    for (StateKind k : {StateKind::master, StateKind::exp_avg, StateKind::exp_avg_sq}) {
-      const TierState& s = r.store->state(m, k);
+    for (tiers::StateKind k : {tiers::StateKind::master, tiers::StateKind::exp_avg, tiers::StateKind::exp_avg_sq}) {
+      const tiers::TierState& s = r.store->state(m, k);
       std::vector<float> v(s.numel());
       s.read(0, s.numel(), v.data(), *r.init);
       const float per_step = (1.0f + static_cast<float>(m)) *
-                             (k == StateKind::master ? 1.0f : k == StateKind::exp_avg ? 2.0f : 3.0f);
+                             (k == tiers::StateKind::master ? 1.0f : k == tiers::StateKind::exp_avg ? 2.0f : 3.0f);
       for (std::size_t i = 0; i < v.size(); ++i) {
-        ASSERT_EQ(v[i], 3 * per_step) << "module " << m << " " << state_name(k) << " element " << i;
+        ASSERT_EQ(v[i], 3 * per_step) << "module " << m << " " << tiers::state_name(k) << " element " << i;
       }
     }
   }
@@ -97,16 +97,16 @@ TEST(SwapRing, ReadsAheadIntoTheNextQueuedModuleAndStopsAtABarrier) {
   // Module 0 (two and a half windows) with module 1 queued next: with 4 sets the ring keeps two
   // windows read ahead, so by module 0's last window module 1's first two are on their way.
   auto next_is_1 = [](std::size_t k) { return k == 0 ? 1 : -1; };
-  const std::size_t shard = r.store->state(0, StateKind::master).numel();
+  const std::size_t shard = r.store->state(0, tiers::StateKind::master).numel();
   const std::uint64_t before = r.bytes_read();
   for (std::size_t off = 0; off < shard; off += kWindow) {
-    SwapRing::Window w = r.ring->acquire(0, off, std::min(kWindow, shard - off), next_is_1);
+    zero::SwapRing::Window w = r.ring->acquire(0, off, std::min(kWindow, shard - off), next_is_1);
     r.ring->release(w);
   }
   r.store->io().wait_all();  // the engine counts bytes as reads complete
   EXPECT_EQ(r.bytes_read() - before, shard * 4 * 3 + 2 * window_bytes);
   const std::uint64_t before_module_1 = r.bytes_read();
-  SwapRing::Window w = r.ring->acquire(1, 0, kWindow, [](std::size_t) { return -1; });
+  zero::SwapRing::Window w = r.ring->acquire(1, 0, kWindow, [](std::size_t) { return -1; });
   r.ring->release(w);
   r.store->io().wait_all();
   // Its first window was read ahead; acquiring it read only what the lookahead still lacked
@@ -118,7 +118,7 @@ TEST(SwapRing, ReadsAheadIntoTheNextQueuedModuleAndStopsAtABarrier) {
   auto barrier = [](std::size_t) { return -1; };
   const std::uint64_t before_barrier = r.bytes_read();
   for (std::size_t off = 0; off < shard; off += kWindow) {
-    SwapRing::Window x = r.ring->acquire(2, off, std::min(kWindow, shard - off), barrier);
+    zero::SwapRing::Window x = r.ring->acquire(2, off, std::min(kWindow, shard - off), barrier);
     r.ring->release(x);
   }
   r.ring->flush();
