@@ -53,7 +53,8 @@ void add_train_child_flags(CLI::App& bench, TrainChildOptions& o, const std::str
 }  // namespace
 
 void add_bench_command(CLI::App& app) {
-  CLI::App* bench = app.add_subcommand("bench", "benchmarks of the hot paths, as ratios to a limit measured in the same run");
+  CLI::App* bench =
+      app.add_subcommand("bench", "benchmarks of the hot paths, as ratios to a limit measured in the same run");
   bench->require_subcommand(1);
   auto options = std::make_shared<BenchOptions>();
   CLI::App* convert = bench->add_subcommand("convert", "fp32 <-> bf16/fp16 bulk converters vs memcpy");

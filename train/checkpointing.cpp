@@ -24,8 +24,10 @@ void report_save(const runtime::checkpoint::SaveResult& r, bool rank0) {
   }
 }
 
-std::unique_ptr<runtime::checkpoint::CheckpointSaver> make_saver(runtime::checkpoint::CheckpointDir dir, const TrainOptions& o, Session& s,
-                                                     std::uint64_t first_step, runtime::checkpoint::CrashPoints& crash) {
+std::unique_ptr<runtime::checkpoint::CheckpointSaver> make_saver(runtime::checkpoint::CheckpointDir dir,
+                                                                 const TrainOptions& o, Session& s,
+                                                                 std::uint64_t first_step,
+                                                                 runtime::checkpoint::CrashPoints& crash) {
   const int keep = o.checkpoint_keep >= 0 ? o.checkpoint_keep : static_cast<int>(s.config.strata.checkpoint_keep);
   if (s.rank0) {
     for (std::uint64_t step : dir.complete_steps()) {
@@ -36,8 +38,8 @@ std::unique_ptr<runtime::checkpoint::CheckpointSaver> make_saver(runtime::checkp
       }
     }
   }
-  return std::make_unique<runtime::checkpoint::CheckpointSaver>(std::move(dir), keep, *s.engine, *s.device, *s.comm, s.tier_io(),
-                                                    crash);
+  return std::make_unique<runtime::checkpoint::CheckpointSaver>(std::move(dir), keep, *s.engine, *s.device, *s.comm,
+                                                                s.tier_io(), crash);
 }
 
 }  // namespace
@@ -48,8 +50,8 @@ std::optional<runtime::checkpoint::CheckpointDir> open_checkpoint_dir(const Trai
   const std::vector<std::uint64_t> held = dir->complete_steps();
   if (!held.empty() && o.resume_path.empty()) {
     throw Error("--checkpoint-dir " + o.checkpoint_dir + " already holds checkpoints (" +
-                    runtime::checkpoint::checkpoint_name(held.front()) + " to " + runtime::checkpoint::checkpoint_name(held.back()) +
-                    ") of another run",
+                    runtime::checkpoint::checkpoint_name(held.front()) + " to " +
+                    runtime::checkpoint::checkpoint_name(held.back()) + ") of another run",
                 "--checkpoint-dir",
                 "continue that run with --resume " + o.checkpoint_dir + ", or give another --checkpoint-dir");
   }

@@ -23,8 +23,8 @@ double ms_since(Clock::time_point t) {
 }
 
 // The mean of `value` over the ranks (the same on every rank).
-double mean_over_ranks(runtime::comm::Communicator& comm, runtime::device::Device& device, runtime::device::Stream& stream,
-                       double value) {
+double mean_over_ranks(runtime::comm::Communicator& comm, runtime::device::Device& device,
+                       runtime::device::Stream& stream, double value) {
   if (comm.world() == 1) return value;
   runtime::device::DeviceBuffer buf = device.allocate(sizeof(float), "loss all-reduce");
   float host = static_cast<float>(value);

@@ -36,8 +36,8 @@ void check_layout(const ShardLayout& l, const std::string& path, int shard, int 
       const ShardEntry& e = l.entries[m * tiers::kOptimStates + static_cast<std::size_t>(k)];
       if (e.module != static_cast<int>(m) || e.state != static_cast<tiers::OptimState>(k) || e.name != names[m] ||
           (!shard_numels.empty() && e.numel != shard_numels[m])) {
-        throw foreign(path, "its entry " + std::to_string(m * tiers::kOptimStates + static_cast<std::size_t>(k)) + " is " +
-                                e.name + "/" + optim_state_name(e.state) + " of " + std::to_string(e.numel) +
+        throw foreign(path, "its entry " + std::to_string(m * tiers::kOptimStates + static_cast<std::size_t>(k)) +
+                                " is " + e.name + "/" + optim_state_name(e.state) + " of " + std::to_string(e.numel) +
                                 " elements, expected " + names[m] + "/" +
                                 optim_state_name(static_cast<tiers::OptimState>(k)));
       }

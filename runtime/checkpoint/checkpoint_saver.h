@@ -45,8 +45,8 @@ class CheckpointSaver {
  public:
   // All borrowed; they must outlive the saver. keep_last: complete checkpoints kept (0 = all).
   // Reports and removes what earlier runs left unfinished in the folder (rank 0).
-  CheckpointSaver(CheckpointDir dir, int keep_last, zero::ZeroEngine& engine, device::Device& device, comm::Communicator& comm,
-                  offload::AioEngine& io, CrashPoints& crash);
+  CheckpointSaver(CheckpointDir dir, int keep_last, zero::ZeroEngine& engine, device::Device& device,
+                  comm::Communicator& comm, offload::AioEngine& io, CrashPoints& crash);
   ~CheckpointSaver();  // waits for a shard write in flight; publishes nothing
   CheckpointSaver(const CheckpointSaver&) = delete;
   CheckpointSaver& operator=(const CheckpointSaver&) = delete;

@@ -271,7 +271,8 @@ ZeroPlan make_plan(const config::Config& config, const PlanInputs& in) {
     if (!nvme_fits) {
       std::string folders;
       for (const std::string& p : in.nvme_paths) folders += (folders.empty() ? "" : ", ") + p;
-      hint += "nvme: free " + format_bytes(plan.needed(Tier::nvme) - std::min(plan.needed(Tier::nvme), in.nvme_free_bytes)) +
+      hint += "nvme: free " +
+              format_bytes(plan.needed(Tier::nvme) - std::min(plan.needed(Tier::nvme), in.nvme_free_bytes)) +
               " more in nvme_path (" + folders + ") or add folders on other drives. ";
     }
     throw Error("the model's states do not fit in this run's memory budgets:\n" + plan.table(in),

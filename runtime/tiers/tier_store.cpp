@@ -49,7 +49,8 @@ TierStore::Backing::Backing(const config::Config& config, device::Device& device
   if (!paths.empty()) swap = std::make_unique<offload::SwapSpace>(swap_options(config, std::move(paths)), io);
 }
 
-TierStore::TierStore(const config::Config& config, const StoreSetup& setup, device::Device& device, device::Stream& init)
+TierStore::TierStore(const config::Config& config, const StoreSetup& setup, device::Device& device,
+                     device::Stream& init)
     : backing_(std::make_shared<Backing>(config, device)), dtype_(setup.dtype) {
   register_usage(device);
   shard_rank_ = config.zero_optimization.stage >= 1 ? setup.rank : 0;

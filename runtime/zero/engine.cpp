@@ -12,8 +12,8 @@
 
 namespace strata::runtime::zero {
 
-ZeroEngine::Parts::Parts(const config::Config& config, const EngineSetup& setup, device::Device& device, device::Stream& compute,
-                         comm::Communicator& communicator, trace::Tracer& tracer)
+ZeroEngine::Parts::Parts(const config::Config& config, const EngineSetup& setup, device::Device& device,
+                         device::Stream& compute, comm::Communicator& communicator, trace::Tracer& tracer)
     : comm(communicator),
       streams(device),
       store(config, store_setup(setup, communicator), device, *streams.optim),
@@ -33,8 +33,8 @@ tiers::StoreSetup ZeroEngine::Parts::store_setup(const EngineSetup& setup, const
   return s;
 }
 
-ZeroEngine::ZeroEngine(const config::Config& config, const EngineSetup& setup, device::Device& device, device::Stream& compute,
-                       comm::Communicator& comm, trace::Tracer& tracer)
+ZeroEngine::ZeroEngine(const config::Config& config, const EngineSetup& setup, device::Device& device,
+                       device::Stream& compute, comm::Communicator& comm, trace::Tracer& tracer)
     : config_(config), device_(device), scaler_(config.fp16, config.fp16.enabled.value_or(false)) {
   const config::ZeroConfig& z = config.zero_optimization;
   if (z.stage < 0 || z.stage > 3) {
@@ -82,7 +82,8 @@ cpu_adam::AdamHyper ZeroEngine::make_hyper(double lr) const {
   h.beta2 = static_cast<float>(betas[1]);
   h.eps = static_cast<float>(o.eps.value());
   h.weight_decay = static_cast<float>(o.weight_decay.value());
-  h.mode = (o.type == config::OptimizerType::kAdamW || o.adam_w_mode) ? cpu_adam::AdamMode::adamw : cpu_adam::AdamMode::adam;
+  h.mode =
+      (o.type == config::OptimizerType::kAdamW || o.adam_w_mode) ? cpu_adam::AdamMode::adamw : cpu_adam::AdamMode::adam;
   h.bias_correction = o.bias_correction;
   return h;
 }

@@ -12,8 +12,8 @@
 namespace strata::runtime::zero {
 
 struct ZeroEngine::Parts {
-  Parts(const config::Config& config, const EngineSetup& setup, device::Device& device, device::Stream& compute, comm::Communicator& comm,
-        trace::Tracer& tracer);
+  Parts(const config::Config& config, const EngineSetup& setup, device::Device& device, device::Stream& compute,
+        comm::Communicator& comm, trace::Tracer& tracer);
   static tiers::StoreSetup store_setup(const EngineSetup& setup, const comm::Communicator& comm);
 
   comm::Communicator& comm;

@@ -61,7 +61,8 @@ void ZeroEngine::gather_module(int module, float* out) {
   // Through a bounded device buffer, a piece of every shard at a time.
   device::Stream& comm = *p.streams.comm;
   const std::size_t piece = std::min<std::size_t>(part.shard_numel, std::size_t{1} << 16);
-  device::DeviceBuffer scratch = p.fetcher.allocate_now(0, piece * 4 * static_cast<std::size_t>(shards), "gather scratch");
+  device::DeviceBuffer scratch =
+      p.fetcher.allocate_now(0, piece * 4 * static_cast<std::size_t>(shards), "gather scratch");
   std::vector<float> all(piece * static_cast<std::size_t>(shards));
   for (std::size_t begin = 0; begin < part.shard_numel; begin += piece) {
     const std::size_t n = std::min(piece, part.shard_numel - begin);
@@ -119,7 +120,8 @@ void ZeroEngine::write_state(int module, tiers::OptimState state, std::size_t of
   p.store.state(module, tiers::state_kind(state)).write(offset, n, buf, *p.streams.copy_in);
   if (state != tiers::OptimState::master) return;
   // The parameters of this piece, as an update writes them.
-  offload::HostBuffer cast = offload::HostBuffer::allocate(n * dtype_size(p.store.dtype()), "parameters from a checkpoint");
+  offload::HostBuffer cast =
+      offload::HostBuffer::allocate(n * dtype_size(p.store.dtype()), "parameters from a checkpoint");
   convert(buf, DType::f32, cast.data(), p.store.dtype(), n);
   p.store.state(module, tiers::StateKind::param).write(offset, n, cast.data(), *p.streams.copy_in);
   p.fetcher.params_changed(module);  // the other ranks' slices come with the next gather

@@ -9,10 +9,18 @@
 
 namespace strata::runtime::zero {
 
-GradPath::GradPath(const config::Config& config, tiers::TierStore& store, device::Device& device, device::Stream& compute,
-                   EngineStreams& streams, comm::Communicator& comm, ParamFetcher& fetcher, UpdateGate& gate)
-    : store_(store), device_(device), compute_(compute), streams_(streams), comm_(comm), fetcher_(fetcher),
-      gate_(gate), dtype_(store.dtype()), world_(comm.world()) {
+GradPath::GradPath(const config::Config& config, tiers::TierStore& store, device::Device& device,
+                   device::Stream& compute, EngineStreams& streams, comm::Communicator& comm, ParamFetcher& fetcher,
+                   UpdateGate& gate)
+    : store_(store),
+      device_(device),
+      compute_(compute),
+      streams_(streams),
+      comm_(comm),
+      fetcher_(fetcher),
+      gate_(gate),
+      dtype_(store.dtype()),
+      world_(comm.world()) {
   gas_ = static_cast<int>(config.gradient_accumulation_steps.value_or(std::uint64_t{1}).value_or(1));
   threads_ = static_cast<int>(config.strata.cpu_threads);
   reduce_bucket_ = static_cast<std::size_t>(config.zero_optimization.reduce_bucket_size.value_or(500'000'000));

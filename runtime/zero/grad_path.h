@@ -31,8 +31,8 @@ namespace strata::runtime::zero {
 class GradPath {
  public:
   // Borrowed references outlive the path. The fetcher lends its transient device memory.
-  GradPath(const config::Config& config, tiers::TierStore& store, device::Device& device, device::Stream& compute, EngineStreams& streams,
-           comm::Communicator& comm, ParamFetcher& fetcher, UpdateGate& gate);
+  GradPath(const config::Config& config, tiers::TierStore& store, device::Device& device, device::Stream& compute,
+           EngineStreams& streams, comm::Communicator& comm, ParamFetcher& fetcher, UpdateGate& gate);
   GradPath(const GradPath&) = delete;
   GradPath& operator=(const GradPath&) = delete;
 

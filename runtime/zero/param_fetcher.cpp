@@ -8,11 +8,17 @@
 
 namespace strata::runtime::zero {
 
-ParamFetcher::ParamFetcher(const config::Config& config, tiers::TierStore& store, device::Device& device, device::Stream& compute,
-                           EngineStreams& streams, comm::Communicator& comm, UpdateGate* gate,
+ParamFetcher::ParamFetcher(const config::Config& config, tiers::TierStore& store, device::Device& device,
+                           device::Stream& compute, EngineStreams& streams, comm::Communicator& comm, UpdateGate* gate,
                            std::uint64_t activation_bytes)
-    : store_(store), device_(device), compute_(compute), streams_(streams), comm_(comm), gate_(gate),
-      dtype_(store.dtype()), shards_(store.plan().shards) {
+    : store_(store),
+      device_(device),
+      compute_(compute),
+      streams_(streams),
+      comm_(comm),
+      gate_(gate),
+      dtype_(store.dtype()),
+      shards_(store.plan().shards) {
   const config::ZeroConfig& z = config.zero_optimization;
   prefetch_bucket_ = z.stage3_prefetch_bucket_size.value_or(50'000'000);
   max_live_ = z.stage3_max_live_parameters;
@@ -42,7 +48,8 @@ void ParamFetcher::make_pools(std::uint64_t activation_bytes) {
   const tiers::ZeroPlan& plan = store_.plan();
   // What the device has left once the model has its activations and a little scratch.
   const device::ArenaStats a = device_.memory_stats();
-  const std::uint64_t held = a.current_bytes + activation_bytes + tiers::kDeviceScratchBytes + 4 * device::Arena::kAlignment;
+  const std::uint64_t held =
+      a.current_bytes + activation_bytes + tiers::kDeviceScratchBytes + 4 * device::Arena::kAlignment;
   const std::uint64_t need = plan.class_minimum_bytes[0] + plan.class_minimum_bytes[1];
   const std::uint64_t avail = a.budget_bytes > held ? a.budget_bytes - held : 0;
   if (avail < need) {
@@ -173,7 +180,8 @@ void ParamFetcher::prefetch(bool may_wait) {
   // NVMe reads run furthest ahead: as many as there are staging buffers.
   for (int m : trace_.upcoming()) {
     const Module& s = modules_[static_cast<std::size_t>(m)];
-    if (plan_of(m).resident || !store_.state(m, tiers::StateKind::param).needs_staging() || s.fetch != FetchState::idle) {
+    if (plan_of(m).resident || !store_.state(m, tiers::StateKind::param).needs_staging() ||
+        s.fetch != FetchState::idle) {
       continue;
     }
     if (update_pending(m)) break;  // its new parameters are still being written

@@ -56,8 +56,8 @@ class ParamFetcher {
  public:
   // Borrowed references outlive the fetcher. `gate` is null without an optimizer.
   // `activation_bytes`: what the model reserves on the device besides (left outside the regions).
-  ParamFetcher(const config::Config& config, tiers::TierStore& store, device::Device& device, device::Stream& compute, EngineStreams& streams,
-               comm::Communicator& comm, UpdateGate* gate, std::uint64_t activation_bytes);
+  ParamFetcher(const config::Config& config, tiers::TierStore& store, device::Device& device, device::Stream& compute,
+               EngineStreams& streams, comm::Communicator& comm, UpdateGate* gate, std::uint64_t activation_bytes);
   ~ParamFetcher();
   ParamFetcher(const ParamFetcher&) = delete;
   ParamFetcher& operator=(const ParamFetcher&) = delete;

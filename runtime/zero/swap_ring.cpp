@@ -8,7 +8,8 @@
 namespace strata::runtime::zero {
 namespace {
 
-constexpr tiers::StateKind kSwapped[3] = {tiers::StateKind::master, tiers::StateKind::exp_avg, tiers::StateKind::exp_avg_sq};
+constexpr tiers::StateKind kSwapped[3] = {tiers::StateKind::master, tiers::StateKind::exp_avg,
+                                          tiers::StateKind::exp_avg_sq};
 
 }  // namespace
 

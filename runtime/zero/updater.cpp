@@ -10,9 +10,14 @@
 
 namespace strata::runtime::zero {
 
-Updater::Updater(const config::Config& config, tiers::TierStore& store, device::Device& device, EngineStreams& streams, UpdateGate& gate,
-                 GradPath& grads, trace::Tracer& tracer)
-    : store_(store), streams_(streams), gate_(gate), grads_(grads), tracer_(tracer), dtype_(store.dtype()),
+Updater::Updater(const config::Config& config, tiers::TierStore& store, device::Device& device, EngineStreams& streams,
+                 UpdateGate& gate, GradPath& grads, trace::Tracer& tracer)
+    : store_(store),
+      streams_(streams),
+      gate_(gate),
+      grads_(grads),
+      tracer_(tracer),
+      dtype_(store.dtype()),
       threads_(static_cast<int>(config.strata.cpu_threads)),
       ring_(store, store.plan().optimizer_swap_buffers, store.plan().optimizer_chunk_numel,
             config.zero_optimization.offload_optimizer.pipeline_read,

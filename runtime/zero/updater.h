@@ -44,8 +44,8 @@ struct UpdateArgs {
 class Updater {
  public:
   // Borrowed references outlive the updater.
-  Updater(const config::Config& config, tiers::TierStore& store, device::Device& device, EngineStreams& streams, UpdateGate& gate,
-          GradPath& grads, trace::Tracer& tracer);
+  Updater(const config::Config& config, tiers::TierStore& store, device::Device& device, EngineStreams& streams,
+          UpdateGate& gate, GradPath& grads, trace::Tracer& tracer);
   ~Updater();  // finishes the queued work and the swap ring's I/O (the facade reports errors first)
   Updater(const Updater&) = delete;
   Updater& operator=(const Updater&) = delete;

@@ -462,7 +462,8 @@ TEST(KernelsHost, GeluBackwardMatchesFiniteDifferences) {
   Vec bad(x.size());  // only the 0.5 (1 + tanh u) term, the x sech^2(u) u' one missing
   for (std::size_t i = 0; i < x.size(); ++i) {
     const double v = x[i];
-    bad[i] = static_cast<float>(R[i] * 0.5 * (1 + std::tanh(std::sqrt(2 / std::numbers::pi) * (v + 0.044715 * v * v * v))));
+    bad[i] =
+        static_cast<float>(R[i] * 0.5 * (1 + std::tanh(std::sqrt(2 / std::numbers::pi) * (v + 0.044715 * v * v * v))));
   }
   expect_fd_rejects("gelu dinp without x tanh'", bad, num);
 }
@@ -715,7 +716,8 @@ TEST(KernelsHost, Bf16AndFp16StorageTrackFp32) {
         const bool stat = got[i].dtype == DType::f32;
         const double tol = stat ? 1e-6 : (dt == DType::bf16 ? 8e-3 : 1e-3);
         const double e = rel_err(unpack(got[i].bytes, got[i].dtype), unpack(want[i].bytes, want[i].dtype));
-        std::printf("  %s %-24s vs fp32: rel err %.2e (tol %.0e)\n", std::string(dtype_name(dt)).c_str(), got[i].name, e, tol);
+        std::printf("  %s %-24s vs fp32: rel err %.2e (tol %.0e)\n", std::string(dtype_name(dt)).c_str(), got[i].name,
+                    e, tol);
         EXPECT_LE(e, tol) << got[i].name << " " << dtype_name(dt);
       }
     }

@@ -45,7 +45,7 @@
 namespace strata::tools {
 namespace {
 
-constexpr std::size_t kTargetParams = std::size_t{256} << 20;  // the targets: 256M params
+constexpr std::size_t kTargetParams = std::size_t{256} << 20;  // the targets docs/benchmarks.md states: 256M params
 constexpr double kTargetVsLimit = 0.90;                          // best >= 0.90 x reference
 constexpr double kTargetVsTorch = 8.0;                           // best >= 8 x torch AdamW
 
@@ -502,7 +502,7 @@ bool measure_torch(Report& report, const AdamBenchOptions& options, std::size_t 
   return !version.empty();
 }
 
-// ---- the targets --------------------------------------------------------------------
+// ---- the targets (docs/benchmarks.md) ---------------------------------------------------------
 
 void print_targets(const Report& report, const std::vector<DType>& grads, int all_threads,
                    SimdLevel best) {

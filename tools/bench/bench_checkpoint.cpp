@@ -228,8 +228,8 @@ Json row_json(const Row& r) {
 offload::AioOptions run_aio_options(const Json& config, const models::GptConfig& model) {
   runtime::config::ResolveInputs resolve;
   resolve.hidden_size = static_cast<std::uint64_t>(model.n_embd);
-  return runtime::tiers::aio_options(
-      runtime::config::resolve_config(runtime::config::parse_config(config.dump(), "strata bench checkpoint").config, resolve));
+  return runtime::tiers::aio_options(runtime::config::resolve_config(
+      runtime::config::parse_config(config.dump(), "strata bench checkpoint").config, resolve));
 }
 
 // The bench; returns early, without the table, when `stop` caught a signal (Note [Stopping on a

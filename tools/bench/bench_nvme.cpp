@@ -53,7 +53,7 @@ namespace {
 using offload::IoOp;
 
 constexpr std::uint64_t kMaxBufferBytes = kGiB;           // larger files reuse the buffer
-constexpr double kTargetRatio = 0.95;                     // the target: ours/fio
+constexpr double kTargetRatio = 0.95;                     // the target: ours/fio (docs/benchmarks.md)
 constexpr std::size_t kTargetBlocks[] = {kMiB, 8 * kMiB};  // ... at these block sizes,
 constexpr unsigned kTargetQueueDepth = 32;                 // ... this queue depth, seq
 

@@ -71,7 +71,8 @@ TEST(Manifest, RoundTripsAndRefusesAnyChange) {
   // Any digit of the step or a size changed, or the text cut: refused, naming the file.
   std::string changed = text;
   changed.replace(changed.find("8192"), 4, "8193");
-  EXPECT_NE(error_of([&] { checkpoint::Manifest::parse(changed, "m.json"); }).find("m.json is damaged"), std::string::npos);
+  EXPECT_NE(error_of([&] { checkpoint::Manifest::parse(changed, "m.json"); }).find("m.json is damaged"),
+            std::string::npos);
   EXPECT_NE(error_of([&] { checkpoint::Manifest::parse(text.substr(0, text.size() / 2), "m.json"); }).find("m.json"),
             std::string::npos);
 }
@@ -106,7 +107,9 @@ TEST(ShardFile, WritesAndReadsBackThroughTheEngineAndCatchesAFlippedByte) {
   const std::size_t chunk = 4096;  // elements: 16 KiB pieces, several per entry
   const std::vector<checkpoint::ShardModule> modules = {{"a", 10000, 10048}, {"b", 300, 320}};
   const checkpoint::ShardLayout layout = checkpoint::ShardLayout::make(0, 1, modules);
-  auto value = [](std::size_t e, std::size_t i) { return static_cast<float>(e) * 1000.0f + static_cast<float>(i) * 0.5f; };
+  auto value = [](std::size_t e, std::size_t i) {
+    return static_cast<float>(e) * 1000.0f + static_cast<float>(i) * 0.5f;
+  };
   const std::string path = dir + "/" + checkpoint::shard_file_name(0, 1);
   checkpoint::CrashPoints crash;
   checkpoint::ManifestFile written;
@@ -192,11 +195,13 @@ TEST(CheckpointDir, PublishesAtomicallyKeepsTheLastAndResolvesLatest) {
 
   // latest naming a folder that is gone: an error that says what to do.
   fs::remove_all(root + "/step-00000008");
-  EXPECT_NE(error_of([&] { checkpoint::resolve_checkpoint(root); }).find("not a complete checkpoint"), std::string::npos);
+  EXPECT_NE(error_of([&] { checkpoint::resolve_checkpoint(root); }).find("not a complete checkpoint"),
+            std::string::npos);
   write_bytes(dir.begin_partial(8) + "/manifest.json", "{}");
   dir.publish(8, 0, nullptr);
   EXPECT_EQ(checkpoint::resolve_checkpoint(root + "/step-00000008"), root + "/step-00000008");
-  EXPECT_NE(error_of([&] { checkpoint::resolve_checkpoint(root + "/nope"); }).find("no such folder"), std::string::npos);
+  EXPECT_NE(error_of([&] { checkpoint::resolve_checkpoint(root + "/nope"); }).find("no such folder"),
+            std::string::npos);
   EXPECT_EQ(checkpoint::checkpoint_step("step-00000120"), std::optional<std::uint64_t>(120));
   EXPECT_FALSE(checkpoint::checkpoint_step(".step-00000120.partial").has_value());
   fs::remove_all(root);
@@ -209,8 +214,10 @@ TEST(CheckpointEngine, ResumeInAnotherTierGivesTheSameBits) {
   struct Placement {
     config::OffloadDevice params, optimizer;
   };
-  const Placement saves[] = {{config::OffloadDevice::kNvme, config::OffloadDevice::kNvme}, {config::OffloadDevice::kCpu, config::OffloadDevice::kCpu}};
-  const Placement loads[] = {{config::OffloadDevice::kCpu, config::OffloadDevice::kCpu}, {config::OffloadDevice::kNone, config::OffloadDevice::kNone}};
+  const Placement saves[] = {{config::OffloadDevice::kNvme, config::OffloadDevice::kNvme},
+                             {config::OffloadDevice::kCpu, config::OffloadDevice::kCpu}};
+  const Placement loads[] = {{config::OffloadDevice::kCpu, config::OffloadDevice::kCpu},
+                             {config::OffloadDevice::kNone, config::OffloadDevice::kNone}};
   for (int c = 0; c < 2; ++c) {
     TempDir tmp;
     const std::string ck = tmp.path() + "/ck";
@@ -218,7 +225,8 @@ TEST(CheckpointEngine, ResumeInAnotherTierGivesTheSameBits) {
     {
       EngineRun run(make_config(3, saves[c].params, saves[c].optimizer, tmp.path(), c == 0 ? 1.0 : 0.0));
       checkpoint::CrashPoints crash;
-      checkpoint::CheckpointSaver saver(checkpoint::CheckpointDir(ck), 2, *run.engine, *run.device, *run.comm, run.engine->tiers().io(), crash);
+      checkpoint::CheckpointSaver saver(checkpoint::CheckpointDir(ck), 2, *run.engine, *run.device, *run.comm,
+                                        run.engine->tiers().io(), crash);
       run.step(0);
       run.step(0);
       saver.begin(2, "{}");

@@ -32,7 +32,8 @@ void upload_into(device::Stream& stream, void* dst, const std::vector<float>& va
   stream.synchronize();  // `bytes` dies here
 }
 
-device::DeviceBuffer upload(device::Device& device, device::Stream& stream, const std::vector<float>& values, DType dtype) {
+device::DeviceBuffer upload(device::Device& device, device::Stream& stream, const std::vector<float>& values,
+                            DType dtype) {
   // Never empty: a zero-count collective still gets distinct, valid pointers.
   device::DeviceBuffer buffer =
       device.allocate(std::max<std::size_t>(1, values.size()) * dtype_size(dtype), "comm test");

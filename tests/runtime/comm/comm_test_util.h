@@ -32,7 +32,8 @@ float value(int rank, std::size_t index);
 float round_to(float x, DType dtype);
 
 // Fills a device buffer of values.size() elements of dtype; synchronizes `stream`.
-device::DeviceBuffer upload(device::Device& device, device::Stream& stream, const std::vector<float>& values, DType dtype);
+device::DeviceBuffer upload(device::Device& device, device::Stream& stream, const std::vector<float>& values,
+                            DType dtype);
 void upload_into(device::Stream& stream, void* dst, const std::vector<float>& values, DType dtype);
 
 // Reads count elements of dtype at src (device memory); synchronizes `stream`.

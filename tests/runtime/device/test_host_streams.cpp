@@ -46,7 +46,9 @@ class Signal {
   bool set_ = false;
 };
 
-std::unique_ptr<device::Device> host_device() { return device::Device::create({.kind = "host", .memory_bytes = 64 << 20}); }
+std::unique_ptr<device::Device> host_device() {
+  return device::Device::create({.kind = "host", .memory_bytes = 64 << 20});
+}
 
 TEST(HostStream, RunsItsQueueInOrder) {
   auto device = host_device();

@@ -48,8 +48,8 @@ class TempDir {
   std::string path_;
 };
 
-inline config::Config make_config(int stage, config::OffloadDevice params, config::OffloadDevice optimizer, const std::string& nvme,
-                   double clipping = 1.0) {
+inline config::Config make_config(int stage, config::OffloadDevice params, config::OffloadDevice optimizer,
+                                  const std::string& nvme, double clipping = 1.0) {
   config::Config c;
   c.train_micro_batch_size_per_gpu = std::uint64_t{1};
   // With clipping the updates are posted after the global norm; without, each as soon as its

@@ -40,9 +40,12 @@ TEST(ZeroEngine, PlacementNeverChangesTheBits) {
     config::OffloadDevice params, optimizer;
   };
   const Case cases[] = {
-      {3, config::OffloadDevice::kNone, config::OffloadDevice::kNone}, {3, config::OffloadDevice::kCpu, config::OffloadDevice::kCpu},
-      {3, config::OffloadDevice::kNvme, config::OffloadDevice::kNvme}, {3, config::OffloadDevice::kCpu, config::OffloadDevice::kNvme},
-      {2, config::OffloadDevice::kNone, config::OffloadDevice::kCpu},  {1, config::OffloadDevice::kNone, config::OffloadDevice::kNvme},
+      {3, config::OffloadDevice::kNone, config::OffloadDevice::kNone},
+      {3, config::OffloadDevice::kCpu, config::OffloadDevice::kCpu},
+      {3, config::OffloadDevice::kNvme, config::OffloadDevice::kNvme},
+      {3, config::OffloadDevice::kCpu, config::OffloadDevice::kNvme},
+      {2, config::OffloadDevice::kNone, config::OffloadDevice::kCpu},
+      {1, config::OffloadDevice::kNone, config::OffloadDevice::kNvme},
   };
   for (double clipping : {1.0, 0.0}) {
     TempDir dir;
@@ -58,8 +61,9 @@ TEST(ZeroEngine, PlacementNeverChangesTheBits) {
         for (std::size_t i = 0; i < initial.size(); ++i) initial[i] = 0.01f * static_cast<float>((i * 7) % 101) - 0.5f;
         EXPECT_NE(std::memcmp(initial.data(), w[0].data(), initial.size() * 4), 0);
       } else {
-        EXPECT_TRUE(same_bits(reference, w)) << "clipping " << clipping << ", stage " << c.stage << " params "
-                                             << config::to_string(c.params) << " optimizer " << config::to_string(c.optimizer);
+        EXPECT_TRUE(same_bits(reference, w))
+            << "clipping " << clipping << ", stage " << c.stage << " params " << config::to_string(c.params)
+            << " optimizer " << config::to_string(c.optimizer);
       }
     }
   }
