@@ -30,8 +30,6 @@ void read_either(ObjectReader& r, std::string_view key, std::string_view alias, 
 
 // Every value of a config enum, for to_enum.
 constexpr const auto& enum_values(OffloadDevice) { return kOffloadDevices; }
-constexpr const auto& enum_values(OptimizerType) { return kOptimizerTypes; }
-constexpr const auto& enum_values(SchedulerType) { return kSchedulerTypes; }
 constexpr const auto& enum_values(WarmupType) { return kWarmupTypes; }
 constexpr const auto& enum_values(DeviceKind) { return kDeviceKinds; }
 constexpr const auto& enum_values(IoBackend) { return kIoBackends; }
