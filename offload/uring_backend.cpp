@@ -360,19 +360,7 @@ class Lane {
       }
 
       // Reap every CQE that is ready, advance the CQ once, then act on the results.
-      reaped.clear();
-      unsigned head;
-      unsigned count = 0;
-      io_uring_cqe* cqe;
-      io_uring_for_each_cqe(&ring_, head, cqe) {
-        ++count;
-        if (cqe->user_data == kWakeTag) {
-          wake_armed_ = false;  // re-armed at the top of the loop
-          continue;
-        }
-        reaped.emplace_back(reinterpret_cast<Piece*>(cqe->user_data), cqe->res);
-      }
-      io_uring_cq_advance(&ring_, count);
+      reap(reaped);
       for (auto [p, res] : reaped) {
         untrack(*p);
         --in_flight;
@@ -383,6 +371,26 @@ class Lane {
         }
       }
     }
+  }
+
+  // Takes every CQE that is ready into `reaped` (pieces and their results; the eventfd read's
+  // completion disarms the wake-up, re-armed at the top of the loop) and advances the CQ once.
+  // Returns the number of CQEs consumed.
+  unsigned reap(std::vector<std::pair<Piece*, int>>& reaped) {
+    reaped.clear();
+    unsigned head;
+    unsigned count = 0;
+    io_uring_cqe* cqe;
+    io_uring_for_each_cqe(&ring_, head, cqe) {
+      ++count;
+      if (cqe->user_data == kWakeTag) {
+        wake_armed_ = false;
+        continue;
+      }
+      reaped.emplace_back(reinterpret_cast<Piece*>(cqe->user_data), cqe->res);
+    }
+    io_uring_cq_advance(&ring_, count);
+    return count;
   }
 
   // Submits the prepared SQEs and waits for `wait_nr` completions. Returns 0, or the errno
@@ -425,17 +433,7 @@ class Lane {
                    index_, expected, errno_text(-rc));
         break;
       }
-      reaped.clear();
-      unsigned head;
-      unsigned count = 0;
-      io_uring_cqe* cqe;
-      io_uring_for_each_cqe(&ring_, head, cqe) {
-        ++count;
-        if (cqe->user_data != kWakeTag) {
-          reaped.emplace_back(reinterpret_cast<Piece*>(cqe->user_data), cqe->res);
-        }
-      }
-      io_uring_cq_advance(&ring_, count);
+      const unsigned count = reap(reaped);
       expected -= std::min(expected, count);
       for (auto [p, res] : reaped) {
         untrack(*p);

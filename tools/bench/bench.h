@@ -1,12 +1,27 @@
 #pragma once
 // `strata bench NAME`: benchmarks of the hot paths. Each prints its rate next to a limit
 // measured in the same run (memory bandwidth, disk bandwidth, PCIe) and the ratio of the two.
+#include <algorithm>
 #include <cstddef>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "tools/device_flags.h"
 
 namespace strata::tools {
+
+// The items of a comma-separated flag value ("16M,256M"), empty items dropped.
+inline std::vector<std::string> split_list(std::string_view text) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', start), text.size());
+    if (comma > start) out.emplace_back(text.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return out;
+}
 
 struct BenchOptions {
   std::size_t elements = 0;  // problem size; 0 = the benchmark's default

@@ -51,17 +51,6 @@ constexpr double kTargetVsTorch = 8.0;                           // best >= 8 x 
 
 // ---- command-line lists -------------------------------------------------------------------
 
-std::vector<std::string> split(std::string_view text) {
-  std::vector<std::string> out;
-  std::size_t start = 0;
-  while (start <= text.size()) {
-    const std::size_t comma = std::min(text.find(',', start), text.size());
-    if (comma > start) out.emplace_back(text.substr(start, comma - start));
-    start = comma + 1;
-  }
-  return out;
-}
-
 std::optional<std::size_t> parse_uint(std::string_view text) {
   std::size_t value = 0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
@@ -107,7 +96,7 @@ std::vector<int> parse_threads(std::string_view text, int all) {
     return static_cast<int>(*n);
   };
   std::vector<int> out;
-  for (const std::string& item : split(text)) {
+  for (const std::string& item : split_list(text)) {
     const std::size_t dots = item.find("..");
     if (dots == std::string::npos) {
       out.push_back(one(item));
@@ -126,7 +115,7 @@ std::vector<int> parse_threads(std::string_view text, int all) {
 // fp32: fp32 grads, no half-precision output. bf16: bf16 grads and a bf16 copy of the params.
 std::vector<DType> parse_grads(std::string_view text) {
   std::vector<DType> out;
-  for (const std::string& item : split(text)) {
+  for (const std::string& item : split_list(text)) {
     const DType d = parse_dtype(item);  // throws for an unknown name
     if (d == DType::f16) {
       throw Error("the fp16 grad mode is not benchmarked", "--grad", "use fp32 and/or bf16");
@@ -539,7 +528,7 @@ void bench_adam(const AdamBenchOptions& options) {
   const CpuInfo cpu = cpu_info();
   const int all = std::max(1, cpu.logical_cores_in_affinity_mask);
   std::vector<std::size_t> sizes;
-  for (const std::string& item : split(options.params)) sizes.push_back(parse_count(item));
+  for (const std::string& item : split_list(options.params)) sizes.push_back(parse_count(item));
   if (sizes.empty()) throw Error("no parameter count given", "--params", "e.g. --params 16M,256M");
   const std::vector<int> threads = parse_threads(options.threads, all);
   const std::vector<DType> grads = parse_grads(options.grads);

@@ -59,17 +59,6 @@ constexpr unsigned kTargetQueueDepth = 32;                 // ... this queue dep
 
 // ---- command-line lists -------------------------------------------------------------------
 
-std::vector<std::string> split(std::string_view text) {
-  std::vector<std::string> out;
-  std::size_t start = 0;
-  while (start <= text.size()) {
-    const std::size_t comma = std::min(text.find(',', start), text.size());
-    if (comma > start) out.emplace_back(text.substr(start, comma - start));
-    start = comma + 1;
-  }
-  return out;
-}
-
 template <typename T>
 void add_unique(std::vector<T>& out, T value) {
   if (std::find(out.begin(), out.end(), value) == out.end()) out.push_back(value);
@@ -77,7 +66,7 @@ void add_unique(std::vector<T>& out, T value) {
 
 std::vector<std::size_t> parse_block_sizes(std::string_view text) {
   std::vector<std::size_t> out;
-  for (const std::string& item : split(text)) {
+  for (const std::string& item : split_list(text)) {
     const auto bytes = parse_bytes(item);
     if (!bytes || *bytes == 0 || *bytes % offload::kDirectIoAlignment != 0 || *bytes > kGiB) {
       throw Error(fmt::format("'{}' is not a block size for O_DIRECT", item), "--block-size",
@@ -91,7 +80,7 @@ std::vector<std::size_t> parse_block_sizes(std::string_view text) {
 
 std::vector<unsigned> parse_counts(std::string_view text, const char* flag, unsigned max) {
   std::vector<unsigned> out;
-  for (const std::string& item : split(text)) {
+  for (const std::string& item : split_list(text)) {
     unsigned value = 0;
     const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), value);
     if (ec != std::errc{} || end != item.data() + item.size() || value == 0 || value > max) {
@@ -106,7 +95,7 @@ std::vector<unsigned> parse_counts(std::string_view text, const char* flag, unsi
 
 std::vector<IoOp> parse_ops(std::string_view text) {
   std::vector<IoOp> out;
-  for (const std::string& item : split(text)) {
+  for (const std::string& item : split_list(text)) {
     if (item == "read") add_unique(out, IoOp::kRead);
     else if (item == "write") add_unique(out, IoOp::kWrite);
     else throw Error(fmt::format("unknown op '{}'", item), "--op", "use read, write or read,write");
@@ -117,7 +106,7 @@ std::vector<IoOp> parse_ops(std::string_view text) {
 
 std::vector<bool> parse_patterns(std::string_view text) {  // true = random
   std::vector<bool> out;
-  for (const std::string& item : split(text)) {
+  for (const std::string& item : split_list(text)) {
     if (item == "seq") add_unique(out, false);
     else if (item == "rand") add_unique(out, true);
     else throw Error(fmt::format("unknown pattern '{}'", item), "--pattern", "use seq, rand or seq,rand");
