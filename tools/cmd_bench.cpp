@@ -104,6 +104,8 @@ void add_bench_command(CLI::App& app) {
   gpt->add_option("--steps", gpt_options->steps, "timed steps (median reported)")
       ->check(CLI::PositiveNumber)->capture_default_str();
   gpt->add_flag("--json", gpt_options->json, "one JSON object on stdout");
+  gpt->add_flag("--profile", gpt_options->profile,
+                "time every op of one more step (per op kind: ms, share, count)");
   gpt->add_flag("!--no-torch", gpt_options->torch, "skip PyTorch's fwd+bwd of the same model");
   gpt->add_option("--python", gpt_options->python, "python with torch")->capture_default_str();
   add_device_flags(*gpt, gpt_options->device);

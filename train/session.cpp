@@ -118,8 +118,10 @@ std::unique_ptr<Session> make_session(const TrainOptions& o) {
   s.setup.module_numels = s.layout.module_numels();
   s.setup.module_names = s.layout.module_names();
   s.setup.dtype = s.dtype;
-  s.setup.activation_bytes =
-      models::GptModel::activation_bytes(s.model_config, s.dtype, s.B, s.T, o.activation_checkpointing);
+  models::GptOptions model_options;
+  model_options.dtype = s.dtype;
+  model_options.checkpointing = o.activation_checkpointing;
+  s.setup.activation_bytes = models::GptModel::activation_bytes(s.model_config, model_options, s.B, s.T);
   s.engine = std::make_unique<runtime::zero::ZeroEngine>(config, s.setup, *s.device, *s.compute, *s.comm, *s.tracer);
   if (s.rank0) {
     std::fprintf(stderr, "strata train: %s, %lld parameters, %s, ZeRO stage %d, %d rank(s), device %s\n",
@@ -128,9 +130,6 @@ std::unique_ptr<Session> make_session(const TrainOptions& o) {
                  config.zero_optimization.stage, s.comm->world(), s.device->name().c_str());
     std::fprintf(stderr, "plan:\n%s", s.engine->plan().table(s.engine->plan_inputs()).c_str());
   }
-  models::GptOptions model_options;
-  model_options.dtype = s.dtype;
-  model_options.checkpointing = o.activation_checkpointing;
   s.model = std::make_unique<models::GptModel>(s.model_config, model_options, *s.device, *s.compute, *s.engine);
   s.model->reserve(s.B, s.T);
 

@@ -50,8 +50,9 @@ void residual_fwd(void* out, const void* a, const void* b, std::int64_t n, DType
                   cudaStream_t stream);
 
 void softmax_xent_fwd(float* losses, const void* logits, const std::int32_t* targets,
-                      std::int64_t N, int V, DType dtype, cudaStream_t stream);
+                      std::int64_t N, int V, int ld, DType dtype, cudaStream_t stream);
 void softmax_xent_bwd(void* dlogits, const void* logits, const std::int32_t* targets,
-                      std::int64_t N, int V, float dloss, DType dtype, cudaStream_t stream);
+                      std::int64_t N, int V, int ld, float dloss, DType dtype,
+                      cudaStream_t stream);
 
 }  // namespace strata::kernels::cuda

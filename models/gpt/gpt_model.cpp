@@ -68,7 +68,7 @@ struct GptModel::Activations {
   void* lnf;                       // (BT, C)
   float* lnf_mean;                 // (BT)
   float* lnf_rstd;                 // (BT)
-  void* logits;                    // (BT, V)  (dlogits in place in backward)
+  LmHeadBuffers head;              // padded W and dW, one chunk of logits (lm_head.h)
   float* losses;                   // (BT)
   void* dres;                      // (BT, C)  gradient of the residual stream
   void* dbtc;                      // (BT, C)  gradient scratch
@@ -78,12 +78,16 @@ struct GptModel::Activations {
   std::int32_t* targets;           // (BT)
 
   // Lays out (or measures, with base == nullptr) the buffers for (B, T).
-  static std::size_t carve(Activations* a, std::byte* base, const GptConfig& cfg, DType dtype,
-                           int B, int T, bool checkpointing) {
+  static std::size_t carve(Activations* a, std::byte* base, const GptConfig& cfg,
+                           const GptOptions& options, int B, int T) {
     Carver c(base);
+    const DType dtype = options.dtype;
+    const bool checkpointing = options.checkpointing;
     const std::size_t BT = static_cast<std::size_t>(B) * static_cast<std::size_t>(T);
     const std::size_t C = static_cast<std::size_t>(cfg.n_embd);
-    const std::size_t V = static_cast<std::size_t>(cfg.vocab_size);
+    const LmHeadGeometry g =
+        LmHeadGeometry::make(cfg.vocab_size, cfg.n_embd, static_cast<std::int64_t>(BT),
+                             options.vocab_multiple, options.head_chunk_bytes, dtype);
     const std::size_t es = dtype_size(dtype);
     auto act = [&](std::size_t n) { return c.take(n * es); };
     auto f32 = [&](std::size_t n) { return static_cast<float*>(c.take(n * sizeof(float))); };
@@ -111,7 +115,12 @@ struct GptModel::Activations {
     void* lnf = act(BT * C);
     float* lnf_mean = f32(BT);
     float* lnf_rstd = f32(BT);
-    void* logits = act(BT * V);
+    LmHeadBuffers head;
+    if (g.padded()) {
+      head.weight = c.take(g.weight_bytes(dtype));
+      head.dweight = c.take(g.weight_bytes(dtype));
+    }
+    head.logits = c.take(g.logits_bytes(dtype));
     float* losses = f32(BT);
     void* dres = act(BT * C);
     void* dbtc = act(BT * C);
@@ -126,7 +135,7 @@ struct GptModel::Activations {
       a->lnf = lnf;
       a->lnf_mean = lnf_mean;
       a->lnf_rstd = lnf_rstd;
-      a->logits = logits;
+      a->head = head;
       a->losses = losses;
       a->dres = dres;
       a->dbtc = dbtc;
@@ -197,10 +206,15 @@ GptModel::~GptModel() {
   }
 }
 
-std::uint64_t GptModel::activation_bytes(const GptConfig& config, DType dtype, int B, int T,
-                                         bool checkpointing) {
+std::uint64_t GptModel::activation_bytes(const GptConfig& config, const GptOptions& options,
+                                         int B, int T) {
   config.validate();
-  return Activations::carve(nullptr, nullptr, config, dtype, B, T, checkpointing);
+  return Activations::carve(nullptr, nullptr, config, options, B, T);
+}
+
+LmHeadGeometry GptModel::head_geometry(std::int64_t rows) const {
+  return LmHeadGeometry::make(config_.vocab_size, config_.n_embd, rows, options_.vocab_multiple,
+                              options_.head_chunk_bytes, options_.dtype);
 }
 
 void GptModel::reserve(int B, int T) {
@@ -217,13 +231,11 @@ void GptModel::reserve(int B, int T) {
   compute_.synchronize();
   acts_.reset();
   auto a = std::make_unique<Activations>();
-  const std::size_t bytes =
-      Activations::carve(nullptr, nullptr, config_, options_.dtype, B, T, options_.checkpointing);
+  const std::size_t bytes = Activations::carve(nullptr, nullptr, config_, options_, B, T);
   a->buffer = device_.allocate(
       bytes, fmt::format("activations for a micro-batch of {} x {} tokens{}", B, T,
                          options_.checkpointing ? " (checkpointed)" : ""));
-  Activations::carve(a.get(), static_cast<std::byte*>(a->buffer.data()), config_, options_.dtype,
-                     B, T, options_.checkpointing);
+  Activations::carve(a.get(), static_cast<std::byte*>(a->buffer.data()), config_, options_, B, T);
   acts_ = std::move(a);
   reserved_B_ = B;
   reserved_T_ = T;
@@ -334,7 +346,7 @@ float GptModel::forward(const std::int32_t* inputs, const std::int32_t* targets,
   check_tokens(inputs, BT, "input");
   if (targets != nullptr) check_tokens(targets, BT, "target");
   const DType dt = options_.dtype;
-  const int C = config_.n_embd, V = config_.vocab_size, L = config_.n_layer;
+  const int C = config_.n_embd, L = config_.n_layer;
   Activations& s = *acts_;
 
   // Tokens: staged in host memory that stays put until the copies have run (the stream is
@@ -368,16 +380,13 @@ float GptModel::forward(const std::int32_t* inputs, const std::int32_t* targets,
                      static_cast<std::int64_t>(BT), C, config_.layer_norm_epsilon, dt);
   release(layout_.final_norm_module());
 
-  // LM head, tied to wte (V, C): logits (BT, V) = lnf @ wte^T.
+  // LM head, tied to wte (V, C): logits (BT, V) = lnf @ wte^T, and the losses (lm_head.h).
   head_ = acquire(layout_.embedding_module());
-  ops::matmul_fwd(compute_, s.logits, s.lnf, at(head_, emb_layout.tensors[kWte]), nullptr,
-                  static_cast<std::int64_t>(BT), C, V, dt);
-  if (targets != nullptr) {
-    ops::softmax_xent_fwd(compute_, s.losses, s.logits, s.targets, static_cast<std::int64_t>(BT),
-                          V, dt);
-  }
+  head_forward(compute_, head_geometry(static_cast<std::int64_t>(reserved_B_) * reserved_T_), s.head,
+               s.lnf, at(head_, emb_layout.tensors[kWte]), static_cast<std::int64_t>(BT),
+               targets != nullptr ? s.targets : nullptr, targets != nullptr ? s.losses : nullptr, dt,
+               logits_out);
   if (!for_backward) release(layout_.embedding_module());
-  if (logits_out != nullptr) copy_logits_out(s.logits, BT * static_cast<std::size_t>(V), logits_out);
 
   float loss = std::numeric_limits<float>::quiet_NaN();
   if (targets != nullptr) {
@@ -396,18 +405,6 @@ float GptModel::forward(const std::int32_t* inputs, const std::int32_t* targets,
   return loss;
 }
 
-void GptModel::copy_logits_out(const void* logits, std::size_t n, float* out) {
-  if (options_.dtype == DType::f32) {
-    compute_.copy_async(out, logits, n * sizeof(float));
-    compute_.synchronize();
-    return;
-  }
-  host_half_.resize(n);
-  compute_.copy_async(host_half_.data(), logits, n * sizeof(std::uint16_t));
-  compute_.synchronize();
-  convert(host_half_.data(), options_.dtype, out, DType::f32, n);
-}
-
 void GptModel::backward(float loss_scale) {
   if (!backward_ready_) {
     throw Error("backward() without a forward(..., for_backward = true) before it");
@@ -416,17 +413,16 @@ void GptModel::backward(float loss_scale) {
   const DType dt = options_.dtype;
   const int B = B_, T = T_;
   const std::int64_t BT = static_cast<std::int64_t>(B) * T;
-  const int C = config_.n_embd, V = config_.vocab_size, L = config_.n_layer;
+  const int C = config_.n_embd, L = config_.n_layer;
   Activations& s = *acts_;
 
-  // Mean loss: d(mean)/d(loss_n) = 1 / BT. dlogits overwrite the logits.
-  ops::softmax_xent_bwd(compute_, s.logits, s.logits, s.targets, BT, V,
-                        loss_scale / static_cast<float>(BT), dt);
   const ModuleLayout& emb_layout = layout_.modules[0];
   runtime::params::ModuleView gemb = acquire_grads(layout_.embedding_module());
-  // LM head: dlnf (BT, C) = dlogits @ wte; dwte += dlogits^T @ lnf.
-  ops::matmul_bwd(compute_, s.dbtc, at(gemb, emb_layout.tensors[kWte]), nullptr, s.logits, s.lnf,
-                  at(head_, emb_layout.tensors[kWte]), BT, C, V, dt);
+  // LM head: dlnf (BT, C) = dlogits @ wte; dwte += dlogits^T @ lnf. Mean loss: d(mean)/d(loss_n)
+  // = 1 / BT.
+  head_backward(compute_, head_geometry(static_cast<std::int64_t>(reserved_B_) * reserved_T_), s.head,
+                s.lnf, at(head_, emb_layout.tensors[kWte]), s.dbtc, at(gemb, emb_layout.tensors[kWte]),
+                BT, s.targets, loss_scale / static_cast<float>(BT), dt);
   release(layout_.embedding_module());
 
   const ModuleLayout& lnf_layout = layout_.modules.back();
@@ -473,17 +469,19 @@ void GptModel::forward_decode(GptKvCache& cache, const std::int32_t* tokens, int
   const std::size_t BT = static_cast<std::size_t>(B) * static_cast<std::size_t>(T_new);
   check_tokens(tokens, BT, "input");
   const DType dt = options_.dtype;
-  const int C = config_.n_embd, V = config_.vocab_size, NH = config_.n_head;
+  const int C = config_.n_embd, NH = config_.n_head;
   const std::size_t Cs = static_cast<std::size_t>(C);
   const std::size_t es = dtype_size(dt);
   const float eps = config_.layer_norm_epsilon;
   const auto N = static_cast<std::int64_t>(BT);
 
-  // Scratch for these tokens only: x, ln, qkv, atty, proj, fc, logits, token ids.
+  // Scratch for these tokens only: x, ln, qkv, atty, proj, fc, the head's logits chunk and
+  // padded weight, token ids.
+  const LmHeadGeometry g = head_geometry(N);
   Carver measure(nullptr);
-  const std::size_t sizes[] = {BT * Cs * es,     BT * Cs * es, BT * 3 * Cs * es,
-                               BT * Cs * es,     BT * Cs * es, BT * 4 * Cs * es,
-                               BT * static_cast<std::size_t>(V) * es, BT * sizeof(std::int32_t)};
+  const std::size_t sizes[] = {BT * Cs * es,          BT * Cs * es,          BT * 3 * Cs * es,
+                               BT * Cs * es,          BT * Cs * es,          BT * 4 * Cs * es,
+                               g.logits_bytes(dt),    g.weight_bytes(dt),    BT * sizeof(std::int32_t)};
   for (std::size_t b : sizes) measure.take(b);
   runtime::device::DeviceBuffer scratch =
       device_.allocate(measure.bytes(), fmt::format("decoding scratch for {} x {} tokens", B, T_new));
@@ -494,8 +492,10 @@ void GptModel::forward_decode(GptKvCache& cache, const std::int32_t* tokens, int
   void* atty = c.take(sizes[3]);
   void* proj = c.take(sizes[4]);
   void* fc = c.take(sizes[5]);
-  void* logits = c.take(sizes[6]);
-  auto* tok = static_cast<std::int32_t*>(c.take(sizes[7]));
+  LmHeadBuffers head_buffers;
+  head_buffers.logits = c.take(sizes[6]);
+  head_buffers.weight = g.padded() ? c.take(sizes[7]) : nullptr;
+  auto* tok = static_cast<std::int32_t*>(c.take(sizes[8]));
 
   host_tokens_.assign(tokens, tokens + BT);
   compute_.copy_async(tok, host_tokens_.data(), BT * sizeof(std::int32_t));
@@ -527,9 +527,9 @@ void GptModel::forward_decode(GptKvCache& cache, const std::int32_t* tokens, int
                      at(lnf, lnf_layout.tensors[kLnfB]), N, C, eps, dt);
   release(layout_.final_norm_module());
   runtime::params::ModuleView head = acquire(layout_.embedding_module());
-  ops::matmul_fwd(compute_, logits, ln, at(head, emb_layout.tensors[kWte]), nullptr, N, C, V, dt);
+  head_forward(compute_, g, head_buffers, ln, at(head, emb_layout.tensors[kWte]), N, nullptr, nullptr,
+               dt, logits_out);  // synchronizes
   release(layout_.embedding_module());
-  copy_logits_out(logits, BT * static_cast<std::size_t>(V), logits_out);  // synchronizes
   cache.length_ += T_new;
 }
 

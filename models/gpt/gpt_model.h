@@ -22,6 +22,7 @@
 #include "core/dtype.h"
 #include "models/gpt/gpt_config.h"
 #include "models/gpt/gpt_layout.h"
+#include "models/gpt/lm_head.h"
 #include "runtime/device/device.h"
 #include "runtime/params/param_provider.h"
 
@@ -30,6 +31,10 @@ namespace strata::models {
 struct GptOptions {
   DType dtype = DType::f32;    // storage of parameters, activations and gradients
   bool checkpointing = false;  // keep only each block's input; recompute the block in backward
+  // The LM head (models/gpt/lm_head.h) pads the vocabulary to a multiple of this on the device
+  // (aligned GEMMs) and holds at most head_chunk_bytes of logits at once.
+  int vocab_multiple = 128;
+  std::uint64_t head_chunk_bytes = std::uint64_t{1} << 30;
 };
 
 // Keys and values of every layer for incremental decoding: (B, max_T, C) per layer, in the
@@ -66,10 +71,10 @@ class GptModel {
   const GptOptions& options() const { return options_; }
 
   // Device bytes that reserve(B, T) allocates: activations saved for backward (all blocks, or
-  // only block inputs plus one block with checkpointing), logits, per-token losses, gradient
-  // scratch and the token ids.
-  static std::uint64_t activation_bytes(const GptConfig& config, DType dtype, int B, int T,
-                                        bool checkpointing);
+  // only block inputs plus one block with checkpointing), the LM head's logits chunk and
+  // padded weights, per-token losses, gradient scratch and the token ids.
+  static std::uint64_t activation_bytes(const GptConfig& config, const GptOptions& options, int B,
+                                        int T);
 
   // Allocates the activations for micro-batches up to (B, T) (OutOfMemory naming them when the
   // arena is too small). forward() reserves on first use.
@@ -110,7 +115,7 @@ class GptModel {
   void block_backward(const BlockParams& p, const BlockParams& g, const BlockActs& a,
                       const void* res_in, int B, int T);
   void check_tokens(const std::int32_t* tokens, std::size_t n, const char* what) const;
-  void copy_logits_out(const void* logits, std::size_t n, float* out);
+  LmHeadGeometry head_geometry(std::int64_t rows) const;
 
   GptConfig config_;
   GptOptions options_;
@@ -128,7 +133,6 @@ class GptModel {
   runtime::params::ModuleView head_;  // module 0 held from the LM head's forward to its backward
   std::vector<std::int32_t> host_tokens_;  // inputs then targets, kept until the copy ran
   std::vector<float> host_losses_;
-  std::vector<std::uint16_t> host_half_;  // staging for half-precision logits
 };
 
 }  // namespace strata::models

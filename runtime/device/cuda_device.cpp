@@ -138,6 +138,28 @@ class CudaEvent final : public Event {
   cudaEvent_t event_ = nullptr;
 };
 
+class CudaTimingEvent final : public TimingEvent {
+ public:
+  explicit CudaTimingEvent(int ordinal) : ordinal_(ordinal) {
+    CUDA_CHECK(cudaSetDevice(ordinal_));
+    CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDefault));  // with timing
+  }
+  ~CudaTimingEvent() override { cudaEventDestroy(event_); }
+  void record(Stream& stream) override {
+    CUDA_CHECK(cudaSetDevice(ordinal_));
+    CUDA_CHECK(cudaEventRecord(event_, static_cast<cudaStream_t>(stream.native_handle())));
+  }
+  double ms_since(const TimingEvent& start) const override {
+    float ms = 0.0f;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, dynamic_cast<const CudaTimingEvent&>(start).event_, event_));
+    return ms;
+  }
+
+ private:
+  int ordinal_;
+  cudaEvent_t event_ = nullptr;
+};
+
 void CudaStream::wait(const Event& event) {
   CUDA_CHECK(cudaSetDevice(ordinal_));
   CUDA_CHECK(cudaStreamWaitEvent(stream_, dynamic_cast<const CudaEvent&>(event).handle(), 0));
@@ -162,6 +184,9 @@ class CudaDevice final : public Device {
     return std::make_unique<CudaStream>(std::move(name), ordinal_, streams_.hook());
   }
   std::unique_ptr<Event> create_event() override { return std::make_unique<CudaEvent>(ordinal_); }
+  std::unique_ptr<TimingEvent> create_timing_event() override {
+    return std::make_unique<CudaTimingEvent>(ordinal_);
+  }
   void bind_thread() override { CUDA_CHECK(cudaSetDevice(ordinal_)); }
   void synchronize() override {
     CUDA_CHECK(cudaSetDevice(ordinal_));

@@ -50,6 +50,15 @@ struct DeviceOptions {
 
 class Stream;
 
+// Told of each compute op (runtime/ops) enqueued on a stream it is attached to, before and after
+// the op is enqueued, on the enqueueing thread: how runtime/ops' OpProfiler times every op.
+class OpObserver {
+ public:
+  virtual ~OpObserver() = default;
+  virtual void op_begin(Stream& stream, const char* op) = 0;
+  virtual void op_end(Stream& stream) = 0;
+};
+
 // A point in a stream's work. record() captures everything enqueued on the stream so far;
 // query()/synchronize() look at the last record. An event never recorded counts as complete.
 class Event {
@@ -100,8 +109,32 @@ class Stream {
   // cudaStream_t on the cuda backend, nullptr on host: for kernel launchers in kernels/cuda.
   virtual void* native_handle() const = 0;
 
+  // The observer of the ops enqueued on this stream (borrowed; null = none). Set and read by
+  // the thread that enqueues.
+  void set_op_observer(OpObserver* observer) { op_observer_ = observer; }
+  OpObserver* op_observer() const { return op_observer_; }
+
  protected:
   Stream() = default;
+
+ private:
+  OpObserver* op_observer_ = nullptr;
+};
+
+// A timestamp in a stream's work, for profiling: record() marks the point; once the stream
+// has passed both marks (synchronize it), ms_since(start) is the time between them. On cuda a
+// cudaEvent with timing (resolution ~0.5 us); on host the steady clock read by the stream's
+// worker when it gets there.
+class TimingEvent {
+ public:
+  virtual ~TimingEvent() = default;
+  TimingEvent(const TimingEvent&) = delete;
+  TimingEvent& operator=(const TimingEvent&) = delete;
+  virtual void record(Stream& stream) = 0;
+  virtual double ms_since(const TimingEvent& start) const = 0;
+
+ protected:
+  TimingEvent() = default;
 };
 
 class Device {
@@ -119,6 +152,7 @@ class Device {
 
   virtual std::unique_ptr<Stream> create_stream(std::string name) = 0;
   virtual std::unique_ptr<Event> create_event() = 0;
+  virtual std::unique_ptr<TimingEvent> create_timing_event() = 0;
 
   // Blocks until every stream of this device has drained, then rethrows the first failure of
   // work on any of them.

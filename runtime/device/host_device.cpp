@@ -16,6 +16,7 @@
 
 #include <sys/mman.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -252,6 +253,24 @@ class HostEvent final : public Event {
   std::shared_ptr<EventState> state_ = std::make_shared<EventState>();
 };
 
+// The steady clock, read by the stream's worker when it reaches the mark.
+class HostTimingEvent final : public TimingEvent {
+ public:
+  void record(Stream& stream) override {
+    dynamic_cast<HostStream&>(stream).enqueue(
+        [time = time_] { *time = std::chrono::steady_clock::now(); }, /*control=*/true);
+  }
+  double ms_since(const TimingEvent& start) const override {
+    const auto& from = dynamic_cast<const HostTimingEvent&>(start);
+    return std::chrono::duration<double, std::milli>(*time_ - *from.time_).count();
+  }
+
+ private:
+  // Shared with the queued task, which may outlive a destroyed event.
+  std::shared_ptr<std::chrono::steady_clock::time_point> time_ =
+      std::make_shared<std::chrono::steady_clock::time_point>();
+};
+
 void HostStream::wait(const Event& event) {
   const auto& host = dynamic_cast<const HostEvent&>(event);
   const std::uint64_t g = host.latest();
@@ -310,6 +329,9 @@ class HostDevice final : public Device {
   }
 
   std::unique_ptr<Event> create_event() override { return std::make_unique<HostEvent>(); }
+  std::unique_ptr<TimingEvent> create_timing_event() override {
+    return std::make_unique<HostTimingEvent>();
+  }
 
   // Drains every stream, even after one has failed (so that no work still runs when the
   // caller frees buffers), then rethrows the first failure.

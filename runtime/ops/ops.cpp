@@ -22,6 +22,7 @@ namespace kh = strata::kernels::host;
 
 void embedding_fwd(device::Stream& s, void* out, const std::int32_t* tokens, const void* wte,
                    const void* wpe, int B, int T, int C, int pos_offset, DType dtype) {
+  const OpScope scope(s, "embedding_fwd");
   if (cudaStream_t cs = cuda_stream(s)) {
     CUDA_OP(kc::embedding_fwd(out, tokens, wte, wpe, B, T, C, pos_offset, dtype, cs));
     return;
@@ -32,6 +33,7 @@ void embedding_fwd(device::Stream& s, void* out, const std::int32_t* tokens, con
 
 void embedding_bwd(device::Stream& s, void* dwte, void* dwpe, const void* dout,
                    const std::int32_t* tokens, int B, int T, int C, DType dtype) {
+  const OpScope scope(s, "embedding_bwd");
   if (cudaStream_t cs = cuda_stream(s)) {
     CUDA_OP(kc::embedding_bwd(dwte, dwpe, dout, tokens, B, T, C, dtype, cs));
     return;
@@ -43,6 +45,7 @@ void embedding_bwd(device::Stream& s, void* dwte, void* dwpe, const void* dout,
 void layernorm_fwd(device::Stream& s, void* out, float* mean, float* rstd, const void* inp,
                    const void* weight, const void* bias, std::int64_t N, int C, float eps,
                    DType dtype) {
+  const OpScope scope(s, "layernorm_fwd");
   if (cudaStream_t cs = cuda_stream(s)) {
     CUDA_OP(kc::layernorm_fwd(out, mean, rstd, inp, weight, bias, N, C, eps, dtype, cs));
     return;
@@ -54,6 +57,7 @@ void layernorm_fwd(device::Stream& s, void* out, float* mean, float* rstd, const
 void layernorm_bwd(device::Stream& s, void* dinp, void* dweight, void* dbias, const void* dout,
                    const void* inp, const void* weight, const float* mean, const float* rstd,
                    std::int64_t N, int C, DType dtype) {
+  const OpScope scope(s, "layernorm_bwd");
   if (cudaStream_t cs = cuda_stream(s)) {
     CUDA_OP(kc::layernorm_bwd(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, dtype,
                               cs));
@@ -68,6 +72,7 @@ void layernorm_bwd(device::Stream& s, void* dinp, void* dweight, void* dbias, co
 
 void matmul_fwd(device::Stream& s, void* out, const void* inp, const void* weight, const void* bias,
                 std::int64_t N, int C, int OC, DType dtype) {
+  const OpScope scope(s, "matmul_fwd");
   if (cudaStream_t cs = cuda_stream(s)) {
     CUDA_OP(kc::matmul_fwd(out, inp, weight, bias, N, C, OC, dtype, cs));
     return;
@@ -78,6 +83,7 @@ void matmul_fwd(device::Stream& s, void* out, const void* inp, const void* weigh
 void matmul_bwd(device::Stream& s, void* dinp, void* dweight, void* dbias, const void* dout,
                 const void* inp, const void* weight, std::int64_t N, int C, int OC,
                 DType dtype) {
+  const OpScope scope(s, "matmul_bwd");
   if (cudaStream_t cs = cuda_stream(s)) {
     CUDA_OP(kc::matmul_bwd(dinp, dweight, dbias, dout, inp, weight, N, C, OC, dtype, cs));
     return;
@@ -88,6 +94,7 @@ void matmul_bwd(device::Stream& s, void* dinp, void* dweight, void* dbias, const
 
 void attention_fwd(device::Stream& s, void* out, float* lse, const void* qkv, int B, int T, int C,
                    int NH, DType dtype) {
+  const OpScope scope(s, "attention_fwd");
   if (cudaStream_t cs = cuda_stream(s)) {
     CUDA_OP(kc::attention_fwd(out, lse, qkv, B, T, C, NH, dtype, cs));
     return;
@@ -97,6 +104,7 @@ void attention_fwd(device::Stream& s, void* out, float* lse, const void* qkv, in
 
 void attention_bwd(device::Stream& s, void* dqkv, const void* dout, const void* qkv, const void* out,
                    const float* lse, int B, int T, int C, int NH, DType dtype) {
+  const OpScope scope(s, "attention_bwd");
   if (cudaStream_t cs = cuda_stream(s)) {
     CUDA_OP(kc::attention_bwd(dqkv, dout, qkv, out, lse, B, T, C, NH, dtype, cs));
     return;
@@ -107,6 +115,7 @@ void attention_bwd(device::Stream& s, void* dqkv, const void* dout, const void* 
 
 void attention_decode(device::Stream& s, void* out, void* k_cache, void* v_cache, const void* qkv,
                       int B, int T_new, int past, int max_T, int C, int NH, DType dtype) {
+  const OpScope scope(s, "attention_decode");
   if (cudaStream_t cs = cuda_stream(s)) {
     CUDA_OP(kc::attention_decode(out, k_cache, v_cache, qkv, B, T_new, past, max_T, C, NH, dtype,
                                  cs));
@@ -120,6 +129,7 @@ void attention_decode(device::Stream& s, void* out, void* k_cache, void* v_cache
 }
 
 void gelu_fwd(device::Stream& s, void* out, const void* inp, std::int64_t n, DType dtype) {
+  const OpScope scope(s, "gelu_fwd");
   if (cudaStream_t cs = cuda_stream(s)) {
     CUDA_OP(kc::gelu_fwd(out, inp, n, dtype, cs));
     return;
@@ -129,6 +139,7 @@ void gelu_fwd(device::Stream& s, void* out, const void* inp, std::int64_t n, DTy
 
 void gelu_bwd(device::Stream& s, void* dinp, const void* inp, const void* dout, std::int64_t n,
               DType dtype) {
+  const OpScope scope(s, "gelu_bwd");
   if (cudaStream_t cs = cuda_stream(s)) {
     CUDA_OP(kc::gelu_bwd(dinp, inp, dout, n, dtype, cs));
     return;
@@ -138,6 +149,7 @@ void gelu_bwd(device::Stream& s, void* dinp, const void* inp, const void* dout, 
 
 void residual_fwd(device::Stream& s, void* out, const void* a, const void* b, std::int64_t n,
                   DType dtype) {
+  const OpScope scope(s, "residual_fwd");
   if (cudaStream_t cs = cuda_stream(s)) {
     CUDA_OP(kc::residual_fwd(out, a, b, n, dtype, cs));
     return;
@@ -146,28 +158,31 @@ void residual_fwd(device::Stream& s, void* out, const void* a, const void* b, st
 }
 
 void softmax_xent_fwd(device::Stream& s, float* losses, const void* logits,
-                      const std::int32_t* targets, std::int64_t N, int V, DType dtype) {
+                      const std::int32_t* targets, std::int64_t N, int V, int ld, DType dtype) {
+  const OpScope scope(s, "softmax_xent_fwd");
   if (cudaStream_t cs = cuda_stream(s)) {
-    CUDA_OP(kc::softmax_xent_fwd(losses, logits, targets, N, V, dtype, cs));
+    CUDA_OP(kc::softmax_xent_fwd(losses, logits, targets, N, V, ld, dtype, cs));
     return;
   }
-  s.host_task([=] { kh::softmax_xent_fwd(losses, logits, targets, N, V, dtype); },
+  s.host_task([=] { kh::softmax_xent_fwd(losses, logits, targets, N, V, ld, dtype); },
               "softmax_xent_fwd");
 }
 
 void softmax_xent_bwd(device::Stream& s, void* dlogits, const void* logits,
-                      const std::int32_t* targets, std::int64_t N, int V, float dloss,
+                      const std::int32_t* targets, std::int64_t N, int V, int ld, float dloss,
                       DType dtype) {
+  const OpScope scope(s, "softmax_xent_bwd");
   if (cudaStream_t cs = cuda_stream(s)) {
-    CUDA_OP(kc::softmax_xent_bwd(dlogits, logits, targets, N, V, dloss, dtype, cs));
+    CUDA_OP(kc::softmax_xent_bwd(dlogits, logits, targets, N, V, ld, dloss, dtype, cs));
     return;
   }
-  s.host_task([=] { kh::softmax_xent_bwd(dlogits, logits, targets, N, V, dloss, dtype); },
+  s.host_task([=] { kh::softmax_xent_bwd(dlogits, logits, targets, N, V, ld, dloss, dtype); },
               "softmax_xent_bwd");
 }
 
 void cast(device::Stream& s, const void* src, DType src_dtype, void* dst, DType dst_dtype,
           std::size_t n) {
+  const OpScope scope(s, "cast");
   if (cudaStream_t cs = cuda_stream(s)) {
     CUDA_OP(kc::cast(src, src_dtype, dst, dst_dtype, n, cs));
     return;

@@ -45,9 +45,9 @@ void residual_fwd(device::Stream& s, void* out, const void* a, const void* b, st
                   DType dtype);
 
 void softmax_xent_fwd(device::Stream& s, float* losses, const void* logits,
-                      const std::int32_t* targets, std::int64_t N, int V, DType dtype);
+                      const std::int32_t* targets, std::int64_t N, int V, int ld, DType dtype);
 void softmax_xent_bwd(device::Stream& s, void* dlogits, const void* logits,
-                      const std::int32_t* targets, std::int64_t N, int V, float dloss,
+                      const std::int32_t* targets, std::int64_t N, int V, int ld, float dloss,
                       DType dtype);
 
 void cast(device::Stream& s, const void* src, DType src_dtype, void* dst, DType dst_dtype,

@@ -62,6 +62,7 @@ std::size_t optim_scratch_bytes(std::size_t n) {
 }
 
 void accumulate_grads(device::Stream& s, float* acc, const void* x, DType dtype, std::size_t n, int threads) {
+  const OpScope scope(s, "accumulate_grads");
   if (cudaStream_t cs = cuda_stream(s)) {
     CUDA_OP(kc::accumulate_grads(acc, x, dtype, n, cs));
     return;
@@ -72,6 +73,7 @@ void accumulate_grads(device::Stream& s, float* acc, const void* x, DType dtype,
 
 void grad_sq_norm(device::Stream& s, const float* x, std::size_t n, float scale, double* out,
                   void* device_scratch, int threads) {
+  const OpScope scope(s, "grad_sq_norm");
   if (cudaStream_t cs = cuda_stream(s)) {
     CUDA_OP(kc::grad_sq_norm(x, n, scale, scratch_at<double>(device_scratch, kNormAt),
                              scratch_at<double>(device_scratch, kPartialsAt), cs));
@@ -84,6 +86,7 @@ void grad_sq_norm(device::Stream& s, const float* x, std::size_t n, float scale,
 
 void all_finite(device::Stream& s, const float* x, std::size_t n, int* out, void* device_scratch,
                 int threads) {
+  const OpScope scope(s, "all_finite");
   if (cudaStream_t cs = cuda_stream(s)) {
     CUDA_OP(kc::all_finite(x, n, scratch_at<int>(device_scratch, kFlagAt), cs));
     s.copy_async(out, scratch_at<int>(device_scratch, kFlagAt), sizeof(int));
@@ -95,6 +98,7 @@ void all_finite(device::Stream& s, const float* x, std::size_t n, int* out, void
 
 void adam_step(device::Stream& s, const cpu_adam::AdamHyper& hyper, std::int64_t step,
                const cpu_adam::AdamShard& shard, float grad_scale, int threads) {
+  const OpScope scope(s, "adam_step");
   if (cudaStream_t cs = cuda_stream(s)) {
     CUDA_OP(kc::adamw(shard.params, shard.grads, shard.grad_dtype, shard.exp_avg,
                       shard.exp_avg_sq, shard.numel, adamw_scalars(hyper, step, grad_scale),

@@ -433,32 +433,35 @@ TEST(KernelsCuda, GeluAndResidual) {
 // ---- softmax + cross-entropy ----------------------------------------------------------------
 
 TEST(KernelsCuda, SoftmaxCrossEntropy) {
-  struct Shape { long long N; int V; };
-  const Shape shapes[] = {{1, 1}, {3, 11}, {37, 37}, {8, 50257}, {65, 1000}};
+  // ld > V: rows of a padded LM head; the padding holds random values that must be ignored, and
+  // gets a zero gradient.
+  struct Shape { long long N; int V; int ld; };
+  const Shape shapes[] = {{1, 1, 1},         {3, 11, 11},   {37, 37, 37}, {8, 50257, 50257},
+                          {65, 1000, 1000}, {5, 11, 16},    {8, 50257, 50304}};
   Stream stream;
   for (DType t : kAllDTypes) {
     for (const Shape& s : shapes) {
-      const std::string shape = dims({{"N", s.N}, {"V", s.V}});
-      const std::size_t n = static_cast<std::size_t>(s.N) * s.V;
+      const std::string shape = dims({{"N", s.N}, {"V", s.V}, {"ld", s.ld}});
+      const std::size_t n = static_cast<std::size_t>(s.N) * s.ld;
       const Bytes logits = random_bytes(t, n, 61, -8.0f, 8.0f);
       const auto targets = random_tokens(static_cast<std::size_t>(s.N), s.V, 62);
       const float dloss = 1.0f / static_cast<float>(s.N);
       Bytes losses(s.N * 4), dlogits(logits.size());
       host::softmax_xent_fwd(reinterpret_cast<float*>(losses.data()), logits.data(),
-                             targets.data(), s.N, s.V, t);
-      host::softmax_xent_bwd(dlogits.data(), logits.data(), targets.data(), s.N, s.V, dloss, t);
+                             targets.data(), s.N, s.V, s.ld, t);
+      host::softmax_xent_bwd(dlogits.data(), logits.data(), targets.data(), s.N, s.V, s.ld, dloss, t);
 
       DeviceBuffer d_logits(logits), d_tgt(as_bytes(targets)), d_losses(losses.size()),
           d_dlogits(dlogits.size());
       dev::softmax_xent_fwd(d_losses.as<float>(), d_logits.get(), d_tgt.as<std::int32_t>(), s.N,
-                            s.V, t, stream.s);
+                            s.V, s.ld, t, stream.s);
       dev::softmax_xent_bwd(d_dlogits.get(), d_logits.get(), d_tgt.as<std::int32_t>(), s.N, s.V,
-                            dloss, t, stream.s);
+                            s.ld, dloss, t, stream.s);
       check_stat("softmax_xent_fwd", shape, t, "losses", d_losses.download(), losses);
       check_out("softmax_xent_bwd", shape, t, "dlogits", d_dlogits.download(), dlogits);
       // In place: dlogits aliases logits.
       dev::softmax_xent_bwd(d_logits.get(), d_logits.get(), d_tgt.as<std::int32_t>(), s.N, s.V,
-                            dloss, t, stream.s);
+                            s.ld, dloss, t, stream.s);
       check_out("softmax_xent_bwd (in place)", shape, t, "dlogits", d_logits.download(), dlogits);
     }
   }
@@ -599,7 +602,7 @@ TEST(KernelsCuda, ZeroSizesAreNoOps) {
   dev::residual_fwd(nullptr, nullptr, nullptr, 0, DType::f32, stream.s);
   dev::layernorm_fwd(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 768, 1e-5f,
                      DType::f32, stream.s);
-  dev::softmax_xent_fwd(nullptr, nullptr, nullptr, 0, 50257, DType::f32, stream.s);
+  dev::softmax_xent_fwd(nullptr, nullptr, nullptr, 0, 50257, 50304, DType::f32, stream.s);
   dev::attention_fwd(nullptr, nullptr, nullptr, 0, 64, 768, 12, DType::bf16, stream.s);
   dev::embedding_bwd(nullptr, nullptr, nullptr, nullptr, 0, 64, 768, DType::f32, stream.s);
   dev::matmul_fwd(nullptr, nullptr, nullptr, nullptr, 0, 768, 2304, DType::f32, stream.s);

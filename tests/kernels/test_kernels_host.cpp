@@ -293,7 +293,7 @@ TEST(KernelsHost, CrossEntropyForwardMatchesReference) {
   const Vec logits = random_vec(N * V, 13, -8, 8);
   const Tokens targets = random_tokens(N, 2 * V, 14);
   Vec losses(N);
-  host::softmax_xent_fwd(losses.data(), logits.data(), targets.data(), N, V, DType::f32);
+  host::softmax_xent_fwd(losses.data(), logits.data(), targets.data(), N, V, V, DType::f32);
   Dbl ref(N);
   for (int n = 0; n < N; ++n) {
     double s = 0;
@@ -303,14 +303,37 @@ TEST(KernelsHost, CrossEntropyForwardMatchesReference) {
   EXPECT_LE(rel_err(losses, ref), kRefTol);
 }
 
+// Rows ld > V apart (a padded LM head): the padding, however large, takes no part in the loss,
+// and its gradient is written as zero; the vocabulary columns equal the unpadded op's bits.
+TEST(KernelsHost, CrossEntropyIgnoresPaddedColumns) {
+  constexpr int kLd = V + 5;
+  const Vec logits = random_vec(N * V, 16, -4, 4);
+  const Tokens targets = random_tokens(N, V, 17);
+  Vec padded(N * kLd, 50.0f);  // would dominate the softmax if it were read
+  for (int n = 0; n < N; ++n) std::copy_n(&logits[n * V], V, &padded[n * kLd]);
+  Vec losses(N), losses_padded(N);
+  host::softmax_xent_fwd(losses.data(), logits.data(), targets.data(), N, V, V, DType::f32);
+  host::softmax_xent_fwd(losses_padded.data(), padded.data(), targets.data(), N, V, kLd, DType::f32);
+  EXPECT_EQ(losses, losses_padded);
+  Vec dl(N * V);
+  host::softmax_xent_bwd(dl.data(), logits.data(), targets.data(), N, V, V, 0.5f, DType::f32);
+  host::softmax_xent_bwd(padded.data(), padded.data(), targets.data(), N, V, kLd, 0.5f, DType::f32);
+  for (int n = 0; n < N; ++n) {
+    for (int v = 0; v < kLd; ++v) {
+      const float want = v < V ? dl[n * V + v] : 0.0f;
+      ASSERT_EQ(padded[n * kLd + v], want) << "row " << n << " column " << v;
+    }
+  }
+}
+
 TEST(KernelsHostDeathTest, CrossEntropyRejectsTargetsOutOfRange) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   const Vec logits = random_vec(2 * V, 15);
   Vec losses(2), dl(2 * V);
   const Tokens too_big = {1, V}, negative = {-1, 0};
-  EXPECT_DEATH(host::softmax_xent_fwd(losses.data(), logits.data(), too_big.data(), 2, V, DType::f32),
+  EXPECT_DEATH(host::softmax_xent_fwd(losses.data(), logits.data(), too_big.data(), 2, V, V, DType::f32),
                "target out of range");
-  EXPECT_DEATH(host::softmax_xent_bwd(dl.data(), logits.data(), negative.data(), 2, V, 1.0f, DType::f32),
+  EXPECT_DEATH(host::softmax_xent_bwd(dl.data(), logits.data(), negative.data(), 2, V, V, 1.0f, DType::f32),
                "target out of range");
 }
 
@@ -473,13 +496,13 @@ TEST(KernelsHost, CrossEntropyBackwardMatchesFiniteDifferences) {
   const Tokens targets = random_tokens(N, 2 * V, 71);
   Vec losses(N);
   const auto loss = [&] {  // the mean loss
-    host::softmax_xent_fwd(losses.data(), logits.data(), targets.data(), N, V, DType::f32);
+    host::softmax_xent_fwd(losses.data(), logits.data(), targets.data(), N, V, V, DType::f32);
     double s = 0;
     for (float l : losses) s += l;
     return s / N;
   };
   Vec dl(N * V);
-  host::softmax_xent_bwd(dl.data(), logits.data(), targets.data(), N, V, 1.0f / N, DType::f32);
+  host::softmax_xent_bwd(dl.data(), logits.data(), targets.data(), N, V, V, 1.0f / N, DType::f32);
   const Dbl num = numeric_grad(logits, loss);
   expect_fd("softmax_xent dlogits", dl, num);
   Vec bad = dl;  // softmax only, the one-hot forgotten
@@ -563,8 +586,8 @@ TEST(KernelsHost, GradientsAccumulateOrOverwriteAsDocumented) {
     expect_overwrites("gelu dinp", g, g0);
     const Tokens targets = random_tokens(N, V, 95);
     Vec l0(N * V, 0.0f), l(N * V, nan);
-    host::softmax_xent_bwd(l0.data(), qkv.data(), targets.data(), N, V, 0.1f, DType::f32);
-    host::softmax_xent_bwd(l.data(), qkv.data(), targets.data(), N, V, 0.1f, DType::f32);
+    host::softmax_xent_bwd(l0.data(), qkv.data(), targets.data(), N, V, V, 0.1f, DType::f32);
+    host::softmax_xent_bwd(l.data(), qkv.data(), targets.data(), N, V, V, 0.1f, DType::f32);
     expect_overwrites("softmax_xent dlogits", l, l0);
   }
 }
@@ -670,8 +693,8 @@ Outputs run_cross_entropy(Inputs in) {
   const Tokens targets = random_tokens(MN, 2 * MV, 151);
   Vec losses(MN);
   Bytes dl = uninit(MN * MV, in.dt);
-  host::softmax_xent_fwd(losses.data(), logits.data(), targets.data(), MN, MV, in.dt);
-  host::softmax_xent_bwd(dl.data(), logits.data(), targets.data(), MN, MV, 1.0f / MN, in.dt);
+  host::softmax_xent_fwd(losses.data(), logits.data(), targets.data(), MN, MV, MV, in.dt);
+  host::softmax_xent_bwd(dl.data(), logits.data(), targets.data(), MN, MV, MV, 1.0f / MN, in.dt);
   return {{"softmax_xent losses", DType::f32, f32_bytes(losses)}, {"softmax_xent dlogits", in.dt, dl}};
 }
 
@@ -879,8 +902,8 @@ TEST(KernelsHost, InPlaceUsesGiveTheOutOfPlaceBits) {
     const Tokens targets = random_tokens(N, 2 * V, 173);
     Bytes dl(logits.size());
     io = logits;
-    host::softmax_xent_bwd(dl.data(), logits.data(), targets.data(), N, V, 0.25f, dt);
-    host::softmax_xent_bwd(io.data(), io.data(), targets.data(), N, V, 0.25f, dt);
+    host::softmax_xent_bwd(dl.data(), logits.data(), targets.data(), N, V, V, 0.25f, dt);
+    host::softmax_xent_bwd(io.data(), io.data(), targets.data(), N, V, V, 0.25f, dt);
     EXPECT_TRUE(io == dl) << "softmax_xent_bwd dlogits == logits";
   }
 }

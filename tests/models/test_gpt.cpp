@@ -193,11 +193,62 @@ TEST(GptModel, DeterministicAndCheckpointingIsBitwiseIdentical) {
   }
 }
 
+// The LM head padded to an aligned vocabulary and run in chunks (lm_head.h) computes the same
+// function as the plain head: the padded logits never enter the softmax and get no gradient, and
+// each chunk's logits are recomputed in backward. Losses, logits and every gradient agree to
+// rounding (the padded dx GEMM sums more zeros in another order; dW is rounded per chunk).
+TEST(GptModel, PaddedChunkedLmHeadMatchesThePlainHead) {
+  const GptConfig c = small_config();  // V = 37
+  const int B = 3, T = 16;             // 48 rows
+  auto in = random_tokens(B * T, c.vocab_size, 30), tg = random_tokens(B * T, c.vocab_size, 31);
+  struct Run {
+    float loss;
+    std::vector<float> logits;
+    std::vector<std::vector<float>> grads;
+  };
+  auto run = [&](int vocab_multiple, std::uint64_t chunk_bytes) {
+    Rig rig(c, {.dtype = DType::f32, .vocab_multiple = vocab_multiple, .head_chunk_bytes = chunk_bytes});
+    Run r;
+    r.logits.resize(static_cast<std::size_t>(B * T * c.vocab_size));
+    r.loss = rig.model->forward(in.data(), tg.data(), B, T, true, r.logits.data());
+    rig.params->zero_grads(*rig.stream);
+    rig.model->backward();
+    rig.stream->synchronize();
+    for (int m = 0; m < static_cast<int>(rig.layout.modules.size()); ++m) r.grads.push_back(rig.grads(m));
+    return r;
+  };
+  const Run plain = run(1, 1ull << 30);
+  // Vp = 128; 20 rows of 128 fp32 logits per chunk: chunks of 20, 20 and 8 rows.
+  const Run padded = run(128, 20 * 128 * sizeof(float));
+  const Run chunked_only = run(1, 20 * 37 * sizeof(float));
+  for (const Run* r : {&padded, &chunked_only}) {
+    EXPECT_NEAR(r->loss, plain.loss, 1e-6 * std::abs(plain.loss));
+    for (std::size_t i = 0; i < plain.logits.size(); ++i) {
+      ASSERT_NEAR(r->logits[i], plain.logits[i], 1e-6f) << "logit " << i;
+    }
+    for (std::size_t m = 0; m < plain.grads.size(); ++m) {
+      double err = 0, ref = 0;
+      for (std::size_t i = 0; i < plain.grads[m].size(); ++i) {
+        err = std::max(err, std::abs(double(r->grads[m][i]) - plain.grads[m][i]));
+        ref = std::max(ref, std::abs(double(plain.grads[m][i])));
+      }
+      EXPECT_LE(err, 1e-5 * ref) << "module " << m;
+    }
+  }
+  // The head's memory: a chunk of logits instead of all of them.
+  const auto all = GptModel::activation_bytes(c, {.vocab_multiple = 1}, B, T);
+  const auto chunked = GptModel::activation_bytes(c, {.vocab_multiple = 1, .head_chunk_bytes = 20 * 37 * 4}, B, T);
+  // 28 rows of 37 fp32 logits fewer, up to the 256-byte alignment of the carved buffers.
+  const std::uint64_t saved = (48 - 20) * 37 * sizeof(float);
+  EXPECT_GE(all - chunked + 256, saved);
+  EXPECT_LE(all - chunked, saved + 256);
+}
+
 TEST(GptModel, CheckpointingNeedsLessMemory) {
   const GptConfig c = GptConfig::preset("tiny");
-  const auto full = GptModel::activation_bytes(c, DType::f32, 4, 64, false);
-  const auto ckpt = GptModel::activation_bytes(c, DType::f32, 4, 64, true);
-  const auto half = GptModel::activation_bytes(c, DType::bf16, 4, 64, false);
+  const auto full = GptModel::activation_bytes(c, {.dtype = DType::f32, .checkpointing = false}, 4, 64);
+  const auto ckpt = GptModel::activation_bytes(c, {.dtype = DType::f32, .checkpointing = true}, 4, 64);
+  const auto half = GptModel::activation_bytes(c, {.dtype = DType::bf16, .checkpointing = false}, 4, 64);
   EXPECT_LT(ckpt, full);
   EXPECT_LT(half, full);
   // reserve() takes exactly what activation_bytes() says.

@@ -81,6 +81,7 @@ struct GptBenchOptions {
   bool json = false;
   bool torch = true;             // also time PyTorch's fwd+bwd of the same model
   std::string python = "/usr/bin/python3";  // the interpreter with torch (Debian's python3-torch)
+  bool profile = false;          // one more step with every op timed (runtime/ops/op_profiler.h)
   DeviceFlags device;            // --device, --device-memory, --config
 };
 

@@ -9,6 +9,11 @@
 // (the MLP's c_fc, (B*T, C) x (C, 4C)) forward and backward through the same op layer on the
 // same stream; ratio = model TFLOPS / GEMM TFLOPS, i.e. how close the whole step comes to
 // running nothing but its biggest matmul at full speed.
+//
+// --profile: one more step, after the timed ones, with every op of runtime/ops bracketed by
+// timing events (runtime/ops/op_profiler.h); the table gives each op kind's total time, its
+// share of the profiled step's wall time, and its count. What the ops do not cover (copies,
+// memsets, gaps between ops) is the "other" row.
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,6 +33,7 @@
 #include "models/gpt/gpt_init.h"
 #include "models/gpt/gpt_model.h"
 #include "models/gpt/gpt_weights.h"
+#include "runtime/ops/op_profiler.h"
 #include "runtime/ops/ops.h"
 #include "runtime/params/resident_params.h"
 #include "tools/bench/bench.h"
@@ -81,9 +87,23 @@ std::optional<double> torch_step_ms(const GptBenchOptions& o, const models::GptC
                                                       : "no result from gpt_torch.py");
     return std::nullopt;
   }
-  std::fprintf(stderr, "torch %s (%d threads, %s): fwd+bwd of the same model\n",
-               j.value("torch", "?").c_str(), j.value("threads", 0), cuda ? "cuda" : "cpu");
+  std::fprintf(stderr, "torch %s, %s (%d threads, %s): fwd+bwd of the same shapes\n",
+               j.value("torch", "?").c_str(), j.value("model", "?").c_str(), j.value("threads", 0),
+               cuda ? "cuda" : "cpu");
   return median(j["step_ms"].get<std::vector<double>>());
+}
+
+// The --profile table: op kinds by total time, then what no op covers.
+void print_profile(const std::vector<runtime::ops::OpTime>& profile, double step_ms) {
+  std::printf("profiled step %.2f ms (events around every op)\n", step_ms);
+  std::printf("  %-20s %10s %7s %7s\n", "op", "ms", "share", "count");
+  double covered = 0;
+  for (const runtime::ops::OpTime& t : profile) {
+    std::printf("  %-20s %10.3f %6.1f%% %7d\n", t.op.c_str(), t.ms, 100.0 * t.ms / step_ms, t.count);
+    covered += t.ms;
+  }
+  const double other = std::max(0.0, step_ms - covered);
+  std::printf("  %-20s %10.3f %6.1f%%\n", "other", other, 100.0 * other / step_ms);
 }
 
 }  // namespace
@@ -103,7 +123,7 @@ void bench_gpt(const GptBenchOptions& o) {
   const std::uint64_t C = static_cast<std::uint64_t>(config.n_embd);
   const std::uint64_t params_bytes = 2 * layout.total_numel() * es;  // params + grads
   const std::uint64_t act_bytes =
-      models::GptModel::activation_bytes(config, dtype, B, T, o.checkpointing);
+      models::GptModel::activation_bytes(config, {.dtype = dtype, .checkpointing = o.checkpointing}, B, T);
   const std::uint64_t gemm_bytes = (BT * C + 4 * C * C + BT * 4 * C) * es * 2;
   runtime::device::DeviceOptions device_options = resolve_device_options(o.device);
   if (o.device.device_memory.empty()) {
@@ -123,7 +143,8 @@ void bench_gpt(const GptBenchOptions& o) {
                device->name().c_str(), format_bytes(params_bytes).c_str(),
                format_bytes(act_bytes).c_str());
 
-  double step_ms = 0, gemm_tflops = 0;
+  double step_ms = 0, gemm_tflops = 0, profiled_ms = 0;
+  std::vector<runtime::ops::OpTime> profile;
   {
     runtime::params::ResidentParams params(*device, layout.module_numels(), layout.module_names(), dtype,
                                    true);
@@ -151,6 +172,16 @@ void bench_gpt(const GptBenchOptions& o) {
       if (s > 0) times.push_back(ms);
     }
     step_ms = median(times);
+    if (o.profile) {
+      runtime::ops::OpProfiler profiler(*device, *stream);
+      const auto t0 = Clock::now();
+      params.zero_grads(*stream);
+      model.forward(in.data(), tg.data(), B, T, true);
+      model.backward();
+      stream->synchronize();
+      profiled_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      profile = profiler.collect();
+    }
   }
   {
     // The limit, after the model's memory is back in the arena.
@@ -209,6 +240,14 @@ void bench_gpt(const GptBenchOptions& o) {
       j["torch_step_ms"] = *torch_ms;
       j["speedup_vs_torch"] = *torch_ms / step_ms;
     }
+    if (o.profile) {
+      j["profiled_step_ms"] = profiled_ms;
+      nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+      for (const runtime::ops::OpTime& t : profile) {
+        rows.push_back({{"op", t.op}, {"count", t.count}, {"ms", t.ms}, {"share", t.ms / profiled_ms}});
+      }
+      j["profile"] = rows;
+    }
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("fwd+bwd %.1f ms (median of %d), %.0f tokens/s, %.3f TFLOPS; the c_fc GEMM alone "
@@ -218,6 +257,7 @@ void bench_gpt(const GptBenchOptions& o) {
       std::printf("torch fwd+bwd %.1f ms: strata is %.2fx torch's speed\n", *torch_ms,
                   *torch_ms / step_ms);
     }
+    if (o.profile) print_profile(profile, profiled_ms);
   }
 }
 

@@ -65,7 +65,7 @@ std::uint64_t resident_device_bytes(const StepBenchOptions& o, const models::Gpt
   inputs.module_names = layout.module_names();
   inputs.dtype = o.dtype == "bf16" ? DType::bf16 : DType::f32;
   inputs.activation_bytes =
-      models::GptModel::activation_bytes(model, inputs.dtype, o.batch, o.seq_len, false);
+      models::GptModel::activation_bytes(model, {.dtype = inputs.dtype}, o.batch, o.seq_len);
   inputs.device_budget_bytes = std::uint64_t{1} << 60;  // ask for the need, not the fit
   inputs.pinned_budget_bytes = std::uint64_t{1} << 60;
   const std::uint64_t need = runtime::tiers::make_plan(resolved, inputs).needed(runtime::tiers::Tier::device);

@@ -2,10 +2,12 @@
 // failures, the pin hook. Exits 77 (skipped) where no GPU is usable.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <numeric>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include "runtime/device/device.h"
@@ -45,6 +47,22 @@ TEST(CudaDevice, RoundTripThroughTwoStreamsWithEvent) {
   EXPECT_EQ(std::memcmp(src.data(), dst.data(), n - 1), 0);
   EXPECT_EQ(dst[n - 1], 0x5a);
   EXPECT_TRUE(done->query());
+}
+
+// Timing events measure the stream's time between two marks: a host task that holds the
+// stream for 20 ms lies between them.
+TEST(CudaDevice, TimingEventsMeasureTheStream) {
+  auto device = cuda_device();
+  auto stream = device->create_stream("s");
+  auto begin = device->create_timing_event();
+  auto end = device->create_timing_event();
+  begin->record(*stream);
+  stream->host_task([] { std::this_thread::sleep_for(std::chrono::milliseconds(20)); }, "sleep");
+  end->record(*stream);
+  stream->synchronize();
+  const double ms = end->ms_since(*begin);
+  EXPECT_GE(ms, 19.0);
+  EXPECT_LT(ms, 2000.0);
 }
 
 TEST(CudaDevice, HostTaskOrderAndFailure) {
