@@ -34,13 +34,15 @@ void matmul_bwd(void* dinp, void* dweight, void* dbias, const void* dout, const 
                 const void* weight, std::int64_t N, int C, int OC, DType dtype,
                 cudaStream_t stream);
 
-void attention_fwd(void* out, float* lse, const void* qkv, int B, int T, int C, int NH,
+// Attention: the layout of kernels/host/attention.h (qkv (B, T, (NH + 2 NKV) hs), query head h
+// uses key/value head h / (NH / NKV)); head size <= 256; deterministic backward.
+void attention_fwd(void* out, float* lse, const void* qkv, int B, int T, int NH, int NKV, int hs,
                    DType dtype, cudaStream_t stream);
 void attention_bwd(void* dqkv, const void* dout, const void* qkv, const void* out,
-                   const float* lse, int B, int T, int C, int NH, DType dtype,
+                   const float* lse, int B, int T, int NH, int NKV, int hs, DType dtype,
                    cudaStream_t stream);
 void attention_decode(void* out, void* k_cache, void* v_cache, const void* qkv, int B,
-                      int T_new, int past, int max_T, int C, int NH, DType dtype,
+                      int T_new, int past, int max_T, int NH, int NKV, int hs, DType dtype,
                       cudaStream_t stream);
 
 void gelu_fwd(void* out, const void* inp, std::int64_t n, DType dtype, cudaStream_t stream);
