@@ -1,8 +1,11 @@
 // Causal attention on CUDA with grouped-query heads (query head h reads key/value head
 // h / (NH / NKV)): the dispatch, the fp32 CUDA-core kernels and KV-cached decoding.
 //
-// Flash-attention style (online softmax, saves the log-sum-exp, no T x T matrix), fp32
-// arithmetic on fp32 copies of the tiles in shared memory, any head size up to 256.
+// Dispatch: bf16 / fp16 with head size 64 or 128 take the tensor-core FlashAttention-2 kernels
+// (attention_flash_fwd.cu, attention_flash_bwd.cu; the backward shares step 1 below); fp32 and
+// other head sizes (up to 256) take the kernels of this file: flash-attention style too (online
+// softmax, saves the log-sum-exp, no T x T matrix), fp32 arithmetic on fp32 copies of the tiles
+// in shared memory. Decoding always takes this file's forward.
 //
 // Forward (attn_fwd_kernel), block = (query tile of kRows queries, head, batch), 8 warps:
 //   - the block's queries are loaded once; then the key/value tiles of kKeys keys that some
@@ -33,6 +36,7 @@
 #include <type_traits>
 
 #include "core/error.h"
+#include "kernels/cuda/attention_flash.h"
 #include "kernels/cuda/common_impl.cuh"
 #include "kernels/cuda/ops.h"
 
@@ -422,12 +426,23 @@ void launch_fwd(const FwdArgs& a, int B, cudaStream_t stream) {
 
 }  // namespace
 
+AttentionKernel attention_kernel(DType dtype, int hs) {
+  return detail::flash_supported(dtype, hs) ? AttentionKernel::flash_tensor_core
+                                            : AttentionKernel::fp32_cuda_core;
+}
+
 void attention_fwd(void* out, float* lse, const void* qkv, int B, int T, int NH, int NKV, int hs,
                    DType dtype, cudaStream_t stream) {
   check_heads(NH, NKV, hs, "attention_fwd");
   STRATA_ASSERT(B >= 0 && T >= 0);
   if (B == 0 || T == 0) return;
   STRATA_ASSERT(out != nullptr && qkv != nullptr);
+  if (detail::flash_supported(dtype, hs)) {
+    STRATA_ASSERT(detail::flash_aligned(out) && detail::flash_aligned(qkv),
+                  "attention_fwd: bf16/fp16 tensors must be 16-byte aligned");
+    detail::flash_attention_fwd(out, lse, qkv, B, T, NH, NKV, hs, dtype, stream);
+    return;
+  }
   const int C = NH * hs;
   const std::int64_t row = static_cast<std::int64_t>(NH + 2 * NKV) * hs;
   detail::dispatch_dtype(dtype, [&](auto tag) {
@@ -448,6 +463,10 @@ void attention_bwd(void* dqkv, const void* dout, const void* qkv, const void* ou
   if (B == 0 || T == 0) return;
   STRATA_ASSERT(dqkv != nullptr && dout != nullptr && qkv != nullptr && out != nullptr &&
                 lse != nullptr);
+  const bool flash = detail::flash_supported(dtype, hs);
+  STRATA_ASSERT(!flash || (detail::flash_aligned(dqkv) && detail::flash_aligned(dout) &&
+                           detail::flash_aligned(qkv)),
+                "attention_bwd: bf16/fp16 tensors must be 16-byte aligned");
   const int C = NH * hs;
   const std::int64_t rows = static_cast<std::int64_t>(B) * T * NH;
   detail::StreamScratch scratch(static_cast<std::size_t>(rows) * sizeof(float), stream);
@@ -465,6 +484,11 @@ void attention_bwd(void* dqkv, const void* dout, const void* qkv, const void* ou
         scratch.as<float>(), static_cast<const E*>(dout), static_cast<const E*>(out), B, T, C,
         NH, hs);
     CUDA_CHECK_LAUNCH();
+    if (flash) {
+      detail::flash_attention_bwd(dqkv, dout, qkv, lse, scratch.as<float>(), B, T, NH, NKV, hs,
+                                  dtype, stream);
+      return;
+    }
     dispatch_dims(hs, [&](auto dims) {
       constexpr int kDPL = decltype(dims)::value;
       auto dq_kernel = attn_bwd_dq_kernel<E, kDPL>;
