@@ -16,7 +16,8 @@
 // does with P); accumulators, exp and the softmax statistics are fp32. Streamed tiles are 64
 // rows at hs 64 and 32 rows at hs 128 (Tiles::kStreamBwd), which keeps the two score
 // accumulators (S, dP) at 16 x 32 when the output accumulators are 16 x 128.
-// Shared memory: hs 64: 36 KiB; hs 128: 51 KiB (both kernels).
+// Streamed tiles are double-buffered (the cp.async of tile t + 1 is issued before the math of
+// tile t). Shared memory: hs 64: 54 KiB; hs 128: 68 KiB (both kernels).
 #include <climits>
 #include <cstdint>
 
@@ -47,15 +48,14 @@ __global__ void __launch_bounds__(kThreads) flash_dkv_kernel(BwdArgs a) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* k_s = reinterpret_cast<T*>(smem_raw);  // (kN, kStride): the block's keys
   T* v_s = k_s + kN * kStride;              // (kN, kStride)
-  T* q_s = v_s + kN * kStride;              // (kQ, kStride): streamed queries
-  T* do_s = q_s + kQ * kStride;             // (kQ, kStride)
-  float* lse_s = reinterpret_cast<float*>(do_s + kQ * kStride);  // (kQ), times log2(e)
-  float* d_s = lse_s + kQ;                                         // (kQ)
+  T* qdo_s = v_s + kN * kStride;            // 2 stages of [Q (kQ, kStride) | dO (kQ, kStride)]
+  float* stat_s = reinterpret_cast<float*>(qdo_s + 4 * kQ * kStride);  // 2 stages of
+                                                                         // [lse log2(e) | D] (kQ each)
 
   const int T_ = a.T;
   const int k0 = blockIdx.x * kN;  // first tiles (most queries) first
-  const int kvh = blockIdx.y, b = blockIdx.z;
   const int group = a.NH / a.NKV;
+  const int kvh = blockIdx.y, b = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
   const float scale_log2 = a.scale * kLog2e;
   const std::int64_t row = static_cast<std::int64_t>(a.NH + 2 * a.NKV) * kHs;
@@ -64,9 +64,29 @@ __global__ void __launch_bounds__(kThreads) flash_dkv_kernel(BwdArgs a) {
   const std::int64_t k_col = static_cast<std::int64_t>(a.NH + kvh) * kHs;
   const std::int64_t v_col = static_cast<std::int64_t>(a.NH + a.NKV + kvh) * kHs;
 
+  // The streamed tiles: it = 0, 1, ... is query tile it % n_q of query head kvh group + it / n_q
+  // (the heads of the group in order, and for each the query tiles at or after the keys).
+  const int n_q = (T_ - k0 + kQ - 1) / kQ, n_it = group * n_q;
+  const auto load_q = [&](int it) {
+    const int h = kvh * group + it / n_q, q0 = k0 + (it % n_q) * kQ;
+    T* q_s = qdo_s + (it % 2) * 2 * kQ * kStride;
+    load_rows_async<kQ, kHs>(q_s, base + static_cast<std::int64_t>(h) * kHs, row, q0, T_);
+    load_rows_async<kQ, kHs>(q_s + kQ * kStride,
+                             static_cast<const T*>(a.dout) + static_cast<std::int64_t>(b) * T_ * C +
+                                 static_cast<std::int64_t>(h) * kHs,
+                             C, q0, T_);
+    cp_async_commit();
+    if (threadIdx.x < kQ) {  // plain stores: visible after the barrier of iteration it
+      const std::int64_t stat = (static_cast<std::int64_t>(b) * a.NH + h) * T_;
+      const int i = q0 + threadIdx.x;
+      float* st = stat_s + (it % 2) * 2 * kQ;
+      st[threadIdx.x] = i < T_ ? a.lse[stat + i] * kLog2e : 0.0f;
+      st[kQ + threadIdx.x] = i < T_ ? a.D[stat + i] : 0.0f;
+    }
+  };
   load_rows_async<kN, kHs>(k_s, base + k_col, row, k0, T_);
   load_rows_async<kN, kHs>(v_s, base + v_col, row, k0, T_);
-  cp_async_commit();
+  load_q(0);
 
   // This thread's two keys (absolute positions).
   const int key0 = k0 + warp * 16 + g, key1 = key0 + 8;
@@ -74,54 +94,45 @@ __global__ void __launch_bounds__(kThreads) flash_dkv_kernel(BwdArgs a) {
   zero(dk);
   zero(dv);
 
-  for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
-    const T* q_src = base + static_cast<std::int64_t>(h) * kHs;
-    const T* do_src = static_cast<const T*>(a.dout) + static_cast<std::int64_t>(b) * T_ * C +
-                      static_cast<std::int64_t>(h) * kHs;
-    const std::int64_t stat = (static_cast<std::int64_t>(b) * a.NH + h) * T_;
-    for (int q0 = k0; q0 < T_; q0 += kQ) {
-      __syncthreads();  // every warp is done with the previous Q, dO, lse, D
-      load_rows_async<kQ, kHs>(q_s, q_src, row, q0, T_);
-      load_rows_async<kQ, kHs>(do_s, do_src, C, q0, T_);
-      cp_async_commit();
-      if (threadIdx.x < kQ) {
-        const int i = q0 + threadIdx.x;
-        lse_s[threadIdx.x] = i < T_ ? a.lse[stat + i] * kLog2e : 0.0f;
-        d_s[threadIdx.x] = i < T_ ? a.D[stat + i] : 0.0f;
+  for (int it = 0; it < n_it; ++it) {
+    const int q0 = k0 + (it % n_q) * kQ;
+    const T* q_s = qdo_s + (it % 2) * 2 * kQ * kStride;
+    const T* do_s = q_s + kQ * kStride;
+    const float* lse_s = stat_s + (it % 2) * 2 * kQ;
+    const float* d_s = lse_s + kQ;
+    cp_async_wait<0>();  // this thread's copies of tile it (and K, V) have landed
+    __syncthreads();     // everyone's have; every warp is done with tile it - 1's stage
+    if (it + 1 < n_it) load_q(it + 1);  // overlaps this tile's math
+
+    // P^T (16 keys x kQ queries): 2^(S^T scale log2(e) - lse log2(e)), 0 where the query
+    // is before the key or at / after T.
+    float p[kQ / 8][4];
+    zero(p);
+    mma_abt<T, kQ, kHs>(p, k_s + warp * 16 * kStride, q_s);
+#pragma unroll
+    for (int n = 0; n < kQ / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int qi = n * 8 + 2 * c + (e & 1);  // query within the tile
+        const int key = e < 2 ? key0 : key1;
+        const bool visible = q0 + qi < T_ && q0 + qi >= key;
+        p[n][e] = visible ? exp2f(p[n][e] * scale_log2 - lse_s[qi]) : 0.0f;
       }
-      cp_async_wait<0>();
-      __syncthreads();
+    unsigned pa[kQ / 16][4];
+    to_a_operand<T, kQ>(pa, p);
+    mma_ab<T, kQ, kHs>(dv, pa, do_s);
 
-      // P^T (16 keys x kQ queries): 2^(S^T scale log2(e) - lse log2(e)), 0 where the query
-      // is before the key or at / after T.
-      float p[kQ / 8][4];
-      zero(p);
-      mma_abt<T, kQ, kHs>(p, k_s + warp * 16 * kStride, q_s);
+    // dS^T = P^T o (dP^T - D), dP^T = V dO^T.
+    float ds[kQ / 8][4];
+    zero(ds);
+    mma_abt<T, kQ, kHs>(ds, v_s + warp * 16 * kStride, do_s);
 #pragma unroll
-      for (int n = 0; n < kQ / 8; ++n)
+    for (int n = 0; n < kQ / 8; ++n)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int qi = n * 8 + 2 * c + (e & 1);  // query within the tile
-          const int key = e < 2 ? key0 : key1;
-          const bool visible = q0 + qi < T_ && q0 + qi >= key;
-          p[n][e] = visible ? exp2f(p[n][e] * scale_log2 - lse_s[qi]) : 0.0f;
-        }
-      unsigned pa[kQ / 16][4];
-      to_a_operand<T, kQ>(pa, p);
-      mma_ab<T, kQ, kHs>(dv, pa, do_s);
-
-      // dS^T = P^T o (dP^T - D), dP^T = V dO^T.
-      float ds[kQ / 8][4];
-      zero(ds);
-      mma_abt<T, kQ, kHs>(ds, v_s + warp * 16 * kStride, do_s);
-#pragma unroll
-      for (int n = 0; n < kQ / 8; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) ds[n][e] = p[n][e] * (ds[n][e] - d_s[n * 8 + 2 * c + (e & 1)]);
-      unsigned dsa[kQ / 16][4];
-      to_a_operand<T, kQ>(dsa, ds);
-      mma_ab<T, kQ, kHs>(dk, dsa, q_s);
-    }
+      for (int e = 0; e < 4; ++e) ds[n][e] = p[n][e] * (ds[n][e] - d_s[n * 8 + 2 * c + (e & 1)]);
+    unsigned dsa[kQ / 16][4];
+    to_a_operand<T, kQ>(dsa, ds);
+    mma_ab<T, kQ, kHs>(dk, dsa, q_s);
   }
 
   T* dqkv = static_cast<T*>(a.dqkv) + static_cast<std::int64_t>(b) * T_ * row;
@@ -136,8 +147,7 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(BwdArgs a) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* q_s = reinterpret_cast<T*>(smem_raw);  // (kM, kStride): the block's queries
   T* do_s = q_s + kM * kStride;             // (kM, kStride)
-  T* k_s = do_s + kM * kStride;             // (kN, kStride): streamed keys
-  T* v_s = k_s + kN * kStride;              // (kN, kStride)
+  T* kv_s = do_s + kM * kStride;            // 2 stages of [K (kN, kStride) | V (kN, kStride)]
 
   const int T_ = a.T;
   const int q0 = (gridDim.x - 1 - blockIdx.x) * kM;  // last tiles (most keys) first
@@ -152,10 +162,17 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(BwdArgs a) {
   const T* v_src = base + static_cast<std::int64_t>(a.NH + a.NKV + kvh) * kHs;
   const std::int64_t q_col = static_cast<std::int64_t>(h) * kHs;
 
+  // Stage st of the K/V ring holds key tile t with t % 2 = st.
+  const auto load_kv = [&](int t) {
+    T* k_s = kv_s + (t % 2) * 2 * kN * kStride;
+    load_rows_async<kN, kHs>(k_s, k_src, row, t * kN, T_);
+    load_rows_async<kN, kHs>(k_s + kN * kStride, v_src, row, t * kN, T_);
+    cp_async_commit();
+  };
   load_rows_async<kM, kHs>(q_s, base + q_col, row, q0, T_);
   load_rows_async<kM, kHs>(do_s, static_cast<const T*>(a.dout) + static_cast<std::int64_t>(b) * T_ * C + q_col,
                            C, q0, T_);
-  cp_async_commit();
+  load_kv(0);
 
   // This thread's two queries: lse (times log2(e)) and D; rows >= T are never stored.
   const int r0 = q0 + warp * 16 + g, r1 = r0 + 8;
@@ -168,13 +185,14 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(BwdArgs a) {
   zero(dq);
 
   const int key_end = min(q0 + kM, T_);
-  for (int k0 = 0; k0 < key_end; k0 += kN) {
-    __syncthreads();  // every warp is done with the previous K and V tiles
-    load_rows_async<kN, kHs>(k_s, k_src, row, k0, T_);
-    load_rows_async<kN, kHs>(v_s, v_src, row, k0, T_);
-    cp_async_commit();
-    cp_async_wait<0>();
-    __syncthreads();
+  const int n_tiles = (key_end + kN - 1) / kN;
+  for (int t = 0; t < n_tiles; ++t) {
+    const int k0 = t * kN;
+    const T* k_s = kv_s + (t % 2) * 2 * kN * kStride;
+    const T* v_s = k_s + kN * kStride;
+    cp_async_wait<0>();  // this thread's copies of tile t (and Q, dO) have landed
+    __syncthreads();     // everyone's have; every warp is done with tile t - 1's stage
+    if (t + 1 < n_tiles) load_kv(t + 1);  // overlaps this tile's math
 
     // P (16 queries x kN keys), 0 where the key is after the query (or the query at / after T).
     float p[kN / 8][4];
@@ -209,10 +227,11 @@ template <typename T, int kHs>
 void launch(const BwdArgs& a, int B, cudaStream_t stream) {
   using Tl = Tiles<kHs>;
   const auto tiles = static_cast<unsigned>(ceil_div(a.T, Tl::kRows));
-  // Both kernels: 2 resident tiles of kRows rows, 2 streamed tiles of kStreamBwd rows.
+  // Both kernels: 2 resident tiles of kRows rows, 2 stages of 2 streamed tiles of kStreamBwd
+  // rows; dK/dV also 2 stages of lse and D.
   const std::size_t tiles_bytes =
-      sizeof(T) * static_cast<std::size_t>(2 * Tl::kRows + 2 * Tl::kStreamBwd) * Tl::kStride;
-  const std::size_t smem_dkv = tiles_bytes + sizeof(float) * 2 * Tl::kStreamBwd;
+      sizeof(T) * static_cast<std::size_t>(2 * Tl::kRows + 4 * Tl::kStreamBwd) * Tl::kStride;
+  const std::size_t smem_dkv = tiles_bytes + sizeof(float) * 4 * Tl::kStreamBwd;
   auto dkv = flash_dkv_kernel<T, kHs>;
   allow_dynamic_smem(dkv, smem_dkv);
   dkv<<<dim3(tiles, static_cast<unsigned>(a.NKV), static_cast<unsigned>(B)), kThreads, smem_dkv,

@@ -6,15 +6,16 @@
 // 16 w .. 16 w + 15 of the tile. Heaviest tiles (the last queries) are scheduled first.
 //   1. Q tile (64 x hs) -> shared memory (cp.async), rows >= T zero-filled.
 //   2. For each key tile of 64 keys at or before the tile's last query (tiles entirely above the
-//      diagonal are skipped): K and V tiles -> shared memory (two cp.async groups, so S = Q K^T
-//      starts while V is still arriving); S = Q K^T (16 x 64 per warp, fp32 accumulators);
+//      diagonal are skipped): K and V tiles -> shared memory, double-buffered (the cp.async of
+//      tile t + 1 is issued before the math of tile t); S = Q K^T (16 x 64 per warp, fp32);
 //      x = S scale log2(e), masked to -inf where key > query; online softmax in the base-2
 //      domain: m = max(m, rowmax x), O and the partial row sum l scaled by 2^(m_old - m),
 //      P = 2^(x - m); P rounded to the storage type is the A operand of O += P V.
 //   3. out = O / l (rows < T), lse = (m ln 2 + ln l) (natural log of the sum of e^(s scale)).
 // Each thread holds two rows (g and g + 8 of its warp's 16) and, per row, 2 of every 8 columns:
 // row max and sum are reduced over the 4 lanes of a quad (shuffles with xor 1 and 2).
-// Shared memory: Q, K and V tiles of 64 x (hs + 8) elements: 27 KiB at hs 64, 51 KiB at 128.
+// Shared memory: Q and 2 x (K, V) tiles of 64 x (hs + 8) elements: 45 KiB at hs 64, 85 KiB at
+// 128 (2 blocks per SM of an H100 at 128).
 #include <climits>
 #include <cstdint>
 #include <string>
@@ -42,9 +43,9 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(FwdArgs a) {
   using Tl = Tiles<kHs>;
   constexpr int kM = Tl::kRows, kN = Tl::kStreamFwd, kStride = Tl::kStride;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  T* q_s = reinterpret_cast<T*>(smem_raw);  // (kM, kStride)
-  T* k_s = q_s + kM * kStride;              // (kN, kStride)
-  T* v_s = k_s + kN * kStride;              // (kN, kStride)
+  // Q (kM, kStride), then 2 stages of [K (kN, kStride) | V (kN, kStride)].
+  T* q_s = reinterpret_cast<T*>(smem_raw);
+  T* kv_s = q_s + kM * kStride;
 
   const int T_ = a.T;
   const int q0 = (gridDim.x - 1 - blockIdx.x) * kM;  // last tiles (most keys) first
@@ -57,8 +58,15 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(FwdArgs a) {
   const T* k_src = base + static_cast<std::int64_t>(a.NH + kvh) * kHs;
   const T* v_src = base + static_cast<std::int64_t>(a.NH + a.NKV + kvh) * kHs;
 
+  // Stage st of the K/V ring holds key tile t with t % 2 = st.
+  const auto load_kv = [&](int t) {
+    T* k_s = kv_s + (t % 2) * 2 * kN * kStride;
+    load_rows_async<kN, kHs>(k_s, k_src, row, t * kN, T_);
+    load_rows_async<kN, kHs>(k_s + kN * kStride, v_src, row, t * kN, T_);
+    cp_async_commit();
+  };
   load_rows_async<kM, kHs>(q_s, q_src, row, q0, T_);
-  cp_async_commit();
+  load_kv(0);
 
   // This thread's two query rows (absolute positions).
   const int r0 = q0 + warp * 16 + g, r1 = r0 + 8;
@@ -68,14 +76,16 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(FwdArgs a) {
   zero(o);
 
   const int key_end = min(q0 + kM, T_);  // the tile's queries see keys [0, key_end)
-  for (int k0 = 0; k0 < key_end; k0 += kN) {
-    __syncthreads();  // every warp is done with the previous K and V tiles
-    load_rows_async<kN, kHs>(k_s, k_src, row, k0, T_);
-    cp_async_commit();
-    load_rows_async<kN, kHs>(v_s, v_src, row, k0, T_);
-    cp_async_commit();
-    cp_async_wait<1>();  // Q and K have landed (V may not have)
+  const int n_tiles = (key_end + kN - 1) / kN;
+  for (int t = 0; t < n_tiles; ++t) {
+    const int k0 = t * kN;
+    const T* k_s = kv_s + (t % 2) * 2 * kN * kStride;
+    const T* v_s = k_s + kN * kStride;
+    cp_async_wait<0>();  // this thread's copies of tile t (and Q) have landed
+    // Everyone's copies of tile t are visible, and every warp is done with tile t - 1, whose
+    // stage the next load overwrites: it overlaps this tile's math.
     __syncthreads();
+    if (t + 1 < n_tiles) load_kv(t + 1);
 
     float s[kN / 8][4];
     zero(s);
@@ -125,9 +135,6 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(FwdArgs a) {
     }
     unsigned p[kN / 16][4];
     to_a_operand<T, kN>(p, s);
-
-    cp_async_wait<0>();  // V has landed
-    __syncthreads();
     mma_ab<T, kN, kHs>(o, p, v_s);
   }
 
@@ -150,7 +157,7 @@ template <typename T, int kHs>
 void launch(const FwdArgs& a, int B, cudaStream_t stream) {
   using Tl = Tiles<kHs>;
   const std::size_t smem =
-      sizeof(T) * static_cast<std::size_t>(Tl::kRows + 2 * Tl::kStreamFwd) * Tl::kStride;
+      sizeof(T) * static_cast<std::size_t>(Tl::kRows + 4 * Tl::kStreamFwd) * Tl::kStride;
   auto kernel = flash_fwd_kernel<T, kHs>;
   allow_dynamic_smem(kernel, smem);
   const dim3 grid(static_cast<unsigned>(ceil_div(a.T, Tl::kRows)), static_cast<unsigned>(a.NH),
