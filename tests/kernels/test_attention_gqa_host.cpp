@@ -5,7 +5,8 @@
 //    lse, dqkv and the decoding outputs, recorded from the pre-GQA kernels (commit 2f63b2d) on
 //    inputs from a fixed LCG (no <random> distribution, whose output is the library's choice).
 //  - Forward: GQA (NH, NKV) equals, bit for bit, MHA on the qkv whose key/value heads are
-//    repeated NH / NKV times (the same rows reach the same fp32 code).
+//    repeated NH / NKV times (the same rows reach the same fp32 code), and a direct double
+//    reference within 1e-5.
 //  - Backward: dq equals MHA's bit for bit; dk and dv of a key/value head equal the sum over its
 //    query heads of MHA's dk and dv (the repeat-and-sum identity), norm-wise within 1e-6 (the
 //    two sum the same fp32 terms in different orders). Shown to reject a group sum that misses
@@ -16,10 +17,12 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
@@ -159,6 +162,65 @@ TEST(AttentionGqaHost, ForwardEqualsMhaWithRepeatedHeadsBitwise) {
       EXPECT_TRUE(out == ref);
       EXPECT_TRUE(lse == ref_lse);
     }
+}
+
+// A direct double-precision GQA forward: per (b, h, t), softmax over keys j <= t of
+// q_h . k_{h / group} / sqrt(hs), times v_{h / group}.
+void gqa_reference(const Vec& qkv, const Gqa& s, std::vector<double>& out, std::vector<double>& lse) {
+  out.assign(s.tokens() * s.out_row(), 0.0);
+  lse.assign(static_cast<std::size_t>(s.B) * s.NH * s.T, 0.0);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(s.HS));
+  for (int b = 0; b < s.B; ++b)
+    for (int h = 0; h < s.NH; ++h)
+      for (int t = 0; t < s.T; ++t) {
+        const int g = h / s.group();
+        const auto at = [&](int tok, int col) {
+          return static_cast<double>(qkv[(static_cast<std::size_t>(b) * s.T + tok) * s.row() +
+                                         static_cast<std::size_t>(col)]);
+        };
+        std::vector<double> sc(static_cast<std::size_t>(t) + 1);
+        double mx = -INFINITY, sum = 0;
+        for (int j = 0; j <= t; ++j) {
+          double d = 0;
+          for (int c = 0; c < s.HS; ++c) d += at(t, h * s.HS + c) * at(j, (s.NH + g) * s.HS + c);
+          sc[static_cast<std::size_t>(j)] = d * scale;
+          mx = std::max(mx, d * scale);
+        }
+        for (double x : sc) sum += std::exp(x - mx);
+        for (int j = 0; j <= t; ++j)
+          for (int c = 0; c < s.HS; ++c)
+            out[(static_cast<std::size_t>(b) * s.T + t) * s.out_row() + static_cast<std::size_t>(h * s.HS + c)] +=
+                std::exp(sc[static_cast<std::size_t>(j)] - mx) / sum * at(j, (s.NH + s.NKV + g) * s.HS + c);
+        lse[(static_cast<std::size_t>(b) * s.NH + h) * s.T + t] = mx + std::log(sum);
+      }
+}
+
+// Against the double reference above (fp32 math: ~1e-7 per output; 1e-5 as test_kernels_host).
+// The check notices a wrong head mapping: with key/value heads 0 and 1 exchanged in the
+// reference's input, out is far from it.
+TEST(AttentionGqaHost, ForwardMatchesDoubleReference) {
+  for (const Gqa& s : kShapes) {
+    SCOPED_TRACE("NH " + std::to_string(s.NH) + " NKV " + std::to_string(s.NKV));
+    const Bytes qkv = lcg_bytes(s.tokens() * s.row(), 9, DType::f32);
+    Bytes out(s.tokens() * s.out_row() * 4);
+    Vec lse(static_cast<std::size_t>(s.B) * s.NH * s.T);
+    host::attention_fwd(out.data(), lse.data(), qkv.data(), s.B, s.T, s.NH, s.NKV, s.HS, DType::f32);
+    std::vector<double> ro, rl;
+    gqa_reference(floats(qkv, DType::f32), s, ro, rl);
+    EXPECT_LE(rel_err(floats(out, DType::f32), ro), 1e-5);
+    EXPECT_LE(rel_err(lse, rl), 1e-5);
+    if (s.NKV > 1) {
+      Vec swapped = floats(qkv, DType::f32);
+      for (std::size_t n = 0; n < s.tokens(); ++n)
+        for (int part = 0; part < 2; ++part)  // k, then v
+          for (int c = 0; c < s.HS; ++c) {
+            float* head0 = &swapped[n * s.row() + static_cast<std::size_t>((s.NH + part * s.NKV) * s.HS + c)];
+            std::swap(head0[0], head0[s.HS]);
+          }
+      gqa_reference(swapped, s, ro, rl);
+      EXPECT_GT(rel_err(floats(out, DType::f32), ro), 1e-2);
+    }
+  }
 }
 
 TEST(AttentionGqaHost, BackwardIsMhaSummedOverEachGroup) {
