@@ -204,13 +204,15 @@ __device__ __forceinline__ void store_rows(T* dst, std::int64_t stride, int row0
   }
 }
 
-// Block tiles and their shared memory bytes. kRows: the rows a block owns (queries, or keys in
-// dK/dV); kStream: the rows streamed past them (keys, or queries).
+// Block tiles, in rows of kStride elements of shared memory. kRows: the rows a block owns
+// (queries, or keys in dK/dV); kStream*: the rows of each tile streamed past them (keys in the
+// forward and dQ, queries in dK/dV). At hs 128 the backward streams 32 rows: its S and dP
+// accumulators (16 x kStreamBwd each) live next to two 16 x 128 output accumulators.
 template <int kHs>
 struct Tiles {
-  static constexpr int kRows = 64;                     // 4 warps x 16 rows
-  static constexpr int kStreamFwd = 64;                // keys per tile in the forward
-  static constexpr int kStreamBwd = kHs == 128 ? 32 : 64;  // fewer at 128: registers
+  static constexpr int kRows = 64;                         // 4 warps x 16 rows
+  static constexpr int kStreamFwd = 64;
+  static constexpr int kStreamBwd = kHs == 128 ? 32 : 64;
   static constexpr int kStride = kHs + kPad;
 };
 
