@@ -21,7 +21,8 @@
 //     fp32 kernels before this test).
 //   lse (fp32 whatever the storage type) 1e-4: the scores are exact-product fp32 sums on both
 //     sides.
-// Also: the same bits on a second run (forward and backward); attention_kernel() says flash
+// Also: GPT-2 small's shape (T 1024, 12 heads of 64) in bf16 and fp16; the same bits on a second
+// run (forward and backward); attention_kernel() says flash
 // exactly for bf16 / fp16 with head size 64 or 128; decoding with GQA caches; NH % NKV != 0 is
 // a strata::Error. Exits 77 (skipped) where no GPU can be used (main_cuda_or_skip.cpp).
 #include <cuda_runtime.h>
@@ -239,6 +240,12 @@ TEST(AttentionCuda, HeadSize64MatchesHost) { run_head_size(64); }
 TEST(AttentionCuda, HeadSize128MatchesHost) { run_head_size(128); }
 // The fp32 CUDA-core kernels for every dtype.
 TEST(AttentionCuda, HeadSize32MatchesHost) { run_head_size(32); }
+
+// GPT-2 small's attention at full length: 16 query tiles, deep in the double-buffered loops.
+TEST(AttentionCuda, Gpt2ShapeMatchesHost) {
+  Stream stream;
+  for (DType t : {DType::bf16, DType::f16}) run_case(t, Shape{1, 1024, 12, 12, 64}, stream);
+}
 
 TEST(AttentionCuda, DecodeWithGroupedHeads) {
   struct Case { int B, T_new, past, max_T, NH, NKV, hs; };
