@@ -3,6 +3,8 @@
 //                   [--aligned] [--no-torch] [--python PATH] [--torch-script PATH]
 // strata bench gpt [--preset gpt2 | --model config.json] [--batch 4] [--seq-len 128]
 //                  [--dtype fp32] [--checkpointing] [--steps 5] [--json] [device flags]
+// strata bench attention [--batch 8] [--seq-len 1024] [--heads 12] [--kv-heads 0] [--head-size 64]
+//                        [--dtype bf16] [--steps 10] [--json] [device flags]
 // strata bench nvme [--dir DIR] [--size 1G] [--block-size 128K,1M,8M] [--queue-depth 1,8,32,128]
 //                   [--parallelism 1,2] [--op read,write] [--pattern seq,rand] [--reps 3]
 //                   [--no-fio] [--fio PATH] [--fio-fixedbufs] [--json] [--tune]
@@ -110,6 +112,26 @@ void add_bench_command(CLI::App& app) {
   gpt->add_option("--python", gpt_options->python, "python with torch")->capture_default_str();
   add_device_flags(*gpt, gpt_options->device);
   gpt->callback([gpt_options] { bench_gpt(*gpt_options); });
+
+  auto attn_options = std::make_shared<AttentionBenchOptions>();
+  CLI::App* attn = bench->add_subcommand(
+      "attention", "causal attention forward + backward on the device vs a GEMM of the same FLOPs");
+  attn->add_option("--batch", attn_options->batch, "batch size B")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  attn->add_option("--seq-len", attn_options->seq_len, "sequence length T")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  attn->add_option("--heads", attn_options->heads, "query heads NH")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  attn->add_option("--kv-heads", attn_options->kv_heads, "key/value heads NKV (0: as many as --heads)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  attn->add_option("--head-size", attn_options->head_size, "head size hs")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  attn->add_option("--dtype", attn_options->dtype, "fp32, bf16 or fp16 storage")->capture_default_str();
+  attn->add_option("--steps", attn_options->steps, "timed runs (median reported)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  attn->add_flag("--json", attn_options->json, "one JSON object on stdout");
+  add_device_flags(*attn, attn_options->device);
+  attn->callback([attn_options] { bench_attention(*attn_options); });
 
   auto nvme_options = std::make_shared<NvmeBenchOptions>();
   CLI::App* nvme = bench->add_subcommand(

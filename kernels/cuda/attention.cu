@@ -1,6 +1,11 @@
-// Causal multi-head attention on CUDA: forward (flash-attention style, online softmax, saves
-// the log-sum-exp), backward (recomputes the probabilities from it) and KV-cached decoding.
-// fp32 arithmetic on fp32 copies of the tiles in shared memory, any head size up to 256.
+// Causal attention on CUDA with grouped-query heads (query head h reads key/value head
+// h / (NH / NKV)): the dispatch, the fp32 CUDA-core kernels and KV-cached decoding.
+//
+// Dispatch: bf16 / fp16 with head size 64 or 128 take the tensor-core FlashAttention-2 kernels
+// (attention_flash_fwd.cu, attention_flash_bwd.cu; the backward shares step 1 below); fp32 and
+// other head sizes (up to 256) take the kernels of this file: flash-attention style too (online
+// softmax, saves the log-sum-exp, no T x T matrix), fp32 arithmetic on fp32 copies of the tiles
+// in shared memory. Decoding always takes this file's forward.
 //
 // Forward (attn_fwd_kernel), block = (query tile of kRows queries, head, batch), 8 warps:
 //   - the block's queries are loaded once; then the key/value tiles of kKeys keys that some
@@ -17,8 +22,9 @@
 //   1. attn_bwd_rowdot_kernel: D[b,h,t] = dout . out (fp32 scratch (B,NH,T), stream-ordered);
 //   2. attn_bwd_dq_kernel: block per query tile, as the forward: recomputes s, p = exp(s - lse),
 //      dp, ds over the visible key tiles, dq = scale * sum_j ds_j k_j;
-//   3. attn_bwd_dkv_kernel: block per key tile, warps own keys, lanes are queries: streams the
-//      query tiles at or after the keys, dv = sum_i p_i dout_i and dk = scale * sum_i ds_i q_i.
+//   3. attn_bwd_dkv_kernel: block per key tile and key/value head, warps own keys, lanes are
+//      queries: for each query head of the group in order, streams the query tiles at or after
+//      the keys, dv = sum_i p_i dout_i and dk = scale * sum_i ds_i q_i.
 // Scores and dP are computed twice (once per kernel): the price of owning every output row in
 // exactly one warp, which makes the result the same bits on every run.
 //
@@ -30,6 +36,7 @@
 #include <type_traits>
 
 #include "core/error.h"
+#include "kernels/cuda/attention_flash.h"
 #include "kernels/cuda/common_impl.cuh"
 #include "kernels/cuda/ops.h"
 
@@ -56,11 +63,12 @@ struct FwdArgs {
   const void* v;
   std::int64_t q_row, q_batch;
   std::int64_t kv_row, kv_batch;
-  void* out;  // (B, Tq, C)
+  void* out;  // (B, Tq, C), C = NH hs
   float* lse;  // (B, NH, Tq) or null
   int Tq;      // queries per batch
   int q_pos0;  // absolute position of query 0 (past when decoding)
   int C, NH, hs;
+  int group;   // query heads per key/value head: head h reads k and v of head h / group
   float scale;
 };
 
@@ -92,8 +100,8 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_kernel(FwdArgs a) {
   const int b = blockIdx.z, h = blockIdx.y, q0 = blockIdx.x * kRows;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const T* q = static_cast<const T*>(a.q) + b * a.q_batch + h * hs;
-  const T* k = static_cast<const T*>(a.k) + b * a.kv_batch + h * hs;
-  const T* v = static_cast<const T*>(a.v) + b * a.kv_batch + h * hs;
+  const T* k = static_cast<const T*>(a.k) + b * a.kv_batch + (h / a.group) * hs;
+  const T* v = static_cast<const T*>(a.v) + b * a.kv_batch + (h / a.group) * hs;
 
   load_tile(q_s, hs, q, a.q_row, q0, kRows, a.Tq, hs);
   float o[kRowsPerWarp][kDPL];
@@ -159,14 +167,18 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_kernel(FwdArgs a) {
 // ---- backward -------------------------------------------------------------------------------
 
 struct BwdArgs {
-  void* dqkv;          // (B, T, 3C), overwritten
+  void* dqkv;          // (B, T, row), overwritten
   const void* dout;    // (B, T, C)
-  const void* qkv;     // (B, T, 3C)
-  const void* out;     // (B, T, C)
+  const void* qkv;     // (B, T, row): [q (C) | k (NKV hs) | v (NKV hs)], row = (NH + 2 NKV) hs
+  const void* out;     // (B, T, C), C = NH hs
   const float* lse;    // (B, NH, T)
   const float* D;      // (B, NH, T): dout . out per row and head
-  int T, C, NH, hs;
+  int T, C, NH, NKV, hs;
   float scale;
+  __device__ std::int64_t row() const { return static_cast<std::int64_t>(NH + 2 * NKV) * hs; }
+  // Offsets of key/value head g's channels within a token of qkv / dqkv.
+  __device__ std::int64_t k_col(int g) const { return static_cast<std::int64_t>(NH + g) * hs; }
+  __device__ std::int64_t v_col(int g) const { return static_cast<std::int64_t>(NH + NKV + g) * hs; }
 };
 
 // D[b,h,t] = sum_d dout[b,t,h*hs+d] * out[b,t,h*hs+d]; one warp per (b, t, h).
@@ -187,23 +199,24 @@ __global__ void attn_bwd_rowdot_kernel(float* __restrict__ D, const T* __restric
   if (lane == 0) D[(b * NH + h) * T_ + t] = acc;
 }
 
-// dq for a tile of kRows queries of one (b, h).
+// dq for a tile of kRows queries of one (b, h); keys and values of head h / group.
 template <typename T, int kDPL>
 __global__ void __launch_bounds__(kThreads) attn_bwd_dq_kernel(BwdArgs a) {
   extern __shared__ float smem[];
   const int hs = a.hs, ks = hs | 1, C = a.C, T_ = a.T;
+  const int g = blockIdx.y / (a.NH / a.NKV);
   float* q_s = smem;                // (kRows, hs)
   float* do_s = q_s + kRows * hs;   // (kRows, hs)
   float* k_s = do_s + kRows * hs;   // (kKeys, ks)
   float* v_s = k_s + kKeys * ks;    // (kKeys, ks)
   const int b = blockIdx.z, h = blockIdx.y, q0 = blockIdx.x * kRows;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const std::int64_t row3 = 3 * static_cast<std::int64_t>(C);
-  const T* qkv = static_cast<const T*>(a.qkv) + b * T_ * row3 + h * hs;
+  const std::int64_t row3 = a.row();
+  const T* qkv = static_cast<const T*>(a.qkv) + b * T_ * row3;
   const T* dout = static_cast<const T*>(a.dout) + static_cast<std::int64_t>(b) * T_ * C + h * hs;
   const std::int64_t stat = (static_cast<std::int64_t>(b) * a.NH + h) * T_;
 
-  load_tile(q_s, hs, qkv, row3, q0, kRows, T_, hs);
+  load_tile(q_s, hs, qkv + h * hs, row3, q0, kRows, T_, hs);
   load_tile(do_s, hs, dout, C, q0, kRows, T_, hs);
   float acc[kRowsPerWarp][kDPL];
   float lse[kRowsPerWarp], Dr[kRowsPerWarp];
@@ -218,8 +231,8 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dq_kernel(BwdArgs a) {
   const int key_end = min(q0 + kRows, T_);
   for (int k0 = 0; k0 < key_end; k0 += kKeys) {
     __syncthreads();
-    load_tile(k_s, ks, qkv + C, row3, k0, kKeys, key_end, hs);
-    load_tile(v_s, ks, qkv + 2 * C, row3, k0, kKeys, key_end, hs);
+    load_tile(k_s, ks, qkv + a.k_col(g), row3, k0, kKeys, key_end, hs);
+    load_tile(v_s, ks, qkv + a.v_col(g), row3, k0, kKeys, key_end, hs);
     __syncthreads();
 #pragma unroll
     for (int rr = 0; rr < kRowsPerWarp; ++rr) {
@@ -258,7 +271,8 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dq_kernel(BwdArgs a) {
   }
 }
 
-// dk and dv for a tile of kRows keys of one (b, h).
+// dk and dv for a tile of kRows keys of one (b, key/value head g = blockIdx.y), summed over the
+// group's query heads g r, ..., g r + r - 1 in order (r = NH / NKV).
 template <typename T, int kDPL>
 __global__ void __launch_bounds__(kThreads) attn_bwd_dkv_kernel(BwdArgs a) {
   extern __shared__ float smem[];
@@ -269,60 +283,63 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dkv_kernel(BwdArgs a) {
   float* do_s = q_s + kKeys * ks;    // (kKeys, ks)
   float* lse_s = do_s + kKeys * ks;  // (kKeys)
   float* D_s = lse_s + kKeys;        // (kKeys)
-  const int b = blockIdx.z, h = blockIdx.y, j0 = blockIdx.x * kRows;
+  const int b = blockIdx.z, g = blockIdx.y, j0 = blockIdx.x * kRows;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const std::int64_t row3 = 3 * static_cast<std::int64_t>(C);
-  const T* qkv = static_cast<const T*>(a.qkv) + b * T_ * row3 + h * hs;
-  const T* dout = static_cast<const T*>(a.dout) + static_cast<std::int64_t>(b) * T_ * C + h * hs;
-  const std::int64_t stat = (static_cast<std::int64_t>(b) * a.NH + h) * T_;
+  const int group = a.NH / a.NKV;
+  const std::int64_t row3 = a.row();
+  const T* qkv = static_cast<const T*>(a.qkv) + b * T_ * row3;
 
-  load_tile(k_s, hs, qkv + C, row3, j0, kRows, T_, hs);
-  load_tile(v_s, hs, qkv + 2 * C, row3, j0, kRows, T_, hs);
+  load_tile(k_s, hs, qkv + a.k_col(g), row3, j0, kRows, T_, hs);
+  load_tile(v_s, hs, qkv + a.v_col(g), row3, j0, kRows, T_, hs);
   float dk[kRowsPerWarp][kDPL], dv[kRowsPerWarp][kDPL];
 #pragma unroll
   for (int rr = 0; rr < kRowsPerWarp; ++rr)
 #pragma unroll
     for (int dd = 0; dd < kDPL; ++dd) dk[rr][dd] = dv[rr][dd] = 0.0f;
 
-  for (int qs = j0; qs < T_; qs += kKeys) {  // queries before j0 see none of the block's keys
-    __syncthreads();
-    load_tile(q_s, ks, qkv, row3, qs, kKeys, T_, hs);
-    load_tile(do_s, ks, dout, C, qs, kKeys, T_, hs);
-    if (threadIdx.x < kKeys) {
-      const int i = qs + threadIdx.x;
-      lse_s[threadIdx.x] = i < T_ ? a.lse[stat + i] : 0.0f;
-      D_s[threadIdx.x] = i < T_ ? a.D[stat + i] : 0.0f;
-    }
-    __syncthreads();
+  for (int h = g * group; h < (g + 1) * group; ++h) {
+    const T* dout = static_cast<const T*>(a.dout) + static_cast<std::int64_t>(b) * T_ * C + h * hs;
+    const std::int64_t stat = (static_cast<std::int64_t>(b) * a.NH + h) * T_;
+    for (int qs = j0; qs < T_; qs += kKeys) {  // queries before j0 see none of the block's keys
+      __syncthreads();
+      load_tile(q_s, ks, qkv + h * hs, row3, qs, kKeys, T_, hs);
+      load_tile(do_s, ks, dout, C, qs, kKeys, T_, hs);
+      if (threadIdx.x < kKeys) {
+        const int i = qs + threadIdx.x;
+        lse_s[threadIdx.x] = i < T_ ? a.lse[stat + i] : 0.0f;
+        D_s[threadIdx.x] = i < T_ ? a.D[stat + i] : 0.0f;
+      }
+      __syncthreads();
 #pragma unroll
-    for (int rr = 0; rr < kRowsPerWarp; ++rr) {
-      const int r = warp * kRowsPerWarp + rr, j = j0 + r;
-      if (j < T_) {  // warp-uniform
-        const int i = qs + lane;
-        float p = 0.0f, ds = 0.0f;
-        if (i < T_ && i >= j) {
-          const float s = dot(q_s + lane * ks, k_s + r * hs, hs) * a.scale;
-          p = expf(s - lse_s[lane]);
-          const float dp = dot(do_s + lane * ks, v_s + r * hs, hs);
-          ds = p * (dp - D_s[lane]);
-        }
-        const int i_begin = max(0, j - qs), i_end = min(kKeys, T_ - qs);
-        for (int ii = i_begin; ii < i_end; ++ii) {
-          const float pi = __shfl_sync(kFullMask, p, ii);
-          const float dsi = __shfl_sync(kFullMask, ds, ii);
+      for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+        const int r = warp * kRowsPerWarp + rr, j = j0 + r;
+        if (j < T_) {  // warp-uniform
+          const int i = qs + lane;
+          float p = 0.0f, ds = 0.0f;
+          if (i < T_ && i >= j) {
+            const float s = dot(q_s + lane * ks, k_s + r * hs, hs) * a.scale;
+            p = expf(s - lse_s[lane]);
+            const float dp = dot(do_s + lane * ks, v_s + r * hs, hs);
+            ds = p * (dp - D_s[lane]);
+          }
+          const int i_begin = max(0, j - qs), i_end = min(kKeys, T_ - qs);
+          for (int ii = i_begin; ii < i_end; ++ii) {
+            const float pi = __shfl_sync(kFullMask, p, ii);
+            const float dsi = __shfl_sync(kFullMask, ds, ii);
 #pragma unroll
-          for (int dd = 0; dd < kDPL; ++dd) {
-            const int d = lane + 32 * dd;
-            if (d < hs) {
-              dv[rr][dd] += pi * do_s[ii * ks + d];
-              dk[rr][dd] += dsi * q_s[ii * ks + d];
+            for (int dd = 0; dd < kDPL; ++dd) {
+              const int d = lane + 32 * dd;
+              if (d < hs) {
+                dv[rr][dd] += pi * do_s[ii * ks + d];
+                dk[rr][dd] += dsi * q_s[ii * ks + d];
+              }
             }
           }
         }
       }
     }
   }
-  T* dqkv = static_cast<T*>(a.dqkv) + b * T_ * row3 + h * hs;
+  T* dqkv = static_cast<T*>(a.dqkv) + b * T_ * row3;
 #pragma unroll
   for (int rr = 0; rr < kRowsPerWarp; ++rr) {
     const int j = j0 + warp * kRowsPerWarp + rr;
@@ -331,8 +348,8 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dkv_kernel(BwdArgs a) {
       for (int dd = 0; dd < kDPL; ++dd) {
         const int d = lane + 32 * dd;
         if (d < hs) {
-          dqkv[j * row3 + C + d] = from_f32<T>(dk[rr][dd] * a.scale);
-          dqkv[j * row3 + 2 * C + d] = from_f32<T>(dv[rr][dd]);
+          dqkv[j * row3 + a.k_col(g) + d] = from_f32<T>(dk[rr][dd] * a.scale);
+          dqkv[j * row3 + a.v_col(g) + d] = from_f32<T>(dv[rr][dd]);
         }
       }
     }
@@ -341,33 +358,40 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dkv_kernel(BwdArgs a) {
 
 // ---- decoding -------------------------------------------------------------------------------
 
-// k_cache[b, past + t, :] = k of qkv[b, t], v_cache likewise; one element per thread and step.
+// k_cache[b, past + t, :] = k of qkv[b, t] (NKV hs channels), v_cache likewise; one element per
+// thread and step. row = (NH + 2 NKV) hs channels per token of qkv, k at q_channels, v after it.
 template <typename T>
 __global__ void kv_append_kernel(T* __restrict__ k_cache, T* __restrict__ v_cache,
                                  const T* __restrict__ qkv, int T_new, int past, int max_T,
-                                 int C, std::int64_t n) {
+                                 int kv_channels, std::int64_t q_channels, std::int64_t row,
+                                 std::int64_t n) {
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
   for (std::int64_t idx = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
        idx < n; idx += stride) {
-    const std::int64_t bt = idx / C;  // b * T_new + t
-    const int c = static_cast<int>(idx - bt * C);
+    const std::int64_t bt = idx / kv_channels;  // b * T_new + t
+    const int c = static_cast<int>(idx - bt * kv_channels);
     const std::int64_t b = bt / T_new, t = bt % T_new;
-    const std::int64_t dst = (b * max_T + past + t) * C + c;
-    k_cache[dst] = qkv[bt * 3 * C + C + c];
-    v_cache[dst] = qkv[bt * 3 * C + 2 * C + c];
+    const std::int64_t dst = (b * max_T + past + t) * kv_channels + c;
+    k_cache[dst] = qkv[bt * row + q_channels + c];
+    v_cache[dst] = qkv[bt * row + q_channels + kv_channels + c];
   }
 }
 
 // ---- launch helpers -------------------------------------------------------------------------
 
-int head_size(int C, int NH) {
-  STRATA_ASSERT(NH > 0 && C % NH == 0, "attention: C must be a multiple of NH");
-  const int hs = C / NH;
+// Checks the head counts and size (a strata::Error when NH is not a multiple of NKV or hs is
+// beyond what the fp32 kernels hold in registers).
+void check_heads(int NH, int NKV, int hs, const char* op) {
+  if (NH <= 0 || NKV <= 0 || hs <= 0 || NH % NKV != 0)
+    throw Error("attention: " + std::to_string(NH) + " query heads, " + std::to_string(NKV) +
+                    " key/value heads, head size " + std::to_string(hs) +
+                    ": the heads must be positive and NH a multiple of NKV",
+                std::string("kernels::cuda::") + op, "check n_head / n_kv_head in the model config");
   if (hs > kMaxHeadSize)
-    throw Error("attention: head size " + std::to_string(hs) + " (C / NH) is above the " +
+    throw Error("attention: head size " + std::to_string(hs) + " is above the " +
                     std::to_string(kMaxHeadSize) + " the CUDA kernels support",
-                "kernels::cuda::attention", "use more heads, or extend kernels/cuda/attention.cu");
-  return hs;
+                std::string("kernels::cuda::") + op,
+                "use more heads, or extend kernels/cuda/attention.cu");
 }
 
 // Calls f(std::integral_constant<int, kDPL>) with kDPL = ceil(hs / 32) rounded up to 1, 2, 4, 8.
@@ -379,10 +403,10 @@ void dispatch_dims(int hs, F&& f) {
   return f(std::integral_constant<int, 8>{});
 }
 
-dim3 tile_grid(int T, int NH, int B) {
-  STRATA_ASSERT(B <= detail::kMaxGridYZ && NH <= detail::kMaxGridYZ,
+dim3 tile_grid(int T, int heads, int B) {
+  STRATA_ASSERT(B <= detail::kMaxGridYZ && heads <= detail::kMaxGridYZ,
                 "attention: B and NH must be at most 65535");
-  return dim3(static_cast<unsigned>(detail::ceil_div(T, kRows)), static_cast<unsigned>(NH),
+  return dim3(static_cast<unsigned>(detail::ceil_div(T, kRows)), static_cast<unsigned>(heads),
               static_cast<unsigned>(B));
 }
 
@@ -402,33 +426,51 @@ void launch_fwd(const FwdArgs& a, int B, cudaStream_t stream) {
 
 }  // namespace
 
-void attention_fwd(void* out, float* lse, const void* qkv, int B, int T, int C, int NH,
+AttentionKernel attention_kernel(DType dtype, int hs) {
+  return detail::flash_supported(dtype, hs) ? AttentionKernel::flash_tensor_core
+                                            : AttentionKernel::fp32_cuda_core;
+}
+
+void attention_fwd(void* out, float* lse, const void* qkv, int B, int T, int NH, int NKV, int hs,
                    DType dtype, cudaStream_t stream) {
-  STRATA_ASSERT(B >= 0 && T >= 0 && C >= 0);
-  if (B == 0 || T == 0 || C == 0) return;
-  const int hs = head_size(C, NH);
+  check_heads(NH, NKV, hs, "attention_fwd");
+  STRATA_ASSERT(B >= 0 && T >= 0);
+  if (B == 0 || T == 0) return;
   STRATA_ASSERT(out != nullptr && qkv != nullptr);
-  const std::int64_t row3 = 3 * static_cast<std::int64_t>(C);
+  if (detail::flash_supported(dtype, hs)) {
+    STRATA_ASSERT(detail::flash_aligned(out) && detail::flash_aligned(qkv),
+                  "attention_fwd: bf16/fp16 tensors must be 16-byte aligned");
+    detail::flash_attention_fwd(out, lse, qkv, B, T, NH, NKV, hs, dtype, stream);
+    return;
+  }
+  const int C = NH * hs;
+  const std::int64_t row = static_cast<std::int64_t>(NH + 2 * NKV) * hs;
   detail::dispatch_dtype(dtype, [&](auto tag) {
     using E = typename decltype(tag)::type;
     const E* base = static_cast<const E*>(qkv);
-    const FwdArgs a{base,  base + C,  base + 2 * C, row3, row3 * T, row3, row3 * T, out, lse, T,
-                    0,     C,         NH,           hs,   1.0f / sqrtf(static_cast<float>(hs))};
+    const FwdArgs a{base, base + C, base + C + NKV * hs, row, row * T, row, row * T, out, lse, T,
+                    0,    C,        NH,                  hs,  NH / NKV,
+                    1.0f / sqrtf(static_cast<float>(hs))};
     launch_fwd<E>(a, B, stream);
   });
 }
 
 void attention_bwd(void* dqkv, const void* dout, const void* qkv, const void* out,
-                   const float* lse, int B, int T, int C, int NH, DType dtype,
+                   const float* lse, int B, int T, int NH, int NKV, int hs, DType dtype,
                    cudaStream_t stream) {
-  STRATA_ASSERT(B >= 0 && T >= 0 && C >= 0);
-  if (B == 0 || T == 0 || C == 0) return;
-  const int hs = head_size(C, NH);
+  check_heads(NH, NKV, hs, "attention_bwd");
+  STRATA_ASSERT(B >= 0 && T >= 0);
+  if (B == 0 || T == 0) return;
   STRATA_ASSERT(dqkv != nullptr && dout != nullptr && qkv != nullptr && out != nullptr &&
                 lse != nullptr);
+  const bool flash = detail::flash_supported(dtype, hs);
+  STRATA_ASSERT(!flash || (detail::flash_aligned(dqkv) && detail::flash_aligned(dout) &&
+                           detail::flash_aligned(qkv)),
+                "attention_bwd: bf16/fp16 tensors must be 16-byte aligned");
+  const int C = NH * hs;
   const std::int64_t rows = static_cast<std::int64_t>(B) * T * NH;
   detail::StreamScratch scratch(static_cast<std::size_t>(rows) * sizeof(float), stream);
-  const BwdArgs a{dqkv, dout, qkv, out, lse, scratch.as<float>(), T, C, NH, hs,
+  const BwdArgs a{dqkv, dout, qkv, out, lse, scratch.as<float>(), T, C, NH, NKV, hs,
                   1.0f / sqrtf(static_cast<float>(hs))};
   const int ks = hs | 1;
   const std::size_t smem_dq =
@@ -442,6 +484,11 @@ void attention_bwd(void* dqkv, const void* dout, const void* qkv, const void* ou
         scratch.as<float>(), static_cast<const E*>(dout), static_cast<const E*>(out), B, T, C,
         NH, hs);
     CUDA_CHECK_LAUNCH();
+    if (flash) {
+      detail::flash_attention_bwd(dqkv, dout, qkv, lse, scratch.as<float>(), B, T, NH, NKV, hs,
+                                  dtype, stream);
+      return;
+    }
     dispatch_dims(hs, [&](auto dims) {
       constexpr int kDPL = decltype(dims)::value;
       auto dq_kernel = attn_bwd_dq_kernel<E, kDPL>;
@@ -450,7 +497,7 @@ void attention_bwd(void* dqkv, const void* dout, const void* qkv, const void* ou
       CUDA_CHECK_LAUNCH();
       auto dkv_kernel = attn_bwd_dkv_kernel<E, kDPL>;
       detail::allow_dynamic_smem(dkv_kernel, smem_dkv);
-      dkv_kernel<<<tile_grid(T, NH, B), kThreads, smem_dkv, stream>>>(a);
+      dkv_kernel<<<tile_grid(T, NKV, B), kThreads, smem_dkv, stream>>>(a);
       CUDA_CHECK_LAUNCH();
     });
   });
@@ -458,25 +505,27 @@ void attention_bwd(void* dqkv, const void* dout, const void* qkv, const void* ou
 }
 
 void attention_decode(void* out, void* k_cache, void* v_cache, const void* qkv, int B,
-                      int T_new, int past, int max_T, int C, int NH, DType dtype,
+                      int T_new, int past, int max_T, int NH, int NKV, int hs, DType dtype,
                       cudaStream_t stream) {
-  STRATA_ASSERT(B >= 0 && T_new >= 0 && past >= 0 && C >= 0);
+  check_heads(NH, NKV, hs, "attention_decode");
+  STRATA_ASSERT(B >= 0 && T_new >= 0 && past >= 0);
   STRATA_ASSERT(past + T_new <= max_T, "attention_decode: past + T_new > max_T");
-  if (B == 0 || T_new == 0 || C == 0) return;
-  const int hs = head_size(C, NH);
+  if (B == 0 || T_new == 0) return;
   STRATA_ASSERT(out != nullptr && k_cache != nullptr && v_cache != nullptr && qkv != nullptr);
-  const std::int64_t row3 = 3 * static_cast<std::int64_t>(C);
+  const int C = NH * hs, KVC = NKV * hs;  // channels of out, of a cache position
+  const std::int64_t row = static_cast<std::int64_t>(C) + 2 * KVC;
   detail::dispatch_dtype(dtype, [&](auto tag) {
     using E = typename decltype(tag)::type;
-    const std::int64_t n = static_cast<std::int64_t>(B) * T_new * C;
+    const std::int64_t n = static_cast<std::int64_t>(B) * T_new * KVC;
     kv_append_kernel<E><<<detail::grid_stride_blocks(n, kThreads), kThreads, 0, stream>>>(
         static_cast<E*>(k_cache), static_cast<E*>(v_cache), static_cast<const E*>(qkv), T_new,
-        past, max_T, C, n);
+        past, max_T, KVC, C, row, n);
     CUDA_CHECK_LAUNCH();
-    const std::int64_t kv_batch = static_cast<std::int64_t>(max_T) * C;
-    const FwdArgs a{qkv,      k_cache,  v_cache, row3, row3 * T_new,
-                    C,        kv_batch, out,     nullptr, T_new,
-                    past,     C,        NH,      hs,   1.0f / sqrtf(static_cast<float>(hs))};
+    const std::int64_t kv_batch = static_cast<std::int64_t>(max_T) * KVC;
+    const FwdArgs a{qkv,      k_cache,  v_cache, row,     row * T_new,
+                    KVC,      kv_batch, out,     nullptr, T_new,
+                    past,     C,        NH,      hs,      NH / NKV,
+                    1.0f / sqrtf(static_cast<float>(hs))};
     launch_fwd<E>(a, B, stream);
   });
 }

@@ -34,14 +34,23 @@ void matmul_bwd(void* dinp, void* dweight, void* dbias, const void* dout, const 
                 const void* weight, std::int64_t N, int C, int OC, DType dtype,
                 cudaStream_t stream);
 
-void attention_fwd(void* out, float* lse, const void* qkv, int B, int T, int C, int NH,
+// Attention: the layout of kernels/host/attention.h (qkv (B, T, (NH + 2 NKV) hs), query head h
+// uses key/value head h / (NH / NKV)). bf16 and fp16 with head size 64 or 128 run on tensor
+// cores (FlashAttention-2: kernels/cuda/attention_flash_*.cu, fp32 accumulation and softmax);
+// fp32 and other head sizes (<= 256) on the fp32 CUDA-core kernels (kernels/cuda/attention.cu).
+// Both backwards are deterministic (no atomics). Decoding always takes the fp32 kernels.
+void attention_fwd(void* out, float* lse, const void* qkv, int B, int T, int NH, int NKV, int hs,
                    DType dtype, cudaStream_t stream);
 void attention_bwd(void* dqkv, const void* dout, const void* qkv, const void* out,
-                   const float* lse, int B, int T, int C, int NH, DType dtype,
+                   const float* lse, int B, int T, int NH, int NKV, int hs, DType dtype,
                    cudaStream_t stream);
 void attention_decode(void* out, void* k_cache, void* v_cache, const void* qkv, int B,
-                      int T_new, int past, int max_T, int C, int NH, DType dtype,
+                      int T_new, int past, int max_T, int NH, int NKV, int hs, DType dtype,
                       cudaStream_t stream);
+
+// Which kernels attention_fwd / attention_bwd take for (dtype, hs): for tests and benchmarks.
+enum class AttentionKernel { flash_tensor_core, fp32_cuda_core };
+AttentionKernel attention_kernel(DType dtype, int hs);
 
 void gelu_fwd(void* out, const void* inp, std::int64_t n, DType dtype, cudaStream_t stream);
 void gelu_bwd(void* dinp, const void* inp, const void* dout, std::int64_t n, DType dtype,

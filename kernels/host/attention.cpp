@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
@@ -22,28 +23,47 @@ struct HeadRows {
   float* row(std::size_t t) { return data.data() + t * hs; }
 };
 
-// Rows [0, T) of head h of sequence b from a (B, T, stride) array; `part` selects q (0), k (1)
-// or v (2) of qkv (stride 3C), or the only part of a (B, T, C) array (stride C, part 0).
-void gather(HeadRows& dst, const void* src, DType dtype, int b, int T, std::size_t stride,
-            int part, int h, std::size_t C, std::size_t hs) {
+// Rows [0, rows) of one head of sequence b from a (B, T, stride) array, the head's hs channels
+// starting at channel col.
+void gather(HeadRows& dst, const void* src, DType dtype, int b, int T, int rows,
+            std::size_t stride, std::size_t col, std::size_t hs) {
   dst.hs = hs;
-  dst.data.resize(static_cast<std::size_t>(T) * hs);
-  for (int t = 0; t < T; ++t) {
-    const std::size_t off = (static_cast<std::size_t>(b) * T + t) * stride +
-                            static_cast<std::size_t>(part) * C + static_cast<std::size_t>(h) * hs;
+  dst.data.resize(static_cast<std::size_t>(rows) * hs);
+  for (int t = 0; t < rows; ++t) {
+    const std::size_t off = (static_cast<std::size_t>(b) * T + t) * stride + col;
     load_row(src, dtype, off, hs, dst.row(static_cast<std::size_t>(t)));
   }
 }
 
 // The inverse of gather.
 void scatter(const HeadRows& src, void* dst, DType dtype, int b, int T, std::size_t stride,
-             int part, int h, std::size_t C, std::size_t hs) {
+             std::size_t col, std::size_t hs) {
   for (int t = 0; t < T; ++t) {
-    const std::size_t off = (static_cast<std::size_t>(b) * T + t) * stride +
-                            static_cast<std::size_t>(part) * C + static_cast<std::size_t>(h) * hs;
+    const std::size_t off = (static_cast<std::size_t>(b) * T + t) * stride + col;
     store_row(src.row(static_cast<std::size_t>(t)), dst, dtype, off, hs);
   }
 }
+
+// The channel layout of one token of qkv, (NH + 2 NKV) hs channels: [q | k | v].
+struct Heads {
+  std::size_t NH, NKV, hs;
+  Heads(int nh, int nkv, int head_size, const char* op)
+      : NH(static_cast<std::size_t>(nh)), NKV(static_cast<std::size_t>(nkv)),
+        hs(static_cast<std::size_t>(head_size)) {
+    if (nh <= 0 || nkv <= 0 || head_size <= 0 || nh % nkv != 0)
+      throw Error("attention: " + std::to_string(nh) + " query heads, " + std::to_string(nkv) +
+                      " key/value heads, head size " + std::to_string(head_size) +
+                      ": the heads must be positive and NH a multiple of NKV",
+                  std::string("kernels::host::") + op,
+                  "check n_head / n_kv_head in the model config");
+  }
+  std::size_t group() const { return NH / NKV; }      // query heads per key/value head
+  std::size_t row() const { return (NH + 2 * NKV) * hs; }  // channels per token of qkv
+  std::size_t q_col(std::size_t h) const { return h * hs; }
+  std::size_t k_col(std::size_t g) const { return (NH + g) * hs; }
+  std::size_t v_col(std::size_t g) const { return (NH + NKV + g) * hs; }
+  std::size_t kv_of(std::size_t h) const { return h / group(); }
+};
 
 // a . b in fp32 with kLanes independent partial sums (lane k sums the elements i = k mod
 // kLanes, in order), combined pairwise: a fixed order, so the bits do not depend on the build's
@@ -88,11 +108,9 @@ float attend(const float* q, const HeadRows& K, const HeadRows& V, std::size_t n
 
 }  // namespace
 
-void attention_fwd(void* out, float* lse, const void* qkv, int B, int T, int C, int NH,
+void attention_fwd(void* out, float* lse, const void* qkv, int B, int T, int NH, int NKV, int hs,
                    DType dtype) {
-  STRATA_ASSERT(NH > 0 && C % NH == 0, "C must be a multiple of NH");
-  const auto Cs = static_cast<std::size_t>(C);
-  const std::size_t hs = Cs / static_cast<std::size_t>(NH);
+  const Heads H(NH, NKV, hs, "attention_fwd");
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const int BH = B * NH;
 #pragma omp parallel
@@ -101,94 +119,101 @@ void attention_fwd(void* out, float* lse, const void* qkv, int B, int T, int C, 
     std::vector<float> scores(static_cast<std::size_t>(T));
 #pragma omp for schedule(dynamic, 1)
     for (int bh = 0; bh < BH; ++bh) {
-      const int b = bh / NH, h = bh % NH;
-      gather(Q, qkv, dtype, b, T, 3 * Cs, 0, h, Cs, hs);
-      gather(K, qkv, dtype, b, T, 3 * Cs, 1, h, Cs, hs);
-      gather(V, qkv, dtype, b, T, 3 * Cs, 2, h, Cs, hs);
-      O.hs = hs;
-      O.data.resize(static_cast<std::size_t>(T) * hs);
+      const int b = bh / NH;
+      const auto h = static_cast<std::size_t>(bh % NH);
+      gather(Q, qkv, dtype, b, T, T, H.row(), H.q_col(h), H.hs);
+      gather(K, qkv, dtype, b, T, T, H.row(), H.k_col(H.kv_of(h)), H.hs);
+      gather(V, qkv, dtype, b, T, T, H.row(), H.v_col(H.kv_of(h)), H.hs);
+      O.hs = H.hs;
+      O.data.resize(static_cast<std::size_t>(T) * H.hs);
       for (int t = 0; t < T; ++t) {
         const auto ts = static_cast<std::size_t>(t);
         const float l = attend(Q.row(ts), K, V, ts + 1, scale, scores.data(), O.row(ts));
         if (lse != nullptr) lse[static_cast<std::size_t>(bh) * static_cast<std::size_t>(T) + ts] = l;
       }
-      scatter(O, out, dtype, b, T, Cs, 0, h, Cs, hs);
+      scatter(O, out, dtype, b, T, H.NH * H.hs, H.q_col(h), H.hs);
     }
   }
 }
 
 void attention_bwd(void* dqkv, const void* dout, const void* qkv, const void* out,
-                   const float* lse, int B, int T, int C, int NH, DType dtype) {
-  STRATA_ASSERT(NH > 0 && C % NH == 0, "C must be a multiple of NH");
+                   const float* lse, int B, int T, int NH, int NKV, int hs, DType dtype) {
+  const Heads H(NH, NKV, hs, "attention_bwd");
   STRATA_ASSERT(lse != nullptr || B * T == 0, "attention_bwd needs the forward's lse");
-  const auto Cs = static_cast<std::size_t>(C);
-  const std::size_t hs = Cs / static_cast<std::size_t>(NH);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  const int BH = B * NH;
-  // Per (b, h), with P recomputed from the lse: for query t and key j <= t,
+  const std::size_t C = H.NH * H.hs;  // channels of out and dout
+  const int BG = B * NKV;
+  // Per (b, query head h), with P recomputed from the lse: for query t and key j <= t,
   //   dV[j] += P[t,j] dO[t];  dP = dO[t].V[j];  dS = P[t,j] (dP - D[t]),  D[t] = dO[t].O[t];
   //   dQ[t] += dS K[j] scale;  dK[j] += dS Q[t] scale.
-  // Each (b, h) owns its channels of dqkv: no two threads write the same element.
+  // A work item is (b, key/value head g): it runs the group's query heads in order and
+  // accumulates dK and dV over them in fp32, so it owns its channels of dqkv (no two threads
+  // write the same element) and the summation order is fixed.
 #pragma omp parallel
   {
     HeadRows Q, K, V, O, dO, dQ, dK, dV;
 #pragma omp for schedule(dynamic, 1)
-    for (int bh = 0; bh < BH; ++bh) {
-      const int b = bh / NH, h = bh % NH;
-      gather(Q, qkv, dtype, b, T, 3 * Cs, 0, h, Cs, hs);
-      gather(K, qkv, dtype, b, T, 3 * Cs, 1, h, Cs, hs);
-      gather(V, qkv, dtype, b, T, 3 * Cs, 2, h, Cs, hs);
-      gather(O, out, dtype, b, T, Cs, 0, h, Cs, hs);
-      gather(dO, dout, dtype, b, T, Cs, 0, h, Cs, hs);
-      for (HeadRows* g : {&dQ, &dK, &dV}) {
-        g->hs = hs;
-        g->data.assign(static_cast<std::size_t>(T) * hs, 0.0f);
+    for (int bg = 0; bg < BG; ++bg) {
+      const int b = bg / NKV;
+      const auto g = static_cast<std::size_t>(bg % NKV);
+      gather(K, qkv, dtype, b, T, T, H.row(), H.k_col(g), H.hs);
+      gather(V, qkv, dtype, b, T, T, H.row(), H.v_col(g), H.hs);
+      for (HeadRows* a : {&dK, &dV}) {
+        a->hs = H.hs;
+        a->data.assign(static_cast<std::size_t>(T) * H.hs, 0.0f);
       }
-      for (int t = 0; t < T; ++t) {
-        const auto ts = static_cast<std::size_t>(t);
-        const float l = lse[static_cast<std::size_t>(bh) * static_cast<std::size_t>(T) + ts];
-        const float* q = Q.row(ts);
-        const float* go = dO.row(ts);
-        const float D = dot(go, O.row(ts), hs);
-        float* gq = dQ.row(ts);
-        for (std::size_t j = 0; j <= ts; ++j) {
-          const float p = std::exp(dot(q, K.row(j), hs) * scale - l);
-          const float dp = dot(go, V.row(j), hs);
-          const float ds = p * (dp - D) * scale;
-          float* gv = dV.row(j);
-          float* gk = dK.row(j);
-          const float* k = K.row(j);
-          for (std::size_t d = 0; d < hs; ++d) {
-            gv[d] += p * go[d];
-            gq[d] += ds * k[d];
-            gk[d] += ds * q[d];
+      for (std::size_t h = g * H.group(); h < (g + 1) * H.group(); ++h) {
+        gather(Q, qkv, dtype, b, T, T, H.row(), H.q_col(h), H.hs);
+        gather(O, out, dtype, b, T, T, C, H.q_col(h), H.hs);
+        gather(dO, dout, dtype, b, T, T, C, H.q_col(h), H.hs);
+        dQ.hs = H.hs;
+        dQ.data.assign(static_cast<std::size_t>(T) * H.hs, 0.0f);
+        const float* lse_bh = lse + (static_cast<std::size_t>(b) * H.NH + h) * static_cast<std::size_t>(T);
+        for (int t = 0; t < T; ++t) {
+          const auto ts = static_cast<std::size_t>(t);
+          const float l = lse_bh[ts];
+          const float* q = Q.row(ts);
+          const float* go = dO.row(ts);
+          const float D = dot(go, O.row(ts), H.hs);
+          float* gq = dQ.row(ts);
+          for (std::size_t j = 0; j <= ts; ++j) {
+            const float p = std::exp(dot(q, K.row(j), H.hs) * scale - l);
+            const float dp = dot(go, V.row(j), H.hs);
+            const float ds = p * (dp - D) * scale;
+            float* gv = dV.row(j);
+            float* gk = dK.row(j);
+            const float* k = K.row(j);
+            for (std::size_t d = 0; d < H.hs; ++d) {
+              gv[d] += p * go[d];
+              gq[d] += ds * k[d];
+              gk[d] += ds * q[d];
+            }
           }
         }
+        scatter(dQ, dqkv, dtype, b, T, H.row(), H.q_col(h), H.hs);
       }
-      scatter(dQ, dqkv, dtype, b, T, 3 * Cs, 0, h, Cs, hs);
-      scatter(dK, dqkv, dtype, b, T, 3 * Cs, 1, h, Cs, hs);
-      scatter(dV, dqkv, dtype, b, T, 3 * Cs, 2, h, Cs, hs);
+      scatter(dK, dqkv, dtype, b, T, H.row(), H.k_col(g), H.hs);
+      scatter(dV, dqkv, dtype, b, T, H.row(), H.v_col(g), H.hs);
     }
   }
 }
 
 void attention_decode(void* out, void* k_cache, void* v_cache, const void* qkv, int B,
-                      int T_new, int past, int max_T, int C, int NH, DType dtype) {
-  STRATA_ASSERT(NH > 0 && C % NH == 0, "C must be a multiple of NH");
+                      int T_new, int past, int max_T, int NH, int NKV, int hs, DType dtype) {
+  const Heads H(NH, NKV, hs, "attention_decode");
   STRATA_ASSERT(past >= 0 && T_new >= 0 && past + T_new <= max_T, "KV cache overflow");
-  const auto Cs = static_cast<std::size_t>(C);
   const std::size_t es = dtype_size(dtype);
+  const std::size_t kv_row = H.NKV * H.hs;  // channels per position of a cache
   // Append the new keys and values: cache[b, past + t, :] = k / v of new token t.
   for (int b = 0; b < B; ++b) {
     for (int t = 0; t < T_new; ++t) {
-      const std::size_t src = (static_cast<std::size_t>(b) * T_new + t) * 3 * Cs;
-      const std::size_t dst = (static_cast<std::size_t>(b) * max_T + past + t) * Cs;
+      const std::size_t src = (static_cast<std::size_t>(b) * T_new + t) * H.row();
+      const std::size_t dst = (static_cast<std::size_t>(b) * max_T + past + t) * kv_row;
       const auto* s = static_cast<const std::byte*>(qkv);
-      std::copy_n(s + (src + Cs) * es, Cs * es, static_cast<std::byte*>(k_cache) + dst * es);
-      std::copy_n(s + (src + 2 * Cs) * es, Cs * es, static_cast<std::byte*>(v_cache) + dst * es);
+      std::copy_n(s + (src + H.k_col(0)) * es, kv_row * es, static_cast<std::byte*>(k_cache) + dst * es);
+      std::copy_n(s + (src + H.v_col(0)) * es, kv_row * es, static_cast<std::byte*>(v_cache) + dst * es);
     }
   }
-  const std::size_t hs = Cs / static_cast<std::size_t>(NH);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const int total = past + T_new;
   const int BH = B * NH;
@@ -198,24 +223,19 @@ void attention_decode(void* out, void* k_cache, void* v_cache, const void* qkv, 
     std::vector<float> scores(static_cast<std::size_t>(total));
 #pragma omp for schedule(dynamic, 1)
     for (int bh = 0; bh < BH; ++bh) {
-      const int b = bh / NH, h = bh % NH;
-      gather(Q, qkv, dtype, b, T_new, 3 * Cs, 0, h, Cs, hs);
-      // The cache is (B, max_T, C): rows [0, total) of sequence b.
-      K.hs = V.hs = hs;
-      K.data.resize(static_cast<std::size_t>(total) * hs);
-      V.data.resize(static_cast<std::size_t>(total) * hs);
-      for (int t = 0; t < total; ++t) {
-        const std::size_t off = (static_cast<std::size_t>(b) * max_T + t) * Cs + static_cast<std::size_t>(h) * hs;
-        load_row(k_cache, dtype, off, hs, K.row(static_cast<std::size_t>(t)));
-        load_row(v_cache, dtype, off, hs, V.row(static_cast<std::size_t>(t)));
-      }
-      O.hs = hs;
-      O.data.resize(static_cast<std::size_t>(T_new) * hs);
+      const int b = bh / NH;
+      const auto h = static_cast<std::size_t>(bh % NH);
+      gather(Q, qkv, dtype, b, T_new, T_new, H.row(), H.q_col(h), H.hs);
+      // The caches are (B, max_T, NKV hs): rows [0, total) of sequence b, head kv_of(h).
+      gather(K, k_cache, dtype, b, max_T, total, kv_row, H.kv_of(h) * H.hs, H.hs);
+      gather(V, v_cache, dtype, b, max_T, total, kv_row, H.kv_of(h) * H.hs, H.hs);
+      O.hs = H.hs;
+      O.data.resize(static_cast<std::size_t>(T_new) * H.hs);
       for (int t = 0; t < T_new; ++t) {
         const auto ts = static_cast<std::size_t>(t);
         attend(Q.row(ts), K, V, static_cast<std::size_t>(past + t) + 1, scale, scores.data(), O.row(ts));
       }
-      scatter(O, out, dtype, b, T_new, Cs, 0, h, Cs, hs);
+      scatter(O, out, dtype, b, T_new, H.NH * H.hs, H.q_col(h), H.hs);
     }
   }
 }

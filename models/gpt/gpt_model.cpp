@@ -294,7 +294,8 @@ void GptModel::block_forward(const BlockParams& p, const BlockActs& a, const voi
   ops::layernorm_fwd(compute_, a.ln1, a.ln1_mean, a.ln1_rstd, res_in, p.t[kLn1W], p.t[kLn1B], BT,
                      C, eps, dt);
   ops::matmul_fwd(compute_, a.qkv, a.ln1, p.t[kQkvW], p.t[kQkvB], BT, C, 3 * C, dt);
-  ops::attention_fwd(compute_, a.atty, a.lse, a.qkv, B, T, C, NH, dt);
+  // GPT-2 has as many key/value heads as query heads (NKV = NH).
+  ops::attention_fwd(compute_, a.atty, a.lse, a.qkv, B, T, NH, NH, C / NH, dt);
   ops::matmul_fwd(compute_, acts_->proj, a.atty, p.t[kAttProjW], p.t[kAttProjB], BT, C, C, dt);
   ops::residual_fwd(compute_, a.res2, res_in, acts_->proj, BT * C, dt);
   ops::layernorm_fwd(compute_, a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, p.t[kLn2W], p.t[kLn2B], BT,
@@ -324,7 +325,7 @@ void GptModel::block_backward(const BlockParams& p, const BlockParams& g, const 
   // Attention: res2 = res_in + c_proj(attn(c_attn(ln_1(res_in)))); dres becomes d(res_in).
   ops::matmul_bwd(compute_, s.dbtc, gw(kAttProjW), gw(kAttProjB), s.dres, a.atty,
                   p.t[kAttProjW], BT, C, C, dt);
-  ops::attention_bwd(compute_, s.dqkv, s.dbtc, a.qkv, a.atty, a.lse, B, T, C, NH, dt);
+  ops::attention_bwd(compute_, s.dqkv, s.dbtc, a.qkv, a.atty, a.lse, B, T, NH, NH, C / NH, dt);
   ops::matmul_bwd(compute_, s.dbtc, gw(kQkvW), gw(kQkvB), s.dqkv, a.ln1, p.t[kQkvW], BT, C,
                   3 * C, dt);
   ops::layernorm_bwd(compute_, s.dres, gw(kLn1W), gw(kLn1B), s.dbtc, res_in, p.t[kLn1W],
@@ -511,7 +512,7 @@ void GptModel::forward_decode(GptKvCache& cache, const std::int32_t* tokens, int
     ops::matmul_fwd(compute_, qkv, ln, p.t[kQkvW], p.t[kQkvB], N, C, 3 * C, dt);
     ops::attention_decode(compute_, atty, cache.k_[static_cast<std::size_t>(l)].data(),
                           cache.v_[static_cast<std::size_t>(l)].data(), qkv, B, T_new,
-                          cache.length(), cache.max_T(), C, NH, dt);
+                          cache.length(), cache.max_T(), NH, NH, C / NH, dt);
     ops::matmul_fwd(compute_, proj, atty, p.t[kAttProjW], p.t[kAttProjB], N, C, C, dt);
     ops::residual_fwd(compute_, x, x, proj, N * C, dt);
     ops::layernorm_fwd(compute_, ln, nullptr, nullptr, x, p.t[kLn2W], p.t[kLn2B], N, C, eps, dt);

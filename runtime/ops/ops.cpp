@@ -92,38 +92,40 @@ void matmul_bwd(device::Stream& s, void* dinp, void* dweight, void* dbias, const
               "matmul_bwd");
 }
 
-void attention_fwd(device::Stream& s, void* out, float* lse, const void* qkv, int B, int T, int C,
-                   int NH, DType dtype) {
+void attention_fwd(device::Stream& s, void* out, float* lse, const void* qkv, int B, int T, int NH,
+                   int NKV, int hs, DType dtype) {
   const OpScope scope(s, "attention_fwd");
   if (cudaStream_t cs = cuda_stream(s)) {
-    CUDA_OP(kc::attention_fwd(out, lse, qkv, B, T, C, NH, dtype, cs));
+    CUDA_OP(kc::attention_fwd(out, lse, qkv, B, T, NH, NKV, hs, dtype, cs));
     return;
   }
-  s.host_task([=] { kh::attention_fwd(out, lse, qkv, B, T, C, NH, dtype); }, "attention_fwd");
+  s.host_task([=] { kh::attention_fwd(out, lse, qkv, B, T, NH, NKV, hs, dtype); },
+              "attention_fwd");
 }
 
 void attention_bwd(device::Stream& s, void* dqkv, const void* dout, const void* qkv, const void* out,
-                   const float* lse, int B, int T, int C, int NH, DType dtype) {
+                   const float* lse, int B, int T, int NH, int NKV, int hs, DType dtype) {
   const OpScope scope(s, "attention_bwd");
   if (cudaStream_t cs = cuda_stream(s)) {
-    CUDA_OP(kc::attention_bwd(dqkv, dout, qkv, out, lse, B, T, C, NH, dtype, cs));
+    CUDA_OP(kc::attention_bwd(dqkv, dout, qkv, out, lse, B, T, NH, NKV, hs, dtype, cs));
     return;
   }
-  s.host_task([=] { kh::attention_bwd(dqkv, dout, qkv, out, lse, B, T, C, NH, dtype); },
+  s.host_task([=] { kh::attention_bwd(dqkv, dout, qkv, out, lse, B, T, NH, NKV, hs, dtype); },
               "attention_bwd");
 }
 
 void attention_decode(device::Stream& s, void* out, void* k_cache, void* v_cache, const void* qkv,
-                      int B, int T_new, int past, int max_T, int C, int NH, DType dtype) {
+                      int B, int T_new, int past, int max_T, int NH, int NKV, int hs, DType dtype) {
   const OpScope scope(s, "attention_decode");
   if (cudaStream_t cs = cuda_stream(s)) {
-    CUDA_OP(kc::attention_decode(out, k_cache, v_cache, qkv, B, T_new, past, max_T, C, NH, dtype,
-                                 cs));
+    CUDA_OP(kc::attention_decode(out, k_cache, v_cache, qkv, B, T_new, past, max_T, NH, NKV, hs,
+                                 dtype, cs));
     return;
   }
   s.host_task(
       [=] {
-        kh::attention_decode(out, k_cache, v_cache, qkv, B, T_new, past, max_T, C, NH, dtype);
+        kh::attention_decode(out, k_cache, v_cache, qkv, B, T_new, past, max_T, NH, NKV, hs,
+                             dtype);
       },
       "attention_decode");
 }

@@ -31,12 +31,13 @@ void matmul_bwd(device::Stream& s, void* dinp, void* dweight, void* dbias, const
                 const void* inp, const void* weight, std::int64_t N, int C, int OC,
                 DType dtype);
 
-void attention_fwd(device::Stream& s, void* out, float* lse, const void* qkv, int B, int T, int C,
-                   int NH, DType dtype);
+// Attention with NKV key/value heads (NKV = NH for GPT-2): see kernels/host/attention.h.
+void attention_fwd(device::Stream& s, void* out, float* lse, const void* qkv, int B, int T, int NH,
+                   int NKV, int hs, DType dtype);
 void attention_bwd(device::Stream& s, void* dqkv, const void* dout, const void* qkv, const void* out,
-                   const float* lse, int B, int T, int C, int NH, DType dtype);
+                   const float* lse, int B, int T, int NH, int NKV, int hs, DType dtype);
 void attention_decode(device::Stream& s, void* out, void* k_cache, void* v_cache, const void* qkv,
-                      int B, int T_new, int past, int max_T, int C, int NH, DType dtype);
+                      int B, int T_new, int past, int max_T, int NH, int NKV, int hs, DType dtype);
 
 void gelu_fwd(device::Stream& s, void* out, const void* inp, std::int64_t n, DType dtype);
 void gelu_bwd(device::Stream& s, void* dinp, const void* inp, const void* dout, std::int64_t n,

@@ -341,9 +341,9 @@ TEST(KernelsCuda, Attention) {
       const Bytes qkv = random_bytes(t, 3 * n, 31, -2.0f, 2.0f);
       Bytes out(n * dtype_size(t)), lse(n_stat * 4);
       host::attention_fwd(out.data(), reinterpret_cast<float*>(lse.data()), qkv.data(), s.B, s.T,
-                          s.C, s.NH, t);
+                          s.NH, s.NH, s.C / s.NH, t);
       DeviceBuffer d_qkv(qkv), d_out(out.size()), d_lse(lse.size());
-      dev::attention_fwd(d_out.get(), d_lse.as<float>(), d_qkv.get(), s.B, s.T, s.C, s.NH, t,
+      dev::attention_fwd(d_out.get(), d_lse.as<float>(), d_qkv.get(), s.B, s.T, s.NH, s.NH, s.C / s.NH, t,
                          stream.s);
       check_out("attention_fwd", shape, t, "out", d_out.download(), out);
       check_stat("attention_fwd", shape, t, "lse", d_lse.download(), lse);
@@ -352,15 +352,16 @@ TEST(KernelsCuda, Attention) {
       const Bytes dout = random_bytes(t, n, 32);
       Bytes dqkv(3 * n * dtype_size(t));
       host::attention_bwd(dqkv.data(), dout.data(), qkv.data(), out.data(),
-                          reinterpret_cast<const float*>(lse.data()), s.B, s.T, s.C, s.NH, t);
+                          reinterpret_cast<const float*>(lse.data()), s.B, s.T, s.NH, s.NH,
+                          s.C / s.NH, t);
       DeviceBuffer d_dout(dout), d_hout(out), d_hlse(lse), d_dqkv(random_bytes(t, 3 * n, 33));
       dev::attention_bwd(d_dqkv.get(), d_dout.get(), d_qkv.get(), d_hout.get(),
-                         d_hlse.as<float>(), s.B, s.T, s.C, s.NH, t, stream.s);
+                         d_hlse.as<float>(), s.B, s.T, s.NH, s.NH, s.C / s.NH, t, stream.s);
       const Bytes got = d_dqkv.download();
       check_out("attention_bwd", shape, t, "dqkv", got, dqkv);
       DeviceBuffer d_again(dqkv.size());
       dev::attention_bwd(d_again.get(), d_dout.get(), d_qkv.get(), d_hout.get(),
-                         d_hlse.as<float>(), s.B, s.T, s.C, s.NH, t, stream.s);
+                         d_hlse.as<float>(), s.B, s.T, s.NH, s.NH, s.C / s.NH, t, stream.s);
       EXPECT_EQ(d_again.download(), got) << "attention_bwd is not deterministic";
     }
   }
@@ -385,9 +386,9 @@ TEST(KernelsCuda, AttentionDecode) {
       DeviceBuffer d_qkv(qkv), d_k(k_cache), d_v(v_cache), d_out(n * dtype_size(t));
       Bytes out(n * dtype_size(t));
       host::attention_decode(out.data(), k_cache.data(), v_cache.data(), qkv.data(), s.B, s.T_new,
-                             s.past, s.max_T, s.C, s.NH, t);
+                             s.past, s.max_T, s.NH, s.NH, s.C / s.NH, t);
       dev::attention_decode(d_out.get(), d_k.get(), d_v.get(), d_qkv.get(), s.B, s.T_new, s.past,
-                            s.max_T, s.C, s.NH, t, stream.s);
+                            s.max_T, s.NH, s.NH, s.C / s.NH, t, stream.s);
       check_out("attention_decode", shape, t, "out", d_out.download(), out);
       EXPECT_EQ(d_k.download(), k_cache) << shape << ": k_cache differs from the host's";
       EXPECT_EQ(d_v.download(), v_cache) << shape << ": v_cache differs from the host's";
@@ -603,7 +604,7 @@ TEST(KernelsCuda, ZeroSizesAreNoOps) {
   dev::layernorm_fwd(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 768, 1e-5f,
                      DType::f32, stream.s);
   dev::softmax_xent_fwd(nullptr, nullptr, nullptr, 0, 50257, 50304, DType::f32, stream.s);
-  dev::attention_fwd(nullptr, nullptr, nullptr, 0, 64, 768, 12, DType::bf16, stream.s);
+  dev::attention_fwd(nullptr, nullptr, nullptr, 0, 64, 12, 12, 64, DType::bf16, stream.s);
   dev::embedding_bwd(nullptr, nullptr, nullptr, nullptr, 0, 64, 768, DType::f32, stream.s);
   dev::matmul_fwd(nullptr, nullptr, nullptr, nullptr, 0, 768, 2304, DType::f32, stream.s);
   stream.sync();

@@ -262,7 +262,7 @@ void attention_ref(const Vec& qkv, bool causal, double scale, Dbl& out, Dbl& lse
 TEST(KernelsHost, AttentionForwardMatchesReference) {
   const Vec qkv = random_vec(N * 3 * C, 10, -2, 2);
   Vec out(N * C), lse(B * NH * T);
-  host::attention_fwd(out.data(), lse.data(), qkv.data(), B, T, C, NH, DType::f32);
+  host::attention_fwd(out.data(), lse.data(), qkv.data(), B, T, NH, NH, HS, DType::f32);
   Dbl ro, rl;
   attention_ref(qkv, true, 1.0 / std::sqrt(double{HS}), ro, rl);
   EXPECT_LE(rel_err(out, ro), kRefTol);
@@ -442,12 +442,12 @@ TEST(KernelsHost, AttentionBackwardMatchesFiniteDifferences) {
   const Vec R = random_vec(N * C, 51);
   Vec out(N * C), lse(B * NH * T);
   const auto loss = [&] {
-    host::attention_fwd(out.data(), nullptr, qkv.data(), B, T, C, NH, DType::f32);
+    host::attention_fwd(out.data(), nullptr, qkv.data(), B, T, NH, NH, HS, DType::f32);
     return weighted_sum(out, R);
   };
-  host::attention_fwd(out.data(), lse.data(), qkv.data(), B, T, C, NH, DType::f32);
+  host::attention_fwd(out.data(), lse.data(), qkv.data(), B, T, NH, NH, HS, DType::f32);
   Vec dqkv(N * 3 * C);
-  host::attention_bwd(dqkv.data(), R.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH,
+  host::attention_bwd(dqkv.data(), R.data(), qkv.data(), out.data(), lse.data(), B, T, NH, NH, HS,
                       DType::f32);
   const Dbl num = numeric_grad(qkv, loss);
   const char* names[] = {"attention dq", "attention dk", "attention dv"};
@@ -576,9 +576,9 @@ TEST(KernelsHost, GradientsAccumulateOrOverwriteAsDocumented) {
   {  // attention dqkv, gelu dinp, softmax_xent dlogits: overwritten
     const Vec qkv = random_vec(N * 3 * C, 94);
     Vec out(N * C), lse(B * NH * T), d0(N * 3 * C, 0.0f), d(N * 3 * C, nan);
-    host::attention_fwd(out.data(), lse.data(), qkv.data(), B, T, C, NH, DType::f32);
-    host::attention_bwd(d0.data(), R.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH, DType::f32);
-    host::attention_bwd(d.data(), R.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH, DType::f32);
+    host::attention_fwd(out.data(), lse.data(), qkv.data(), B, T, NH, NH, HS, DType::f32);
+    host::attention_bwd(d0.data(), R.data(), qkv.data(), out.data(), lse.data(), B, T, NH, NH, HS, DType::f32);
+    host::attention_bwd(d.data(), R.data(), qkv.data(), out.data(), lse.data(), B, T, NH, NH, HS, DType::f32);
     expect_overwrites("attention dqkv", d, d0);
     Vec g0(N * C, 0.0f), g(N * C, nan);
     host::gelu_bwd(g0.data(), qkv.data(), R.data(), N * C, DType::f32);
@@ -663,15 +663,15 @@ Outputs run_attention(Inputs in) {
   const Bytes qkv = in(MN * 3 * MC, 130, -2, 2), dout = in(MN * MC, 131);
   Bytes out = uninit(MN * MC, in.dt), dqkv = uninit(MN * 3 * MC, in.dt);
   Vec lse(MB * MNH * MT);
-  host::attention_fwd(out.data(), lse.data(), qkv.data(), MB, MT, MC, MNH, in.dt);
-  host::attention_bwd(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), MB, MT, MC, MNH, in.dt);
+  host::attention_fwd(out.data(), lse.data(), qkv.data(), MB, MT, MNH, MNH, MC / MNH, in.dt);
+  host::attention_bwd(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), MB, MT, MNH, MNH, MC / MNH, in.dt);
   // Decoding: a prefix of 6 tokens, then the other 11 at once.
   const std::size_t es = dtype_size(in.dt);
   Bytes kc(MB * MT * MC * es), vc(MB * MT * MC * es);
   const Bytes q1 = token_slice(qkv, MB, MT, 3 * MC * es, 0, 6), q2 = token_slice(qkv, MB, MT, 3 * MC * es, 6, MT);
   Bytes o1(MB * 6 * MC * es), o2(MB * (MT - 6) * MC * es);
-  host::attention_decode(o1.data(), kc.data(), vc.data(), q1.data(), MB, 6, 0, MT, MC, MNH, in.dt);
-  host::attention_decode(o2.data(), kc.data(), vc.data(), q2.data(), MB, MT - 6, 6, MT, MC, MNH, in.dt);
+  host::attention_decode(o1.data(), kc.data(), vc.data(), q1.data(), MB, 6, 0, MT, MNH, MNH, MC / MNH, in.dt);
+  host::attention_decode(o2.data(), kc.data(), vc.data(), q2.data(), MB, MT - 6, 6, MT, MNH, MNH, MC / MNH, in.dt);
   return {{"attention out", in.dt, out}, {"attention lse", DType::f32, f32_bytes(lse)},
           {"attention dqkv", in.dt, dqkv}, {"decode out (prefix)", in.dt, o1},
           {"decode out (rest)", in.dt, o2}, {"decode k_cache", in.dt, kc}, {"decode v_cache", in.dt, vc}};
@@ -837,7 +837,7 @@ TEST(KernelsHost, AttentionDecodeMatchesForwardBitwise) {
     const std::size_t es = dtype_size(dt), row = C * es;
     const Bytes qkv = pack(random_vec(N * 3 * C, 160, -2, 2), dt);
     Bytes full(N * row);
-    host::attention_fwd(full.data(), nullptr, qkv.data(), B, T, C, NH, dt);
+    host::attention_fwd(full.data(), nullptr, qkv.data(), B, T, NH, NH, HS, dt);
     // The cache rows [0, T) of sequence b must hold the k / v of qkv; rows >= T stay untouched.
     const auto expect_cache = [&](const Bytes& cache, int part) {
       for (int b = 0; b < B; ++b)
@@ -852,7 +852,7 @@ TEST(KernelsHost, AttentionDecodeMatchesForwardBitwise) {
     };
     {  // past = 0, T_new = T: the forward itself
       Bytes kc(B * kMaxT * row, 0xA5), vc(B * kMaxT * row, 0xA5), out(N * row);
-      host::attention_decode(out.data(), kc.data(), vc.data(), qkv.data(), B, T, 0, kMaxT, C, NH, dt);
+      host::attention_decode(out.data(), kc.data(), vc.data(), qkv.data(), B, T, 0, kMaxT, NH, NH, HS, dt);
       EXPECT_TRUE(out == full);
       expect_cache(kc, 1);
       expect_cache(vc, 2);
@@ -861,12 +861,12 @@ TEST(KernelsHost, AttentionDecodeMatchesForwardBitwise) {
       Bytes kc(B * kMaxT * row, 0xA5), vc(B * kMaxT * row, 0xA5);
       Bytes out(B * kPrefix * row);
       host::attention_decode(out.data(), kc.data(), vc.data(), token_slice(qkv, B, T, 3 * row, 0, kPrefix).data(),
-                             B, kPrefix, 0, kMaxT, C, NH, dt);
+                             B, kPrefix, 0, kMaxT, NH, NH, HS, dt);
       EXPECT_TRUE(out == token_slice(full, B, T, row, 0, kPrefix));
       for (int t = kPrefix; t < T; ++t) {
         Bytes one(B * row);
         host::attention_decode(one.data(), kc.data(), vc.data(), token_slice(qkv, B, T, 3 * row, t, t + 1).data(),
-                               B, 1, t, kMaxT, C, NH, dt);
+                               B, 1, t, kMaxT, NH, NH, HS, dt);
         EXPECT_TRUE(one == token_slice(full, B, T, row, t, t + 1)) << "token " << t;
       }
       expect_cache(kc, 1);

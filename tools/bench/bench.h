@@ -87,6 +87,22 @@ struct GptBenchOptions {
 
 void bench_gpt(const GptBenchOptions& options);  // bench_gpt.cpp
 
+// `strata bench attention`: the causal attention op, forward + backward, at one shape on a
+// device, against a GEMM of the same FLOPs measured in the same run.
+struct AttentionBenchOptions {
+  int batch = 8;
+  int seq_len = 1024;
+  int heads = 12;                // NH, query heads
+  int kv_heads = 0;              // NKV; 0 = heads (multi-head attention)
+  int head_size = 64;
+  std::string dtype = "bf16";    // fp32, bf16 or fp16
+  int steps = 10;                // timed runs after one warm-up; the median is reported
+  bool json = false;
+  DeviceFlags device;            // --device, --device-memory, --config
+};
+
+void bench_attention(const AttentionBenchOptions& options);  // bench_attention.cpp
+
 // What the `strata train` children of `strata bench step` and `strata bench checkpoint` are run
 // with (tools/bench/bench_children.h); the defaults are bench step's.
 struct TrainChildOptions {
