@@ -25,9 +25,18 @@ for bin in .gpu/bin/test_*; do
   echo "=== $t: rc=$?"
 done
 .gpu/bin/strata info 2>&1 | tee "$out/info.txt"
-# GPT-2 124M fwd+bwd on the GPU vs its largest GEMM and vs PyTorch (the machine's python3).
-for dtype in fp32 bf16; do
-  .gpu/bin/strata bench gpt --preset gpt2 --batch 4 --seq-len 1024 --dtype "$dtype" \
-    --device cuda --python "$(command -v python3)" 2>&1 | tee "$out/bench_gpt_$dtype.txt"
+# GPT-2 124M fwd+bwd on the GPU vs its largest GEMM and vs PyTorch (the machine's python3: HF's
+# GPT2LMHeadModel with SDPA where transformers imports), with the per-op profile; the baseline
+# shape of ../shared/gpu-baseline.md is B 8 x T 1024 bf16. JSON lines in $out/bench_gpt.jsonl.
+for shape in "8 1024 bf16" "4 1024 bf16" "4 1024 fp32"; do
+  read -r b t dtype <<<"$shape"
+  .gpu/bin/strata bench gpt --preset gpt2 --batch "$b" --seq-len "$t" --dtype "$dtype" \
+    --device cuda --python "$(command -v python3)" --profile --json \
+    2>"$out/bench_gpt_${b}x${t}_$dtype.txt" | tee -a "$out/bench_gpt.jsonl"
 done
+# Attention alone (causal, fwd+bwd) vs a GEMM of the same FLOPs: GPT-2's heads, and LLaMA-style
+# GQA at head size 128.
+.gpu/bin/strata bench attention --device cuda --json 2>"$out/bench_attention.txt" | tee -a "$out/bench_attention.jsonl"
+.gpu/bin/strata bench attention --device cuda --heads 32 --kv-heads 8 --head-size 128 --batch 2 \
+  --seq-len 4096 --json 2>>"$out/bench_attention.txt" | tee -a "$out/bench_attention.jsonl"
 exit $failed
