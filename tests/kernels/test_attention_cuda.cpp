@@ -59,7 +59,8 @@ class DeviceBuffer {
  public:
   explicit DeviceBuffer(std::size_t bytes, std::size_t guard = 0) : bytes_(bytes), guard_(guard) {
     CUDA_CHECK(cudaMalloc(&ptr_, std::max<std::size_t>(bytes + guard, 1)));
-    if (guard > 0) CUDA_CHECK(cudaMemset(static_cast<unsigned char*>(ptr_) + bytes, kGuardByte, guard));
+    if (guard > 0)
+      CUDA_CHECK(cudaMemset(static_cast<unsigned char*>(ptr_) + bytes, kGuardByte, guard));
   }
   explicit DeviceBuffer(const Bytes& b, std::size_t guard = 0) : DeviceBuffer(b.size(), guard) {
     if (!b.empty()) CUDA_CHECK(cudaMemcpy(ptr_, b.data(), b.size(), cudaMemcpyHostToDevice));
