@@ -21,6 +21,9 @@
 //     fp32 kernels before this test).
 //   lse (fp32 whatever the storage type) 1e-4: the scores are exact-product fp32 sums on both
 //     sides.
+// Output buffers (out, lse, dqkv) are followed by 64 rows of guard bytes that must stay as
+// they were (the flash kernels' last tiles run up to 63 rows past T; those rows must not be
+// written), and the forward without lse must give the same out.
 // Also: GPT-2 small's shape (T 1024, 12 heads of 64) in bf16 and fp16; the same bits on a second
 // run (forward and backward); attention_kernel() says flash
 // exactly for bf16 / fp16 with head size 64 or 128; decoding with GQA caches; NH % NKV != 0 is
@@ -49,13 +52,26 @@ namespace host = kernels::host;
 namespace dev = kernels::cuda;
 using Bytes = std::vector<unsigned char>;
 
+// Device memory of `bytes`, followed by `guard` bytes set to kGuardByte: an output buffer's guard
+// must be intact after a kernel (no row past T, no element past the end written).
+constexpr unsigned char kGuardByte = 0xA5;
 class DeviceBuffer {
  public:
-  explicit DeviceBuffer(std::size_t bytes) : bytes_(bytes) {
-    CUDA_CHECK(cudaMalloc(&ptr_, std::max<std::size_t>(bytes, 1)));
+  explicit DeviceBuffer(std::size_t bytes, std::size_t guard = 0) : bytes_(bytes), guard_(guard) {
+    CUDA_CHECK(cudaMalloc(&ptr_, std::max<std::size_t>(bytes + guard, 1)));
+    if (guard > 0)
+      CUDA_CHECK(cudaMemset(static_cast<unsigned char*>(ptr_) + bytes, kGuardByte, guard));
   }
-  explicit DeviceBuffer(const Bytes& b) : DeviceBuffer(b.size()) {
+  explicit DeviceBuffer(const Bytes& b, std::size_t guard = 0) : DeviceBuffer(b.size(), guard) {
     if (!b.empty()) CUDA_CHECK(cudaMemcpy(ptr_, b.data(), b.size(), cudaMemcpyHostToDevice));
+  }
+  bool guard_intact() const {
+    Bytes g(guard_);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    if (guard_ > 0)
+      CUDA_CHECK(cudaMemcpy(g.data(), static_cast<unsigned char*>(ptr_) + bytes_, guard_,
+                            cudaMemcpyDeviceToHost));
+    return std::all_of(g.begin(), g.end(), [](unsigned char x) { return x == kGuardByte; });
   }
   ~DeviceBuffer() {
     if (ptr_ != nullptr) cudaFree(ptr_);
@@ -74,6 +90,7 @@ class DeviceBuffer {
  private:
   void* ptr_ = nullptr;
   std::size_t bytes_;
+  std::size_t guard_;
 };
 
 struct Stream {
@@ -179,8 +196,11 @@ void run_case(DType t, const Shape& s, Stream& stream) {
   host::attention_bwd(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), s.B, s.T,
                       s.NH, s.NKV, s.hs, t);
 
-  DeviceBuffer d_qkv(qkv), d_out(n_out * es), d_lse(n_stat * 4), d_out2(n_out * es),
-      d_lse2(n_stat * 4);
+  // Guards of a tile of rows (64) past the last token: the flash kernels' last tiles run past T.
+  const std::size_t out_guard = 64 * s.out_row() * es, qkv_guard = 64 * s.row() * es,
+                    lse_guard = 64 * 4;
+  DeviceBuffer d_qkv(qkv), d_out(n_out * es, out_guard), d_lse(n_stat * 4, lse_guard),
+      d_out2(n_out * es), d_lse2(n_stat * 4), d_out3(n_out * es, out_guard);
   dev::attention_fwd(d_out.get(), d_lse.f32(), d_qkv.get(), s.B, s.T, s.NH, s.NKV, s.hs, t,
                      stream.s);
   dev::attention_fwd(d_out2.get(), d_lse2.f32(), d_qkv.get(), s.B, s.T, s.NH, s.NKV, s.hs, t,
@@ -193,12 +213,18 @@ void run_case(DType t, const Shape& s, Stream& stream) {
   expect_close("fwd lse", got_lse_f, lse, kLseTol);
   EXPECT_TRUE(d_out2.download() == got_out) << "attention_fwd out is not deterministic";
   EXPECT_TRUE(d_lse2.download() == got_lse) << "attention_fwd lse is not deterministic";
+  EXPECT_TRUE(d_out.guard_intact()) << "attention_fwd wrote past the end of out";
+  EXPECT_TRUE(d_lse.guard_intact()) << "attention_fwd wrote past the end of lse";
+  // Without lse: the same out.
+  dev::attention_fwd(d_out3.get(), nullptr, d_qkv.get(), s.B, s.T, s.NH, s.NKV, s.hs, t, stream.s);
+  EXPECT_TRUE(d_out3.download() == got_out) << "attention_fwd without lse differs";
+  EXPECT_TRUE(d_out3.guard_intact()) << "attention_fwd (no lse) wrote past the end of out";
 
   // Backward from the host's out and lse; dqkv starts from garbage (it is overwritten).
   Bytes host_lse(n_stat * 4);
   std::copy_n(reinterpret_cast<const unsigned char*>(lse.data()), host_lse.size(), host_lse.begin());
   DeviceBuffer d_dout(dout), d_hout(out), d_hlse(host_lse),
-      d_dqkv(random_bytes(t, n_qkv, seed + 2, -9.0f, 9.0f)), d_dqkv2(n_qkv * es);
+      d_dqkv(random_bytes(t, n_qkv, seed + 2, -9.0f, 9.0f), qkv_guard), d_dqkv2(n_qkv * es);
   dev::attention_bwd(d_dqkv.get(), d_dout.get(), d_qkv.get(), d_hout.get(), d_hlse.f32(), s.B,
                      s.T, s.NH, s.NKV, s.hs, t, stream.s);
   dev::attention_bwd(d_dqkv2.get(), d_dout.get(), d_qkv.get(), d_hout.get(), d_hlse.f32(), s.B,
@@ -211,6 +237,7 @@ void run_case(DType t, const Shape& s, Stream& stream) {
   expect_close("bwd dv", columns(g, s.row(), q_w + kv_w, kv_w),
                columns(w, s.row(), q_w + kv_w, kv_w), tol_for(t));
   EXPECT_TRUE(d_dqkv2.download() == got_dqkv) << "attention_bwd is not deterministic";
+  EXPECT_TRUE(d_dqkv.guard_intact()) << "attention_bwd wrote past the end of dqkv";
 }
 
 constexpr DType kDTypes[] = {DType::bf16, DType::f16, DType::f32};
