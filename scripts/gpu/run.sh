@@ -25,6 +25,15 @@ for bin in .gpu/bin/test_*; do
   echo "=== $t: rc=$?"
 done
 .gpu/bin/strata info 2>&1 | tee "$out/info.txt"
+# The flash attention kernels under compute-sanitizer (races on shared memory, barriers,
+# out-of-bounds accesses), which the value checks can miss. Reported, with a time limit.
+if command -v compute-sanitizer >/dev/null; then
+  for tool in memcheck racecheck synccheck; do
+    timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 .gpu/bin/test_attention_cuda \
+      --gtest_filter='AttentionCuda.HeadSize*' >"$out/sanitizer_$tool.log" 2>&1
+    echo "=== compute-sanitizer $tool test_attention_cuda: rc=$?"
+  done
+fi
 # GPT-2 124M fwd+bwd on the GPU vs its largest GEMM and vs PyTorch (the machine's python3: HF's
 # GPT2LMHeadModel with SDPA where transformers imports), with the per-op profile; the baseline
 # shape of ../shared/gpu-baseline.md is B 8 x T 1024 bf16. JSON lines in $out/bench_gpt.jsonl.
