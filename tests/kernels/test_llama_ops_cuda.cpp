@@ -69,6 +69,9 @@ class DeviceBuffer {
     ASSERT_EQ(host.size(), bytes_);
     CUDA_CHECK(cudaDeviceSynchronize());
     if (!host.empty()) CUDA_CHECK(cudaMemcpy(ptr_, host.data(), host.size(), cudaMemcpyHostToDevice));
+    // A pageable copy may return before its DMA lands, and the ops run on a non-blocking
+    // stream that the legacy stream does not order: wait for it.
+    CUDA_CHECK(cudaDeviceSynchronize());
   }
   Bytes download() const {
     Bytes out(bytes_);
