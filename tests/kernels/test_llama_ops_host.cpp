@@ -4,8 +4,9 @@
 //    rotation (x[i] + i x[i + hs/2]) e^{i a}; SwiGLU), norm-wise relative error <= kRefTol,
 //    and each reference also rejects a plausible wrong formula (mean subtracted, interleaved
 //    pairs, no pos_offset, halves swapped).
-//  - RMSNorm's HF roundings in bf16 and fp16: out == rnd(w * rnd(x * rstd)) bit for bit, and
-//    the single-rounding formula is shown to differ.
+//  - RMSNorm's HF roundings in bf16 and fp16: out == rnd(w * rnd(x * rstd)) and one row's
+//    dweight == rnd(dout * rnd(x * rstd)) bit for bit; the formulas without the inner rounding
+//    are shown to differ.
 //  - RoPE's angle is the fp32 product float(pos) * inv_freq (checked at a large position where
 //    it differs from the double one); rope_bwd is the transpose of rope_fwd (<R x, y> =
 //    <x, R^T y>) and its inverse; v is untouched; GQA shapes (NH 6, NKV 2, hs 24).
