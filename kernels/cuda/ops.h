@@ -1,7 +1,7 @@
 #pragma once
-// The GPT ops on CUDA: the same signatures and semantics as kernels/host/{embedding,
-// layernorm, matmul, attention, elementwise, cross_entropy}.h (read those for shapes and
-// meaning), plus the stream they are enqueued on. Includes no CUDA header. Every launch is
+// The GPT and LLaMA ops on CUDA: the same signatures and semantics as kernels/host/{embedding,
+// layernorm, rmsnorm, matmul, attention, rope, elementwise, swiglu, cross_entropy}.h (read those
+// for shapes, meaning and roundings), plus the stream they are enqueued on. Includes no CUDA header. Every launch is
 // checked (strata::Error on failure); each call returns after enqueueing. Pointers are device
 // accessible; fp32 accumulation everywhere; matmuls on cuBLAS (fp32 compute) with one handle
 // per device and stream, created on first use.
@@ -28,6 +28,13 @@ void layernorm_bwd(void* dinp, void* dweight, void* dbias, const void* dout, con
                    const void* weight, const float* mean, const float* rstd, std::int64_t N,
                    int C, DType dtype, cudaStream_t stream);
 
+// RMSNorm (LLaMA family): kernels/host/rmsnorm.h, HF's roundings; dweight without atomics.
+void rmsnorm_fwd(void* out, float* rstd, const void* inp, const void* weight, std::int64_t N,
+                 int C, float eps, DType dtype, cudaStream_t stream);
+void rmsnorm_bwd(void* dinp, void* dweight, const void* dout, const void* inp,
+                 const void* weight, const float* rstd, std::int64_t N, int C, DType dtype,
+                 cudaStream_t stream);
+
 void matmul_fwd(void* out, const void* inp, const void* weight, const void* bias,
                 std::int64_t N, int C, int OC, DType dtype, cudaStream_t stream);
 void matmul_bwd(void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
@@ -52,11 +59,24 @@ void attention_decode(void* out, void* k_cache, void* v_cache, const void* qkv, 
 enum class AttentionKernel { flash_tensor_core, fp32_cuda_core };
 AttentionKernel attention_kernel(DType dtype, int hs);
 
+// Rotary embeddings in place on qkv's q and k: kernels/host/rope.h. inv_freq (hs/2) fp32 in
+// device memory (from kernels::host::rope_inv_freq).
+void rope_fwd(void* qkv, int B, int T, int NH, int NKV, int hs, int pos_offset,
+              const float* inv_freq, DType dtype, cudaStream_t stream);
+void rope_bwd(void* dqkv, int B, int T, int NH, int NKV, int hs, int pos_offset,
+              const float* inv_freq, DType dtype, cudaStream_t stream);
+
 void gelu_fwd(void* out, const void* inp, std::int64_t n, DType dtype, cudaStream_t stream);
 void gelu_bwd(void* dinp, const void* inp, const void* dout, std::int64_t n, DType dtype,
               cudaStream_t stream);
 void residual_fwd(void* out, const void* a, const void* b, std::int64_t n, DType dtype,
                   cudaStream_t stream);
+
+// SwiGLU: kernels/host/swiglu.h.
+void swiglu_fwd(void* out, const void* gate_up, std::int64_t N, int F, DType dtype,
+                cudaStream_t stream);
+void swiglu_bwd(void* dgate_up, const void* gate_up, const void* dout, std::int64_t N, int F,
+                DType dtype, cudaStream_t stream);
 
 void softmax_xent_fwd(float* losses, const void* logits, const std::int32_t* targets,
                       std::int64_t N, int V, int ld, DType dtype, cudaStream_t stream);

@@ -46,6 +46,16 @@ inline void store_row(const float* src, void* dst, DType dtype, std::size_t offs
   }
 }
 
+// x rounded to dtype (nearest even) and widened back: the value dtype would store.
+inline float round_to(float x, DType dtype) {
+  switch (dtype) {
+    case DType::f32: return x;
+    case DType::bf16: return bf16_to_fp32(fp32_to_bf16(x));
+    case DType::f16: return fp16_to_fp32(fp32_to_fp16(x));
+  }
+  return x;
+}
+
 // The whole array as fp32: a view of `src` when it already is, else a widened copy in `tmp`.
 template <typename Vec>
 const float* as_f32(const void* src, DType dtype, std::size_t n, Vec& tmp) {

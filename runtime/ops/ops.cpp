@@ -11,6 +11,9 @@
 #include "kernels/host/embedding.h"
 #include "kernels/host/layernorm.h"
 #include "kernels/host/matmul.h"
+#include "kernels/host/rmsnorm.h"
+#include "kernels/host/rope.h"
+#include "kernels/host/swiglu.h"
 #include "runtime/ops/dispatch_impl.h"
 
 namespace strata::runtime::ops {
@@ -68,6 +71,27 @@ void layernorm_bwd(device::Stream& s, void* dinp, void* dweight, void* dbias, co
         kh::layernorm_bwd(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, dtype);
       },
       "layernorm_bwd");
+}
+
+void rmsnorm_fwd(device::Stream& s, void* out, float* rstd, const void* inp, const void* weight,
+                 std::int64_t N, int C, float eps, DType dtype) {
+  const OpScope scope(s, "rmsnorm_fwd");
+  if (cudaStream_t cs = cuda_stream(s)) {
+    CUDA_OP(kc::rmsnorm_fwd(out, rstd, inp, weight, N, C, eps, dtype, cs));
+    return;
+  }
+  s.host_task([=] { kh::rmsnorm_fwd(out, rstd, inp, weight, N, C, eps, dtype); }, "rmsnorm_fwd");
+}
+
+void rmsnorm_bwd(device::Stream& s, void* dinp, void* dweight, const void* dout, const void* inp,
+                 const void* weight, const float* rstd, std::int64_t N, int C, DType dtype) {
+  const OpScope scope(s, "rmsnorm_bwd");
+  if (cudaStream_t cs = cuda_stream(s)) {
+    CUDA_OP(kc::rmsnorm_bwd(dinp, dweight, dout, inp, weight, rstd, N, C, dtype, cs));
+    return;
+  }
+  s.host_task([=] { kh::rmsnorm_bwd(dinp, dweight, dout, inp, weight, rstd, N, C, dtype); },
+              "rmsnorm_bwd");
 }
 
 void matmul_fwd(device::Stream& s, void* out, const void* inp, const void* weight, const void* bias,
@@ -130,6 +154,28 @@ void attention_decode(device::Stream& s, void* out, void* k_cache, void* v_cache
       "attention_decode");
 }
 
+void rope_fwd(device::Stream& s, void* qkv, int B, int T, int NH, int NKV, int hs, int pos_offset,
+              const float* inv_freq, DType dtype) {
+  const OpScope scope(s, "rope_fwd");
+  if (cudaStream_t cs = cuda_stream(s)) {
+    CUDA_OP(kc::rope_fwd(qkv, B, T, NH, NKV, hs, pos_offset, inv_freq, dtype, cs));
+    return;
+  }
+  s.host_task([=] { kh::rope_fwd(qkv, B, T, NH, NKV, hs, pos_offset, inv_freq, dtype); },
+              "rope_fwd");
+}
+
+void rope_bwd(device::Stream& s, void* dqkv, int B, int T, int NH, int NKV, int hs, int pos_offset,
+              const float* inv_freq, DType dtype) {
+  const OpScope scope(s, "rope_bwd");
+  if (cudaStream_t cs = cuda_stream(s)) {
+    CUDA_OP(kc::rope_bwd(dqkv, B, T, NH, NKV, hs, pos_offset, inv_freq, dtype, cs));
+    return;
+  }
+  s.host_task([=] { kh::rope_bwd(dqkv, B, T, NH, NKV, hs, pos_offset, inv_freq, dtype); },
+              "rope_bwd");
+}
+
 void gelu_fwd(device::Stream& s, void* out, const void* inp, std::int64_t n, DType dtype) {
   const OpScope scope(s, "gelu_fwd");
   if (cudaStream_t cs = cuda_stream(s)) {
@@ -157,6 +203,26 @@ void residual_fwd(device::Stream& s, void* out, const void* a, const void* b, st
     return;
   }
   s.host_task([=] { kh::residual_fwd(out, a, b, n, dtype); }, "residual_fwd");
+}
+
+void swiglu_fwd(device::Stream& s, void* out, const void* gate_up, std::int64_t N, int F,
+                DType dtype) {
+  const OpScope scope(s, "swiglu_fwd");
+  if (cudaStream_t cs = cuda_stream(s)) {
+    CUDA_OP(kc::swiglu_fwd(out, gate_up, N, F, dtype, cs));
+    return;
+  }
+  s.host_task([=] { kh::swiglu_fwd(out, gate_up, N, F, dtype); }, "swiglu_fwd");
+}
+
+void swiglu_bwd(device::Stream& s, void* dgate_up, const void* gate_up, const void* dout,
+                std::int64_t N, int F, DType dtype) {
+  const OpScope scope(s, "swiglu_bwd");
+  if (cudaStream_t cs = cuda_stream(s)) {
+    CUDA_OP(kc::swiglu_bwd(dgate_up, gate_up, dout, N, F, dtype, cs));
+    return;
+  }
+  s.host_task([=] { kh::swiglu_bwd(dgate_up, gate_up, dout, N, F, dtype); }, "swiglu_bwd");
 }
 
 void softmax_xent_fwd(device::Stream& s, float* losses, const void* logits,

@@ -25,6 +25,12 @@ void layernorm_bwd(device::Stream& s, void* dinp, void* dweight, void* dbias, co
                    const void* inp, const void* weight, const float* mean, const float* rstd,
                    std::int64_t N, int C, DType dtype);
 
+// The LLaMA family's norm: kernels/host/rmsnorm.h.
+void rmsnorm_fwd(device::Stream& s, void* out, float* rstd, const void* inp, const void* weight,
+                 std::int64_t N, int C, float eps, DType dtype);
+void rmsnorm_bwd(device::Stream& s, void* dinp, void* dweight, const void* dout, const void* inp,
+                 const void* weight, const float* rstd, std::int64_t N, int C, DType dtype);
+
 void matmul_fwd(device::Stream& s, void* out, const void* inp, const void* weight, const void* bias,
                 std::int64_t N, int C, int OC, DType dtype);
 void matmul_bwd(device::Stream& s, void* dinp, void* dweight, void* dbias, const void* dout,
@@ -39,11 +45,24 @@ void attention_bwd(device::Stream& s, void* dqkv, const void* dout, const void* 
 void attention_decode(device::Stream& s, void* out, void* k_cache, void* v_cache, const void* qkv,
                       int B, int T_new, int past, int max_T, int NH, int NKV, int hs, DType dtype);
 
+// Rotary embeddings in place on qkv's q and k: kernels/host/rope.h. inv_freq (hs/2) fp32 in
+// the stream's device memory.
+void rope_fwd(device::Stream& s, void* qkv, int B, int T, int NH, int NKV, int hs, int pos_offset,
+              const float* inv_freq, DType dtype);
+void rope_bwd(device::Stream& s, void* dqkv, int B, int T, int NH, int NKV, int hs, int pos_offset,
+              const float* inv_freq, DType dtype);
+
 void gelu_fwd(device::Stream& s, void* out, const void* inp, std::int64_t n, DType dtype);
 void gelu_bwd(device::Stream& s, void* dinp, const void* inp, const void* dout, std::int64_t n,
               DType dtype);
 void residual_fwd(device::Stream& s, void* out, const void* a, const void* b, std::int64_t n,
                   DType dtype);
+
+// SwiGLU on the fused gate/up projection: kernels/host/swiglu.h.
+void swiglu_fwd(device::Stream& s, void* out, const void* gate_up, std::int64_t N, int F,
+                DType dtype);
+void swiglu_bwd(device::Stream& s, void* dgate_up, const void* gate_up, const void* dout,
+                std::int64_t N, int F, DType dtype);
 
 void softmax_xent_fwd(device::Stream& s, float* losses, const void* logits,
                       const std::int32_t* targets, std::int64_t N, int V, int ld, DType dtype);
