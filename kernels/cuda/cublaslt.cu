@@ -269,7 +269,11 @@ class ContextCache {
   std::vector<std::unique_ptr<Context>> contexts_;
 };
 
+thread_local std::uint64_t t_declined = 0;  // lt_gemm calls that returned false, this thread
+
 }  // namespace
+
+std::uint64_t lt_declined_count() { return t_declined; }
 
 bool lt_gemm(const LtGemm& g, cudaStream_t stream) {
   STRATA_ASSERT(g.m > 0 && g.n > 0 && g.k > 0, "lt_gemm: empty problem");
@@ -281,12 +285,18 @@ bool lt_gemm(const LtGemm& g, cudaStream_t stream) {
                 "lt_gemm: bgrad_b needs bias_grad");
   STRATA_ASSERT(e != CUBLASLT_EPILOGUE_BIAS || g.bias != nullptr, "lt_gemm: bias needs bias");
   // cuBLASLt's rule for the GELU input's leading dimension (cublasLt.h, EPILOGUE_AUX_LD).
-  if (uses_aux(e) && g.ldaux % 8 != 0) return false;
+  if (uses_aux(e) && g.ldaux % 8 != 0) {
+    ++t_declined;
+    return false;
+  }
 
   thread_local ContextCache cache;
   Context& ctx = cache.get(stream);
   const Plan& plan = ctx.plan_for(g, e);
-  if (!plan.supported) return false;
+  if (!plan.supported) {
+    ++t_declined;
+    return false;
+  }
   set_epilogue_pointers(plan.desc.get(), g, e);
   const float alpha = 1.0f;
   LT_CHECK(cublasLtMatmul(ctx.handle, plan.desc.get(), &alpha, g.A, plan.a.get(), g.B,

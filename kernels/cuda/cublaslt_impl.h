@@ -20,6 +20,8 @@
 // a multiple of 8.
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 #include "core/dtype.h"
 
 namespace strata::kernels::cuda::detail {
@@ -52,5 +54,9 @@ struct LtGemm {
 // (thread, device, stream) and problem (Note [cuBLASLt plans] in cublaslt.cu), so it is the
 // same on every call, and so are the bits. Any other failure throws strata::Error.
 bool lt_gemm(const LtGemm& g, cudaStream_t stream);
+
+// How many lt_gemm calls on this thread returned false (kernels::cuda::
+// matmul_unfused_epilogue_count() makes it public).
+std::uint64_t lt_declined_count();
 
 }  // namespace strata::kernels::cuda::detail

@@ -328,6 +328,8 @@ void matmul_bwd(void* dinp, void* dweight, void* dbias, const void* dout, const 
   }
 }
 
+std::uint64_t matmul_unfused_epilogue_count() { return detail::lt_declined_count(); }
+
 void matmul_bias_gelu_fwd(void* out, void* pre, const void* inp, const void* weight,
                           const void* bias, std::int64_t N, int C, int OC, DType dtype,
                           cudaStream_t stream) {

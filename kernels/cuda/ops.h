@@ -45,6 +45,11 @@ void matmul_bwd_dgelu(void* dpre, void* dpre_bias, void* dweight, void* dbias, c
                       const void* inp, const void* pre, const void* weight, std::int64_t N, int C,
                       int OC, DType dtype, cudaStream_t stream);
 
+// How many times, on the calling thread, a matmul op above took its unfused path because
+// cuBLASLt offered no algorithm for the epilogue (or the GELU input's leading dimension, C or
+// OC, is not a multiple of 8). A performance diagnostic: the results mean the same either way.
+std::uint64_t matmul_unfused_epilogue_count();
+
 void attention_fwd(void* out, float* lse, const void* qkv, int B, int T, int C, int NH,
                    DType dtype, cudaStream_t stream);
 void attention_bwd(void* dqkv, const void* dout, const void* qkv, const void* out,
