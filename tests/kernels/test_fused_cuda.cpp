@@ -278,7 +278,7 @@ TEST(FusedCuda, GeluIsTheTanhForm) {
   const double projection = ed / dd;
   std::printf("GELU epilogue: projection on (erf - tanh) %.4f (tanh form: ~0, erf form: ~1)\n",
               projection);
-  EXPECT_LT(std::fabs(projection), 0.25);
+  EXPECT_LT(projection, 0.5) << "closer to the erf GELU than to the tanh one";
 }
 
 // ---- matmul_bwd_dgelu -----------------------------------------------------------------------
