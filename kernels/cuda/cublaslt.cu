@@ -11,9 +11,11 @@
 //     alignment of every pointer, which cuBLASLt's heuristic takes into account) the matmul
 //     and layout descriptors and the algorithm the heuristic ranked first, or the answer that
 //     there is none. A problem is looked up, never re-planned: the same problem runs the same
-//     algorithm with the same workspace on every call, hence the same bits (cuBLASLt is
-//     deterministic for a fixed algorithm on one GPU: every split-K reduction scheme it offers
-//     is sequential or a separate reduction pass, and the epilogues use no atomics).
+//     algorithm with the same workspace size on every call, hence the same bits. (cuBLAS
+//     documents bitwise reproducibility for one toolkit on GPUs of one architecture and SM
+//     count, and names cublasLtMatmul with a user-owned workspace per stream as the way to keep
+//     it with concurrent streams; every split-K reduction scheme of cublasLt.h is sequential
+//     or a separate pass. test_fused_cuda checks it, on one stream and across two.)
 // Descriptors are read by cublasLtMatmul when it enqueues, so setting a plan's bias / aux
 // pointers for the next call while earlier GEMMs still run is safe.
 #include <cublasLt.h>
@@ -190,8 +192,10 @@ std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, const LtGemm& g, const 
   set_epilogue_pointers(desc, g, e);  // the heuristic reads their alignment
 
   // Stored shapes: op(A) is (m,k), so A is (k,m) when transposed; op(B) is (k,n).
-  plan->a = g.trans_a ? make_layout(g.dtype, g.k, g.m, g.lda) : make_layout(g.dtype, g.m, g.k, g.lda);
-  plan->b = g.trans_b ? make_layout(g.dtype, g.n, g.k, g.ldb) : make_layout(g.dtype, g.k, g.n, g.ldb);
+  plan->a = g.trans_a ? make_layout(g.dtype, g.k, g.m, g.lda)
+                      : make_layout(g.dtype, g.m, g.k, g.lda);
+  plan->b = g.trans_b ? make_layout(g.dtype, g.n, g.k, g.ldb)
+                      : make_layout(g.dtype, g.k, g.n, g.ldb);
   plan->d = make_layout(g.dtype, g.m, g.n, g.ldd);
 
   cublasLtMatmulPreference_t pref_raw = nullptr;

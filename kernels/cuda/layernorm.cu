@@ -71,7 +71,8 @@ __global__ void residual_layernorm_fwd_kernel(T* res_out, T* __restrict__ ln_out
                                               const T* __restrict__ bias, std::int64_t N, int C,
                                               float eps) {
   const int lane = threadIdx.x % 32;
-  const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  const std::int64_t row =
+      static_cast<std::int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   if (row >= N) return;
   const T* xa = a + row * C;
   const T* xb = b + row * C;

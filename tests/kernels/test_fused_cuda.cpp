@@ -268,7 +268,8 @@ TEST(FusedCuda, GeluIsTheTanhForm) {
       d_out(n_out * 4), d_pre(n_out * 4);
   dev::matmul_bias_gelu_fwd(d_out.get(), d_pre.get(), d_inp.get(), d_w.get(), d_bias.get(), s.N,
                             s.C, s.OC, t, stream.s);
-  const std::vector<float> out = to_floats(d_out.download(), t), pre = to_floats(d_pre.download(), t);
+  const std::vector<float> out = to_floats(d_out.download(), t);
+  const std::vector<float> pre = to_floats(d_pre.download(), t);
   double ed = 0, dd = 0;
   for (std::size_t i = 0; i < n_out; ++i) {
     const double d = gelu_erf(pre[i]) - gelu_tanh(pre[i]);
