@@ -166,6 +166,12 @@ void set_epilogue_pointers(cublasLtMatmulDesc_t desc, const LtGemm& g, cublasLtE
   if (uses_aux(e)) set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, g.aux);
 }
 
+// The statuses by which cuBLASLt refuses a problem before doing anything (argument checks):
+// the op then runs unfused instead of failing.
+bool declines(cublasStatus_t rc) {
+  return rc == CUBLAS_STATUS_NOT_SUPPORTED || rc == CUBLAS_STATUS_INVALID_VALUE;
+}
+
 struct Plan {
   PlanKey key;
   bool supported = false;
@@ -213,7 +219,9 @@ std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, const LtGemm& g, const 
   const cublasStatus_t rc =
       cublasLtMatmulAlgoGetHeuristic(handle, desc, plan->a.get(), plan->b.get(), plan->d.get(),
                                      plan->d.get(), pref_raw, 1, &result, &found);
-  if (rc == CUBLAS_STATUS_NOT_SUPPORTED) return plan;  // no algorithm: supported = false
+  // No algorithm (NOT_SUPPORTED), or a combination this cuBLASLt refuses (INVALID_VALUE):
+  // supported stays false and the op takes its unfused path.
+  if (declines(rc)) return plan;
   LT_CHECK(rc);
   if (found < 1 || result.state != CUBLAS_STATUS_SUCCESS || result.workspaceSize > kWorkspaceBytes)
     return plan;
@@ -240,7 +248,7 @@ struct Context {
     if (handle != nullptr) static_cast<void>(cublasLtDestroy(handle));
   }
 
-  const Plan& plan_for(const LtGemm& g, cublasLtEpilogue_t e) {
+  Plan& plan_for(const LtGemm& g, cublasLtEpilogue_t e) {
     const PlanKey key = key_of(g, e);
     for (const auto& p : plans)
       if (p->key == key) return *p;
@@ -296,16 +304,25 @@ bool lt_gemm(const LtGemm& g, cudaStream_t stream) {
 
   thread_local ContextCache cache;
   Context& ctx = cache.get(stream);
-  const Plan& plan = ctx.plan_for(g, e);
+  Plan& plan = ctx.plan_for(g, e);
   if (!plan.supported) {
     ++t_declined;
     return false;
   }
   set_epilogue_pointers(plan.desc.get(), g, e);
   const float alpha = 1.0f;
-  LT_CHECK(cublasLtMatmul(ctx.handle, plan.desc.get(), &alpha, g.A, plan.a.get(), g.B,
-                          plan.b.get(), &g.beta, g.D, plan.d.get(), g.D, plan.d.get(), &plan.algo,
-                          ctx.workspace, kWorkspaceBytes, stream));
+  const cublasStatus_t rc =
+      cublasLtMatmul(ctx.handle, plan.desc.get(), &alpha, g.A, plan.a.get(), g.B, plan.b.get(),
+                     &g.beta, g.D, plan.d.get(), g.D, plan.d.get(), &plan.algo, ctx.workspace,
+                     kWorkspaceBytes, stream);
+  if (declines(rc)) {
+    // Refused at its argument checks, before any launch: the problem is marked unsupported,
+    // so this call and every later one run unfused (one path, the same bits every time).
+    plan.supported = false;
+    ++t_declined;
+    return false;
+  }
+  LT_CHECK(rc);
   return true;
 }
 

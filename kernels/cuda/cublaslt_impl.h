@@ -49,8 +49,10 @@ struct LtGemm {
 };
 
 // Enqueues g on `stream` and returns true; or returns false, having enqueued nothing, when
-// cuBLASLt offers no algorithm for it (an epilogue it does not support for these types,
-// shapes or alignments): the caller then takes its unfused path. The answer is cached per
+// cuBLASLt offers no algorithm for it or refuses the combination (NOT_SUPPORTED or
+// INVALID_VALUE from the heuristic or from cublasLtMatmul's argument checks: an epilogue it
+// does not support for these types, shapes or alignments): the caller then takes its
+// unfused path. The answer is cached per
 // (thread, device, stream) and problem (Note [cuBLASLt plans] in cublaslt.cu), so it is the
 // same on every call, and so are the bits. Any other failure throws strata::Error.
 bool lt_gemm(const LtGemm& g, cudaStream_t stream);
