@@ -1,7 +1,10 @@
 // LayerNorm on CUDA, forward and backward, fp32 statistics.
 //
 // Forward: one warp per row, two passes over the row (mean, then the biased variance, as the
-// host does), then the normalised output.
+// host does), then the normalised output. The residual add fused with it
+// (residual_layernorm_fwd) is the same kernel with a first pass that forms the row as
+// a + b rounded to the storage type and stores it: the statistics are those of the stored
+// residual, as in the unfused pair.
 // Backward, three kernels:
 //   1. dinp += ...: one warp per row (the row's two reductions, then the update);
 //   2. dweight / dbias partials: the rows are cut into `chunks` contiguous ranges; block
@@ -50,6 +53,46 @@ __global__ void layernorm_fwd_kernel(T* __restrict__ out, float* __restrict__ me
   T* y = out + row * C;
   for (int c = lane; c < C; c += 32)
     y[c] = from_f32<T>((to_f32(x[c]) - m) * s * to_f32(weight[c]) + to_f32(bias[c]));
+  if (lane == 0) {
+    if (mean != nullptr) mean[row] = m;
+    if (rstd != nullptr) rstd[row] = s;
+  }
+}
+
+// res_out = a + b (rounded to T), ln_out = layernorm(res_out), mean / rstd (either may be null).
+// res_out may alias a or b: each lane reads its elements of a and b before it writes the same
+// elements of res_out, and afterwards reads only elements it wrote itself (hence no
+// __restrict__ on those three).
+template <typename T>
+__global__ void residual_layernorm_fwd_kernel(T* res_out, T* __restrict__ ln_out,
+                                              float* __restrict__ mean, float* __restrict__ rstd,
+                                              const T* a, const T* b,
+                                              const T* __restrict__ weight,
+                                              const T* __restrict__ bias, std::int64_t N, int C,
+                                              float eps) {
+  const int lane = threadIdx.x % 32;
+  const std::int64_t row =
+      static_cast<std::int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  if (row >= N) return;
+  const T* xa = a + row * C;
+  const T* xb = b + row * C;
+  T* r = res_out + row * C;
+  float sum = 0.0f;
+  for (int c = lane; c < C; c += 32) {
+    const T v = from_f32<T>(to_f32(xa[c]) + to_f32(xb[c]));
+    r[c] = v;
+    sum += to_f32(v);
+  }
+  const float m = warp_sum(sum) / static_cast<float>(C);
+  float sq = 0.0f;
+  for (int c = lane; c < C; c += 32) {
+    const float d = to_f32(r[c]) - m;
+    sq += d * d;
+  }
+  const float s = 1.0f / sqrtf(warp_sum(sq) / static_cast<float>(C) + eps);
+  T* y = ln_out + row * C;
+  for (int c = lane; c < C; c += 32)
+    y[c] = from_f32<T>((to_f32(r[c]) - m) * s * to_f32(weight[c]) + to_f32(bias[c]));
   if (lane == 0) {
     if (mean != nullptr) mean[row] = m;
     if (rstd != nullptr) rstd[row] = s;
@@ -158,6 +201,23 @@ void layernorm_fwd(void* out, float* mean, float* rstd, const void* inp, const v
     layernorm_fwd_kernel<E><<<row_blocks(N), kWarpsPerBlock * 32, 0, stream>>>(
         static_cast<E*>(out), mean, rstd, static_cast<const E*>(inp),
         static_cast<const E*>(weight), static_cast<const E*>(bias), N, C, eps);
+    CUDA_CHECK_LAUNCH();
+  });
+}
+
+void residual_layernorm_fwd(void* res_out, void* ln_out, float* mean, float* rstd, const void* a,
+                            const void* b, const void* weight, const void* bias, std::int64_t N,
+                            int C, float eps, DType dtype, cudaStream_t stream) {
+  STRATA_ASSERT(N >= 0 && C >= 0);
+  if (N == 0 || C == 0) return;
+  STRATA_ASSERT(res_out != nullptr && ln_out != nullptr && a != nullptr && b != nullptr &&
+                weight != nullptr && bias != nullptr);
+  detail::dispatch_dtype(dtype, [&](auto tag) {
+    using E = typename decltype(tag)::type;
+    residual_layernorm_fwd_kernel<E><<<row_blocks(N), kWarpsPerBlock * 32, 0, stream>>>(
+        static_cast<E*>(res_out), static_cast<E*>(ln_out), mean, rstd, static_cast<const E*>(a),
+        static_cast<const E*>(b), static_cast<const E*>(weight), static_cast<const E*>(bias), N,
+        C, eps);
     CUDA_CHECK_LAUNCH();
   });
 }

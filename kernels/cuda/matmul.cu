@@ -1,16 +1,35 @@
-// Matmul with bias (torch.nn.Linear, weight (OC, C)) on cuBLAS, forward and backward.
+// Matmul with bias (torch.nn.Linear, weight (OC, C)) on cuBLAS / cuBLASLt, forward and
+// backward, and the GPT MLP's two matmuls fused with their GELU.
 //
 // Layouts. cuBLAS is column-major; a row-major (R, K) matrix is a column-major (K, R) one with
 // leading dimension K. So, with every product computed transposed:
 //   out (N,OC) = inp @ W^T     <=>  out^T (OC,N)  = W^T[T] (OC,C) * inp^T (C,N)
 //   dinp (N,C) = dout @ W      <=>  dinp^T (C,N)  = W^T (C,OC)    * dout^T (OC,N)
 //   dW (OC,C) += dout^T @ inp  <=>  dW^T (C,OC)  += inp^T (C,N)   * dout^T[T] (N,OC)
-// All three: cublasGemmEx with A/B/C in the storage type (CUDA_R_32F, CUDA_R_16BF, CUDA_R_16F)
-// and CUBLAS_COMPUTE_32F (fp32 accumulation, no TF32 for fp32).
+// A/B/C in the storage type (CUDA_R_32F, CUDA_R_16BF, CUDA_R_16F) and CUBLAS_COMPUTE_32F (fp32
+// accumulation, no TF32 for fp32) everywhere.
 //
-// Bias: the output is first filled with the broadcast bias and the GEMM runs with beta = 1, so
-// cuBLAS adds the bias in fp32 before the single rounding to the storage type. dbias: column
-// sums of dout in fp32 per chunk of rows (scratch), then added in chunk order: deterministic.
+// Fused epilogues (cuBLASLt, cublaslt_impl.h), in the transposed terms above:
+//   - bias (matmul_fwd): EPILOGUE_BIAS; bias[i] is added to row i of out^T (OC,N), i.e. to
+//     channel i of every token, in fp32 before the single rounding.
+//   - c_fc + GELU (matmul_bias_gelu_fwd): EPILOGUE_GELU_AUX_BIAS, aux = pre^T (OC,N) with
+//     ld OC (cuBLASLt wants it a multiple of 8); pre is stored rounded, out = gelu of the fp32
+//     value (the host takes gelu of the rounded pre: they differ by the rounding of pre).
+//   - dbias (matmul_bwd): the dW GEMM with EPILOGUE_BGRADB; B is dout^T[T], op(B) = dout
+//     (N,OC), and BGRADB sums op(B) over the GEMM's k = N for each of D's OC columns: exactly
+//     sum over n of dout[n, oc]. cuBLASLt writes (never adds) the bias gradient, in the storage
+//     type, to a scratch vector, which a small kernel then adds to dbias (+=, as documented).
+//   - c_proj's backward through the GELU (matmul_bwd_dgelu): the dinp GEMM with
+//     EPILOGUE_DGELU_BGRAD, aux = pre^T (C,N) ld C: dpre = (dout @ W) * gelu'(pre), and the
+//     bias gradient of c_fc as the row sums of dpre^T (C,N) (sum over tokens), to a scratch
+//     added as above.
+// Where cuBLASLt has no algorithm for an epilogue (its heuristic says so, or the aux's leading
+// dimension is not a multiple of 8) the op takes the unfused path, decided once per problem:
+//   bias: the output is first filled with the broadcast bias and the GEMM runs with beta = 1;
+//   dbias: column sums of dout in fp32 per chunk of rows (scratch), then added in chunk order;
+//   GELU: the element-wise kernels of elementwise.cu.
+// Every path is deterministic (no atomics; cuBLASLt algorithms cached per problem, Note
+// [cuBLASLt plans] in cublaslt.cu).
 //
 // Note [cuBLAS handles]: one handle per (thread, device, stream), created on first use and kept
 // in a thread_local cache, bound to its stream once. A handle is never used by two threads at
@@ -28,6 +47,7 @@
 
 #include "core/error.h"
 #include "kernels/cuda/common_impl.cuh"
+#include "kernels/cuda/cublaslt_impl.h"
 #include "kernels/cuda/ops.h"
 
 #define CUBLAS_CHECK(expr)                                                                   \
@@ -43,6 +63,8 @@ namespace strata::kernels::cuda {
 namespace {
 
 using detail::from_f32;
+using detail::LtEpilogue;
+using detail::LtGemm;
 using detail::to_f32;
 
 // ---- cuBLAS handles (Note [cuBLAS handles]) ------------------------------------------------
@@ -177,6 +199,40 @@ void bias_grad(void* dbias, const void* dout, std::int64_t N, int OC, DType dtyp
   scratch.release();
 }
 
+// acc[i] += add[i], both in the storage type, n elements.
+template <typename T>
+__global__ void add_vector_kernel(T* __restrict__ acc, const T* __restrict__ add, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) acc[i] = from_f32<T>(to_f32(acc[i]) + to_f32(add[i]));
+}
+
+void add_vector(void* acc, const void* add, int n, DType dtype, cudaStream_t stream) {
+  detail::dispatch_dtype(dtype, [&](auto tag) {
+    using E = typename decltype(tag)::type;
+    add_vector_kernel<E><<<static_cast<unsigned>(detail::ceil_div(n, kThreads)), kThreads, 0,
+                           stream>>>(static_cast<E*>(acc), static_cast<const E*>(add), n);
+    CUDA_CHECK_LAUNCH();
+  });
+}
+
+// out^T (OC,N) = W[T] (OC,C) * inp^T (C,N), no epilogue yet.
+LtGemm forward_gemm(void* out, const void* inp, const void* weight, std::int64_t N, int C, int OC,
+                    DType dtype) {
+  LtGemm g;
+  g.trans_a = true;
+  g.m = OC;
+  g.n = static_cast<int>(N);
+  g.k = C;
+  g.A = weight;
+  g.lda = C;
+  g.B = inp;
+  g.ldb = C;
+  g.D = out;
+  g.ldd = OC;
+  g.dtype = dtype;
+  return g;
+}
+
 void check_dims(std::int64_t N, int C, int OC) {
   STRATA_ASSERT(N >= 0 && C >= 0 && OC >= 0);
   STRATA_ASSERT(N <= INT_MAX, "matmul: N must fit in an int (cuBLAS dimensions)");
@@ -189,6 +245,14 @@ void matmul_fwd(void* out, const void* inp, const void* weight, const void* bias
   check_dims(N, C, OC);
   if (N == 0 || OC == 0) return;
   STRATA_ASSERT(out != nullptr);
+  if (bias != nullptr && C > 0) {
+    STRATA_ASSERT(inp != nullptr && weight != nullptr);
+    LtGemm g = forward_gemm(out, inp, weight, N, C, OC, dtype);
+    g.epilogue = LtEpilogue::bias;
+    g.bias = bias;
+    if (detail::lt_gemm(g, stream)) return;
+  }
+  // Unfused: bias broadcast, then the GEMM with beta = 1.
   const std::int64_t n_out = N * OC;
   if (bias != nullptr) {
     detail::dispatch_dtype(dtype, [&](auto tag) {
@@ -226,16 +290,103 @@ void matmul_bwd(void* dinp, void* dweight, void* dbias, const void* dout, const 
            dout, OC, 0.0f, dinp, C, dtype);
     }
   }
+  bool dbias_done = false;
   if (dweight != nullptr && N > 0 && C > 0 && OC > 0) {
     STRATA_ASSERT(dout != nullptr && inp != nullptr);
     // dW^T (C,OC) += inp^T (C,N) * dout^T[T] (N,OC)
-    gemm(handle_for(stream), CUBLAS_OP_N, CUBLAS_OP_T, C, OC, static_cast<int>(N), inp, C, dout,
-         OC, 1.0f, dweight, C, dtype);
+    if (dbias != nullptr) {
+      // ... and with BGRADB, the column sums of op(B) = dout (N,OC) into a scratch (OC).
+      detail::StreamScratch partial(static_cast<std::size_t>(OC) * dtype_size(dtype), stream);
+      LtGemm g;
+      g.trans_b = true;
+      g.m = C;
+      g.n = OC;
+      g.k = static_cast<int>(N);
+      g.A = inp;
+      g.lda = C;
+      g.B = dout;
+      g.ldb = OC;
+      g.D = dweight;
+      g.ldd = C;
+      g.beta = 1.0f;
+      g.dtype = dtype;
+      g.epilogue = LtEpilogue::bgrad_b;
+      g.bias_grad = partial.as<void>();
+      if (detail::lt_gemm(g, stream)) {
+        add_vector(dbias, partial.as<void>(), OC, dtype, stream);
+        dbias_done = true;
+      }
+      partial.release();
+    }
+    if (!dbias_done)
+      gemm(handle_for(stream), CUBLAS_OP_N, CUBLAS_OP_T, C, OC, static_cast<int>(N), inp, C, dout,
+           OC, 1.0f, dweight, C, dtype);
   }
-  if (dbias != nullptr && N > 0 && OC > 0) {
+  if (dbias != nullptr && !dbias_done && N > 0 && OC > 0) {
     STRATA_ASSERT(dout != nullptr);
     bias_grad(dbias, dout, N, OC, dtype, stream);
   }
+}
+
+std::uint64_t matmul_unfused_epilogue_count() { return detail::lt_declined_count(); }
+
+void matmul_bias_gelu_fwd(void* out, void* pre, const void* inp, const void* weight,
+                          const void* bias, std::int64_t N, int C, int OC, DType dtype,
+                          cudaStream_t stream) {
+  check_dims(N, C, OC);
+  if (N == 0 || OC == 0) return;
+  STRATA_ASSERT(out != nullptr && pre != nullptr);
+  if (C > 0) {
+    STRATA_ASSERT(inp != nullptr && weight != nullptr);
+    // pre^T (OC,N) = W[T] (OC,C) * inp^T (C,N) + bias, out^T = gelu(pre^T)
+    LtGemm g = forward_gemm(out, inp, weight, N, C, OC, dtype);
+    g.epilogue = LtEpilogue::gelu_aux_bias;
+    g.bias = bias;
+    g.aux = pre;
+    g.ldaux = OC;
+    if (detail::lt_gemm(g, stream)) return;
+  }
+  matmul_fwd(pre, inp, weight, bias, N, C, OC, dtype, stream);
+  gelu_fwd(out, pre, N * OC, dtype, stream);
+}
+
+void matmul_bwd_dgelu(void* dpre, void* dpre_bias, void* dweight, void* dbias, const void* dout,
+                      const void* inp, const void* pre, const void* weight, std::int64_t N, int C,
+                      int OC, DType dtype, cudaStream_t stream) {
+  check_dims(N, C, OC);
+  if (N > 0 && C > 0 && OC > 0) {
+    STRATA_ASSERT(dpre != nullptr && dout != nullptr && pre != nullptr && weight != nullptr);
+    // dpre^T (C,N) = (W^T (C,OC) * dout^T (OC,N)) * gelu'(pre^T), and with a bias gradient its
+    // row sums (over the N tokens) into a scratch (C).
+    detail::StreamScratch partial(
+        dpre_bias != nullptr ? static_cast<std::size_t>(C) * dtype_size(dtype) : 0, stream);
+    LtGemm g;
+    g.m = C;
+    g.n = static_cast<int>(N);
+    g.k = OC;
+    g.A = weight;
+    g.lda = C;
+    g.B = dout;
+    g.ldb = OC;
+    g.D = dpre;
+    g.ldd = C;
+    g.dtype = dtype;
+    g.epilogue = LtEpilogue::dgelu_bgrad;
+    g.bias_grad = partial.as<void>();  // null without dpre_bias: DGELU alone
+    g.aux = pre;
+    g.ldaux = C;
+    const bool fused = detail::lt_gemm(g, stream);
+    if (fused && dpre_bias != nullptr) add_vector(dpre_bias, partial.as<void>(), C, dtype, stream);
+    partial.release();
+    if (fused) {
+      matmul_bwd(nullptr, dweight, dbias, dout, inp, weight, N, C, OC, dtype, stream);
+      return;
+    }
+  }
+  // Unfused: matmul_bwd, the GELU backward in place, then the column sums of dpre.
+  matmul_bwd(dpre, dweight, dbias, dout, inp, weight, N, C, OC, dtype, stream);
+  gelu_bwd(dpre, pre, dpre, N * C, dtype, stream);
+  if (dpre_bias != nullptr && N > 0 && C > 0) bias_grad(dpre_bias, dpre, N, C, dtype, stream);
 }
 
 }  // namespace strata::kernels::cuda

@@ -3,8 +3,10 @@
 // layernorm, rmsnorm, matmul, attention, rope, elementwise, swiglu, cross_entropy}.h (read those
 // for shapes, meaning and roundings), plus the stream they are enqueued on. Includes no CUDA header. Every launch is
 // checked (strata::Error on failure); each call returns after enqueueing. Pointers are device
-// accessible; fp32 accumulation everywhere; matmuls on cuBLAS (fp32 compute) with one handle
-// per device and stream, created on first use.
+// accessible; fp32 accumulation everywhere; matmuls on cuBLAS / cuBLASLt (fp32 compute) with
+// one handle per device and stream, created on first use. The fused ops (matmul_bias_gelu_fwd,
+// matmul_bwd_dgelu, residual_layernorm_fwd) and the bias of matmul_fwd / matmul_bwd use
+// cuBLASLt epilogues or one kernel where the host runs several ops (kernels/cuda/matmul.cu).
 //
 // Results agree with the host ops within floating-point tolerance, not bit for bit (different
 // summation orders; embedding_bwd and the bias / LayerNorm weight sums may use atomics).
@@ -24,6 +26,9 @@ void embedding_bwd(void* dwte, void* dwpe, const void* dout, const std::int32_t*
 void layernorm_fwd(void* out, float* mean, float* rstd, const void* inp, const void* weight,
                    const void* bias, std::int64_t N, int C, float eps, DType dtype,
                    cudaStream_t stream);
+void residual_layernorm_fwd(void* res_out, void* ln_out, float* mean, float* rstd, const void* a,
+                            const void* b, const void* weight, const void* bias, std::int64_t N,
+                            int C, float eps, DType dtype, cudaStream_t stream);
 void layernorm_bwd(void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
                    const void* weight, const float* mean, const float* rstd, std::int64_t N,
                    int C, DType dtype, cudaStream_t stream);
@@ -40,6 +45,17 @@ void matmul_fwd(void* out, const void* inp, const void* weight, const void* bias
 void matmul_bwd(void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
                 const void* weight, std::int64_t N, int C, int OC, DType dtype,
                 cudaStream_t stream);
+void matmul_bias_gelu_fwd(void* out, void* pre, const void* inp, const void* weight,
+                          const void* bias, std::int64_t N, int C, int OC, DType dtype,
+                          cudaStream_t stream);
+void matmul_bwd_dgelu(void* dpre, void* dpre_bias, void* dweight, void* dbias, const void* dout,
+                      const void* inp, const void* pre, const void* weight, std::int64_t N, int C,
+                      int OC, DType dtype, cudaStream_t stream);
+
+// How many times, on the calling thread, a matmul op above took its unfused path because
+// cuBLASLt offered no algorithm for the epilogue (or the GELU input's leading dimension, C or
+// OC, is not a multiple of 8). A performance diagnostic: the results mean the same either way.
+std::uint64_t matmul_unfused_epilogue_count();
 
 // Attention: the layout of kernels/host/attention.h (qkv (B, T, (NH + 2 NKV) hs), query head h
 // uses key/value head h / (NH / NKV)). bf16 and fp16 with head size 64 or 128 run on tensor

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "kernels/host/elementwise.h"
 #include "kernels/host/kernel_impl.h"
 
 namespace strata::kernels::host {
@@ -46,6 +47,13 @@ void layernorm_fwd(void* out, float* mean, float* rstd, const void* inp, const v
       if (rstd != nullptr) rstd[n] = s;
     }
   }
+}
+
+void residual_layernorm_fwd(void* res_out, void* ln_out, float* mean, float* rstd, const void* a,
+                            const void* b, const void* weight, const void* bias, std::int64_t N,
+                            int C, float eps, DType dtype) {
+  residual_fwd(res_out, a, b, N * static_cast<std::int64_t>(C), dtype);
+  layernorm_fwd(ln_out, mean, rstd, res_out, weight, bias, N, C, eps, dtype);
 }
 
 void layernorm_bwd(void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "kernels/host/elementwise.h"
 #include "kernels/host/kernel_impl.h"
 
 namespace strata::kernels::host {
@@ -114,6 +115,22 @@ void matmul_bwd(void* dinp, void* dweight, void* dbias, const void* dout, const 
       }
     }
   }
+}
+
+void matmul_bias_gelu_fwd(void* out, void* pre, const void* inp, const void* weight,
+                          const void* bias, std::int64_t N, int C, int OC, DType dtype) {
+  matmul_fwd(pre, inp, weight, bias, N, C, OC, dtype);
+  gelu_fwd(out, pre, N * OC, dtype);
+}
+
+void matmul_bwd_dgelu(void* dpre, void* dpre_bias, void* dweight, void* dbias, const void* dout,
+                      const void* inp, const void* pre, const void* weight, std::int64_t N, int C,
+                      int OC, DType dtype) {
+  matmul_bwd(dpre, dweight, dbias, dout, inp, weight, N, C, OC, dtype);
+  gelu_bwd(dpre, pre, dpre, N * C, dtype);
+  // dpre_bias += column sums of dpre: matmul_bwd's dbias path, dpre as an (N, C) output.
+  if (dpre_bias != nullptr)
+    matmul_bwd(nullptr, nullptr, dpre_bias, dpre, nullptr, nullptr, N, 0, C, dtype);
 }
 
 }  // namespace strata::kernels::host

@@ -297,11 +297,12 @@ void GptModel::block_forward(const BlockParams& p, const BlockActs& a, const voi
   // GPT-2 has as many key/value heads as query heads (NKV = NH).
   ops::attention_fwd(compute_, a.atty, a.lse, a.qkv, B, T, NH, NH, C / NH, dt);
   ops::matmul_fwd(compute_, acts_->proj, a.atty, p.t[kAttProjW], p.t[kAttProjB], BT, C, C, dt);
-  ops::residual_fwd(compute_, a.res2, res_in, acts_->proj, BT * C, dt);
-  ops::layernorm_fwd(compute_, a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, p.t[kLn2W], p.t[kLn2B], BT,
-                     C, eps, dt);
-  ops::matmul_fwd(compute_, a.fch, a.ln2, p.t[kFcW], p.t[kFcB], BT, C, 4 * C, dt);
-  ops::gelu_fwd(compute_, a.fch_gelu, a.fch, BT * 4 * C, dt);
+  // res2 = res_in + proj and ln2 = ln_2(res2), one op.
+  ops::residual_layernorm_fwd(compute_, a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, res_in, acts_->proj,
+                              p.t[kLn2W], p.t[kLn2B], BT, C, eps, dt);
+  // fch = c_fc(ln2) (kept for the backward) and fch_gelu = gelu(fch), one op.
+  ops::matmul_bias_gelu_fwd(compute_, a.fch_gelu, a.fch, a.ln2, p.t[kFcW], p.t[kFcB], BT, C, 4 * C,
+                            dt);
   ops::matmul_fwd(compute_, acts_->proj, a.fch_gelu, p.t[kFcProjW], p.t[kFcProjB], BT, 4 * C, C,
                   dt);
   ops::residual_fwd(compute_, res_out, a.res2, acts_->proj, BT * C, dt);
@@ -316,10 +317,10 @@ void GptModel::block_backward(const BlockParams& p, const BlockParams& g, const 
   auto gw = [&](int i) { return const_cast<std::byte*>(g.t[i]); };
   Activations& s = *acts_;
   // MLP: out = res2 + c_proj(gelu(c_fc(ln_2(res2)))); dres is d(out) and becomes d(res2).
-  ops::matmul_bwd(compute_, s.d4c, gw(kFcProjW), gw(kFcProjB), s.dres, a.fch_gelu,
-                  p.t[kFcProjW], BT, 4 * C, C, dt);
-  ops::gelu_bwd(compute_, s.d4c, a.fch, s.d4c, BT * 4 * C, dt);
-  ops::matmul_bwd(compute_, s.dbtc, gw(kFcW), gw(kFcB), s.d4c, a.ln2, p.t[kFcW], BT, C, 4 * C, dt);
+  // c_proj's backward through the GELU: d4c = d(fch), and c_fc's bias gradient with it.
+  ops::matmul_bwd_dgelu(compute_, s.d4c, gw(kFcB), gw(kFcProjW), gw(kFcProjB), s.dres, a.fch_gelu,
+                        a.fch, p.t[kFcProjW], BT, 4 * C, C, dt);
+  ops::matmul_bwd(compute_, s.dbtc, gw(kFcW), nullptr, s.d4c, a.ln2, p.t[kFcW], BT, C, 4 * C, dt);
   ops::layernorm_bwd(compute_, s.dres, gw(kLn2W), gw(kLn2B), s.dbtc, a.res2, p.t[kLn2W],
                      a.ln2_mean, a.ln2_rstd, BT, C, dt);
   // Attention: res2 = res_in + c_proj(attn(c_attn(ln_1(res_in)))); dres becomes d(res_in).

@@ -57,6 +57,23 @@ void layernorm_fwd(device::Stream& s, void* out, float* mean, float* rstd, const
               "layernorm_fwd");
 }
 
+void residual_layernorm_fwd(device::Stream& s, void* res_out, void* ln_out, float* mean,
+                            float* rstd, const void* a, const void* b, const void* weight,
+                            const void* bias, std::int64_t N, int C, float eps, DType dtype) {
+  const OpScope scope(s, "residual_layernorm_fwd");
+  if (cudaStream_t cs = cuda_stream(s)) {
+    CUDA_OP(kc::residual_layernorm_fwd(res_out, ln_out, mean, rstd, a, b, weight, bias, N, C, eps,
+                                       dtype, cs));
+    return;
+  }
+  s.host_task(
+      [=] {
+        kh::residual_layernorm_fwd(res_out, ln_out, mean, rstd, a, b, weight, bias, N, C, eps,
+                                   dtype);
+      },
+      "residual_layernorm_fwd");
+}
+
 void layernorm_bwd(device::Stream& s, void* dinp, void* dweight, void* dbias, const void* dout,
                    const void* inp, const void* weight, const float* mean, const float* rstd,
                    std::int64_t N, int C, DType dtype) {
@@ -114,6 +131,35 @@ void matmul_bwd(device::Stream& s, void* dinp, void* dweight, void* dbias, const
   }
   s.host_task([=] { kh::matmul_bwd(dinp, dweight, dbias, dout, inp, weight, N, C, OC, dtype); },
               "matmul_bwd");
+}
+
+void matmul_bias_gelu_fwd(device::Stream& s, void* out, void* pre, const void* inp,
+                          const void* weight, const void* bias, std::int64_t N, int C, int OC,
+                          DType dtype) {
+  const OpScope scope(s, "matmul_bias_gelu_fwd");
+  if (cudaStream_t cs = cuda_stream(s)) {
+    CUDA_OP(kc::matmul_bias_gelu_fwd(out, pre, inp, weight, bias, N, C, OC, dtype, cs));
+    return;
+  }
+  s.host_task([=] { kh::matmul_bias_gelu_fwd(out, pre, inp, weight, bias, N, C, OC, dtype); },
+              "matmul_bias_gelu_fwd");
+}
+
+void matmul_bwd_dgelu(device::Stream& s, void* dpre, void* dpre_bias, void* dweight, void* dbias,
+                      const void* dout, const void* inp, const void* pre, const void* weight,
+                      std::int64_t N, int C, int OC, DType dtype) {
+  const OpScope scope(s, "matmul_bwd_dgelu");
+  if (cudaStream_t cs = cuda_stream(s)) {
+    CUDA_OP(kc::matmul_bwd_dgelu(dpre, dpre_bias, dweight, dbias, dout, inp, pre, weight, N, C,
+                                 OC, dtype, cs));
+    return;
+  }
+  s.host_task(
+      [=] {
+        kh::matmul_bwd_dgelu(dpre, dpre_bias, dweight, dbias, dout, inp, pre, weight, N, C, OC,
+                             dtype);
+      },
+      "matmul_bwd_dgelu");
 }
 
 void attention_fwd(device::Stream& s, void* out, float* lse, const void* qkv, int B, int T, int NH,

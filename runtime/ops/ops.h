@@ -21,6 +21,9 @@ void embedding_bwd(device::Stream& s, void* dwte, void* dwpe, const void* dout,
 void layernorm_fwd(device::Stream& s, void* out, float* mean, float* rstd, const void* inp,
                    const void* weight, const void* bias, std::int64_t N, int C, float eps,
                    DType dtype);
+void residual_layernorm_fwd(device::Stream& s, void* res_out, void* ln_out, float* mean,
+                            float* rstd, const void* a, const void* b, const void* weight,
+                            const void* bias, std::int64_t N, int C, float eps, DType dtype);
 void layernorm_bwd(device::Stream& s, void* dinp, void* dweight, void* dbias, const void* dout,
                    const void* inp, const void* weight, const float* mean, const float* rstd,
                    std::int64_t N, int C, DType dtype);
@@ -36,6 +39,12 @@ void matmul_fwd(device::Stream& s, void* out, const void* inp, const void* weigh
 void matmul_bwd(device::Stream& s, void* dinp, void* dweight, void* dbias, const void* dout,
                 const void* inp, const void* weight, std::int64_t N, int C, int OC,
                 DType dtype);
+void matmul_bias_gelu_fwd(device::Stream& s, void* out, void* pre, const void* inp,
+                          const void* weight, const void* bias, std::int64_t N, int C, int OC,
+                          DType dtype);
+void matmul_bwd_dgelu(device::Stream& s, void* dpre, void* dpre_bias, void* dweight, void* dbias,
+                      const void* dout, const void* inp, const void* pre, const void* weight,
+                      std::int64_t N, int C, int OC, DType dtype);
 
 // Attention with NKV key/value heads (NKV = NH for GPT-2): see kernels/host/attention.h.
 void attention_fwd(device::Stream& s, void* out, float* lse, const void* qkv, int B, int T, int NH,

@@ -39,12 +39,14 @@ def main():
     assert j["profiled_step_ms"] > 0, j
     ops = {row["op"]: row for row in j["profile"]}
     assert len(ops) == len(j["profile"]), f"an op kind listed twice: {j['profile']}"
-    want = {"embedding_fwd", "layernorm_fwd", "matmul_fwd", "attention_fwd", "gelu_fwd",
-            "residual_fwd", "softmax_xent_fwd", "softmax_xent_bwd", "matmul_bwd",
-            "attention_bwd", "gelu_bwd", "layernorm_bwd", "embedding_bwd"}
+    want = {"embedding_fwd", "layernorm_fwd", "matmul_fwd", "attention_fwd",
+            "matmul_bias_gelu_fwd", "residual_layernorm_fwd", "residual_fwd", "softmax_xent_fwd",
+            "softmax_xent_bwd", "matmul_bwd", "matmul_bwd_dgelu", "attention_bwd",
+            "layernorm_bwd", "embedding_bwd"}
     assert want <= set(ops), f"missing ops {want - set(ops)} in {sorted(ops)}"
     L = 4  # the tiny preset's layers
     assert ops["attention_fwd"]["count"] == L and ops["attention_bwd"]["count"] == L, ops
+    assert ops["matmul_bias_gelu_fwd"]["count"] == L and ops["matmul_bwd_dgelu"]["count"] == L, ops
     assert ops["embedding_fwd"]["count"] == 1 and ops["softmax_xent_fwd"]["count"] == 1, ops
     for row in j["profile"]:
         assert row["count"] > 0 and row["ms"] >= 0, row
