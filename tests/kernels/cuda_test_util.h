@@ -65,23 +65,37 @@ class DeviceBuffer {
   DeviceBuffer& operator=(DeviceBuffer&&) = delete;
 
   void* get() const { return ptr_; }
+  // The memory `byte_offset` bytes in, as T* (misaligned on purpose in some tests).
   template <typename T>
-  T* as() const { return static_cast<T*>(ptr_); }
+  T* as(std::size_t byte_offset = 0) const {
+    return reinterpret_cast<T*>(static_cast<unsigned char*>(ptr_) + byte_offset);
+  }
   std::size_t bytes() const { return bytes_; }
 
   // Replaces the whole contents (host.size() must be bytes()).
   void upload(const Bytes& host) {
     ASSERT_EQ(host.size(), bytes_);
+    upload(host.data(), host.size());
+  }
+  // Copies `bytes` from src to `byte_offset` bytes in.
+  void upload(const void* src, std::size_t bytes, std::size_t byte_offset = 0) {
+    ASSERT_LE(byte_offset + bytes, bytes_);
     CUDA_CHECK(cudaDeviceSynchronize());
-    if (!host.empty())
-      CUDA_CHECK(cudaMemcpy(ptr_, host.data(), host.size(), cudaMemcpyHostToDevice));
+    if (bytes > 0)
+      CUDA_CHECK(cudaMemcpy(as<unsigned char>(byte_offset), src, bytes, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaDeviceSynchronize());
   }
   Bytes download() const {
     Bytes out(bytes_);
-    CUDA_CHECK(cudaDeviceSynchronize());
-    if (bytes_ > 0) CUDA_CHECK(cudaMemcpy(out.data(), ptr_, bytes_, cudaMemcpyDeviceToHost));
+    download(out.data(), bytes_);
     return out;
+  }
+  // Copies `bytes` from `byte_offset` bytes in to dst.
+  void download(void* dst, std::size_t bytes, std::size_t byte_offset = 0) const {
+    ASSERT_LE(byte_offset + bytes, bytes_ + guard_);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    if (bytes > 0)
+      CUDA_CHECK(cudaMemcpy(dst, as<unsigned char>(byte_offset), bytes, cudaMemcpyDeviceToHost));
   }
   // True when every guard byte still holds kGuardByte.
   bool guard_intact() const {
