@@ -13,7 +13,6 @@
 //   3. one thread per channel adds the chunks' partials, in chunk order, and accumulates the
 //      total into dweight / dbias.
 // No atomics: deterministic for given shapes. Scratch is stream-ordered (cudaMallocAsync).
-#include <algorithm>
 #include <cstdint>
 
 #include "core/error.h"
@@ -182,11 +181,7 @@ __global__ void layernorm_bwd_finish_kernel(T* __restrict__ dweight, T* __restri
   if (dbias != nullptr) dbias[c] = from_f32<T>(to_f32(dbias[c]) + sb);
 }
 
-unsigned row_blocks(std::int64_t N) {
-  const std::int64_t blocks = detail::ceil_div(N, kWarpsPerBlock);
-  STRATA_ASSERT(blocks <= detail::kMaxGridX, "layernorm: too many rows");
-  return static_cast<unsigned>(blocks);
-}
+unsigned row_blocks(std::int64_t N) { return detail::row_blocks(N, kWarpsPerBlock, "layernorm"); }
 
 }  // namespace
 
@@ -238,10 +233,7 @@ void layernorm_bwd(void* dinp, void* dweight, void* dbias, const void* dout, con
       CUDA_CHECK_LAUNCH();
     }
     if (dweight == nullptr && dbias == nullptr) return;
-    // About 64 rows per chunk (8 per thread), at most 1024 chunks.
-    const std::int64_t chunks64 = std::clamp<std::int64_t>(detail::ceil_div(N, 64), 1, 1024);
-    const std::int64_t rows_per_chunk = detail::ceil_div(N, chunks64);
-    const int chunks = static_cast<int>(detail::ceil_div(N, rows_per_chunk));
+    const auto [rows_per_chunk, chunks] = detail::row_chunks(N);
     detail::StreamScratch scratch(2 * static_cast<std::size_t>(chunks) * C * sizeof(float),
                                   stream);
     float* partial_w = scratch.as<float>();
