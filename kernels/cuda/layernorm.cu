@@ -30,6 +30,28 @@ constexpr int kWarpsPerBlock = 8;  // rows per block in the per-row kernels
 constexpr int kTileC = 32;         // channels per block in the partial-sum kernel
 constexpr int kTileRows = 8;       // threads along the rows in the partial-sum kernel
 
+// The rest of one row's LayerNorm, by its warp, once each lane has summed its elements of x
+// (`lane_sum`): the mean, the biased variance around it (a second pass over x), y, and the
+// row's mean / rstd (either may be null).
+template <typename T>
+__device__ __forceinline__ void layernorm_row(T* y, float* mean, float* rstd, const T* x,
+                                              const T* weight, const T* bias, std::int64_t row,
+                                              int C, float eps, int lane, float lane_sum) {
+  const float m = warp_sum(lane_sum) / static_cast<float>(C);
+  float sq = 0.0f;
+  for (int c = lane; c < C; c += 32) {
+    const float d = to_f32(x[c]) - m;
+    sq += d * d;
+  }
+  const float s = 1.0f / sqrtf(warp_sum(sq) / static_cast<float>(C) + eps);
+  for (int c = lane; c < C; c += 32)
+    y[c] = from_f32<T>((to_f32(x[c]) - m) * s * to_f32(weight[c]) + to_f32(bias[c]));
+  if (lane == 0) {
+    if (mean != nullptr) mean[row] = m;
+    if (rstd != nullptr) rstd[row] = s;
+  }
+}
+
 // out (N,C), mean / rstd (N) (either may be null).
 template <typename T>
 __global__ void layernorm_fwd_kernel(T* __restrict__ out, float* __restrict__ mean,
@@ -42,20 +64,7 @@ __global__ void layernorm_fwd_kernel(T* __restrict__ out, float* __restrict__ me
   const T* x = inp + row * C;
   float sum = 0.0f;
   for (int c = lane; c < C; c += 32) sum += to_f32(x[c]);
-  const float m = warp_sum(sum) / static_cast<float>(C);
-  float sq = 0.0f;
-  for (int c = lane; c < C; c += 32) {
-    const float d = to_f32(x[c]) - m;
-    sq += d * d;
-  }
-  const float s = 1.0f / sqrtf(warp_sum(sq) / static_cast<float>(C) + eps);
-  T* y = out + row * C;
-  for (int c = lane; c < C; c += 32)
-    y[c] = from_f32<T>((to_f32(x[c]) - m) * s * to_f32(weight[c]) + to_f32(bias[c]));
-  if (lane == 0) {
-    if (mean != nullptr) mean[row] = m;
-    if (rstd != nullptr) rstd[row] = s;
-  }
+  layernorm_row(out + row * C, mean, rstd, x, weight, bias, row, C, eps, lane, sum);
 }
 
 // res_out = a + b (rounded to T), ln_out = layernorm(res_out), mean / rstd (either may be null).
@@ -82,20 +91,8 @@ __global__ void residual_layernorm_fwd_kernel(T* res_out, T* __restrict__ ln_out
     r[c] = v;
     sum += to_f32(v);
   }
-  const float m = warp_sum(sum) / static_cast<float>(C);
-  float sq = 0.0f;
-  for (int c = lane; c < C; c += 32) {
-    const float d = to_f32(r[c]) - m;
-    sq += d * d;
-  }
-  const float s = 1.0f / sqrtf(warp_sum(sq) / static_cast<float>(C) + eps);
-  T* y = ln_out + row * C;
-  for (int c = lane; c < C; c += 32)
-    y[c] = from_f32<T>((to_f32(r[c]) - m) * s * to_f32(weight[c]) + to_f32(bias[c]));
-  if (lane == 0) {
-    if (mean != nullptr) mean[row] = m;
-    if (rstd != nullptr) rstd[row] = s;
-  }
+  layernorm_row(ln_out + row * C, mean, rstd, static_cast<const T*>(r), weight, bias, row, C, eps,
+                lane, sum);
 }
 
 // dinp[n,:] += (dnorm - mean(dnorm) - norm * mean(dnorm * norm)) * rstd, dnorm = weight * dout.
