@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "core/dtype.h"
 #include "core/error.h"
@@ -113,6 +114,28 @@ inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1
 constexpr std::int64_t kMaxGridX = 2147483647;
 // Largest grid.y / grid.z.
 constexpr std::int64_t kMaxGridYZ = 65535;
+
+// Blocks of `rows_per_block` rows for a one-warp-per-row kernel over N rows (N > 0); `op` names
+// the op in the assertion.
+inline unsigned row_blocks(std::int64_t N, int rows_per_block, const char* op) {
+  const std::int64_t blocks = ceil_div(N, rows_per_block);
+  STRATA_ASSERT(blocks <= kMaxGridX, std::string(op) + ": too many rows");
+  return static_cast<unsigned>(blocks);
+}
+
+// The N rows of a column sum cut into `chunks` contiguous ranges of `rows_per_chunk` (the last
+// may be shorter), one per grid.y of the partial-sum kernel: about 64 rows per chunk (8 per
+// thread with 8 threads along the rows), at most 1024 chunks. The chunks' partials are added
+// in chunk order, so the sums depend on N only. N > 0.
+struct RowChunks {
+  std::int64_t rows_per_chunk;
+  int chunks;
+};
+inline RowChunks row_chunks(std::int64_t N) {
+  const std::int64_t chunks64 = std::clamp<std::int64_t>(ceil_div(N, 64), 1, 1024);
+  const std::int64_t rows_per_chunk = ceil_div(N, chunks64);
+  return {rows_per_chunk, static_cast<int>(ceil_div(N, rows_per_chunk))};
+}
 
 // Lets `kernel` use `bytes` of dynamic shared memory (needed above 48 KiB); the launch then
 // fails (a strata::Error from CUDA_CHECK_LAUNCH) on a device with less.

@@ -13,7 +13,6 @@
 //   3. one thread per channel adds the chunks' partials, in chunk order, and accumulates the
 //      total into dweight / dbias.
 // No atomics: deterministic for given shapes. Scratch is stream-ordered (cudaMallocAsync).
-#include <algorithm>
 #include <cstdint>
 
 #include "core/error.h"
@@ -31,6 +30,28 @@ constexpr int kWarpsPerBlock = 8;  // rows per block in the per-row kernels
 constexpr int kTileC = 32;         // channels per block in the partial-sum kernel
 constexpr int kTileRows = 8;       // threads along the rows in the partial-sum kernel
 
+// The rest of one row's LayerNorm, by its warp, once each lane has summed its elements of x
+// (`lane_sum`): the mean, the biased variance around it (a second pass over x), y, and the
+// row's mean / rstd (either may be null).
+template <typename T>
+__device__ __forceinline__ void layernorm_row(T* y, float* mean, float* rstd, const T* x,
+                                              const T* weight, const T* bias, std::int64_t row,
+                                              int C, float eps, int lane, float lane_sum) {
+  const float m = warp_sum(lane_sum) / static_cast<float>(C);
+  float sq = 0.0f;
+  for (int c = lane; c < C; c += 32) {
+    const float d = to_f32(x[c]) - m;
+    sq += d * d;
+  }
+  const float s = 1.0f / sqrtf(warp_sum(sq) / static_cast<float>(C) + eps);
+  for (int c = lane; c < C; c += 32)
+    y[c] = from_f32<T>((to_f32(x[c]) - m) * s * to_f32(weight[c]) + to_f32(bias[c]));
+  if (lane == 0) {
+    if (mean != nullptr) mean[row] = m;
+    if (rstd != nullptr) rstd[row] = s;
+  }
+}
+
 // out (N,C), mean / rstd (N) (either may be null).
 template <typename T>
 __global__ void layernorm_fwd_kernel(T* __restrict__ out, float* __restrict__ mean,
@@ -43,20 +64,7 @@ __global__ void layernorm_fwd_kernel(T* __restrict__ out, float* __restrict__ me
   const T* x = inp + row * C;
   float sum = 0.0f;
   for (int c = lane; c < C; c += 32) sum += to_f32(x[c]);
-  const float m = warp_sum(sum) / static_cast<float>(C);
-  float sq = 0.0f;
-  for (int c = lane; c < C; c += 32) {
-    const float d = to_f32(x[c]) - m;
-    sq += d * d;
-  }
-  const float s = 1.0f / sqrtf(warp_sum(sq) / static_cast<float>(C) + eps);
-  T* y = out + row * C;
-  for (int c = lane; c < C; c += 32)
-    y[c] = from_f32<T>((to_f32(x[c]) - m) * s * to_f32(weight[c]) + to_f32(bias[c]));
-  if (lane == 0) {
-    if (mean != nullptr) mean[row] = m;
-    if (rstd != nullptr) rstd[row] = s;
-  }
+  layernorm_row(out + row * C, mean, rstd, x, weight, bias, row, C, eps, lane, sum);
 }
 
 // res_out = a + b (rounded to T), ln_out = layernorm(res_out), mean / rstd (either may be null).
@@ -83,20 +91,8 @@ __global__ void residual_layernorm_fwd_kernel(T* res_out, T* __restrict__ ln_out
     r[c] = v;
     sum += to_f32(v);
   }
-  const float m = warp_sum(sum) / static_cast<float>(C);
-  float sq = 0.0f;
-  for (int c = lane; c < C; c += 32) {
-    const float d = to_f32(r[c]) - m;
-    sq += d * d;
-  }
-  const float s = 1.0f / sqrtf(warp_sum(sq) / static_cast<float>(C) + eps);
-  T* y = ln_out + row * C;
-  for (int c = lane; c < C; c += 32)
-    y[c] = from_f32<T>((to_f32(r[c]) - m) * s * to_f32(weight[c]) + to_f32(bias[c]));
-  if (lane == 0) {
-    if (mean != nullptr) mean[row] = m;
-    if (rstd != nullptr) rstd[row] = s;
-  }
+  layernorm_row(ln_out + row * C, mean, rstd, static_cast<const T*>(r), weight, bias, row, C, eps,
+                lane, sum);
 }
 
 // dinp[n,:] += (dnorm - mean(dnorm) - norm * mean(dnorm * norm)) * rstd, dnorm = weight * dout.
@@ -182,11 +178,7 @@ __global__ void layernorm_bwd_finish_kernel(T* __restrict__ dweight, T* __restri
   if (dbias != nullptr) dbias[c] = from_f32<T>(to_f32(dbias[c]) + sb);
 }
 
-unsigned row_blocks(std::int64_t N) {
-  const std::int64_t blocks = detail::ceil_div(N, kWarpsPerBlock);
-  STRATA_ASSERT(blocks <= detail::kMaxGridX, "layernorm: too many rows");
-  return static_cast<unsigned>(blocks);
-}
+unsigned row_blocks(std::int64_t N) { return detail::row_blocks(N, kWarpsPerBlock, "layernorm"); }
 
 }  // namespace
 
@@ -238,10 +230,7 @@ void layernorm_bwd(void* dinp, void* dweight, void* dbias, const void* dout, con
       CUDA_CHECK_LAUNCH();
     }
     if (dweight == nullptr && dbias == nullptr) return;
-    // About 64 rows per chunk (8 per thread), at most 1024 chunks.
-    const std::int64_t chunks64 = std::clamp<std::int64_t>(detail::ceil_div(N, 64), 1, 1024);
-    const std::int64_t rows_per_chunk = detail::ceil_div(N, chunks64);
-    const int chunks = static_cast<int>(detail::ceil_div(N, rows_per_chunk));
+    const auto [rows_per_chunk, chunks] = detail::row_chunks(N);
     detail::StreamScratch scratch(2 * static_cast<std::size_t>(chunks) * C * sizeof(float),
                                   stream);
     float* partial_w = scratch.as<float>();

@@ -179,10 +179,9 @@ __global__ void column_sum_finish_kernel(T* __restrict__ dbias, const float* __r
 
 void bias_grad(void* dbias, const void* dout, std::int64_t N, int OC, DType dtype,
                cudaStream_t stream) {
-  // About 64 rows per chunk (8 per thread), at most 1024 chunks.
-  const std::int64_t chunks64 = std::clamp<std::int64_t>(detail::ceil_div(N, 64), 1, 1024);
-  const std::int64_t rows_per_chunk = detail::ceil_div(N, chunks64);
-  const int chunks = static_cast<int>(detail::ceil_div(N, rows_per_chunk));
+  const detail::RowChunks split = detail::row_chunks(N);
+  const std::int64_t rows_per_chunk = split.rows_per_chunk;
+  const int chunks = split.chunks;
   detail::StreamScratch scratch(static_cast<std::size_t>(chunks) * OC * sizeof(float), stream);
   detail::dispatch_dtype(dtype, [&](auto tag) {
     using E = typename decltype(tag)::type;

@@ -9,7 +9,6 @@
 //      in a fixed order inside the block;
 //   3. one thread per channel adds the chunks' partials in chunk order into dweight.
 // No atomics: deterministic for given shapes. Scratch is stream-ordered (cudaMallocAsync).
-#include <algorithm>
 #include <cstdint>
 
 #include "core/error.h"
@@ -113,11 +112,7 @@ __global__ void rmsnorm_bwd_finish_kernel(T* __restrict__ dweight,
   dweight[c] = from_f32<T>(to_f32(dweight[c]) + sw);
 }
 
-unsigned row_blocks(std::int64_t N) {
-  const std::int64_t blocks = detail::ceil_div(N, kWarpsPerBlock);
-  STRATA_ASSERT(blocks <= detail::kMaxGridX, "rmsnorm: too many rows");
-  return static_cast<unsigned>(blocks);
-}
+unsigned row_blocks(std::int64_t N) { return detail::row_blocks(N, kWarpsPerBlock, "rmsnorm"); }
 
 }  // namespace
 
@@ -151,10 +146,7 @@ void rmsnorm_bwd(void* dinp, void* dweight, const void* dout, const void* inp,
       CUDA_CHECK_LAUNCH();
     }
     if (dweight == nullptr) return;
-    // About 64 rows per chunk (8 per thread), at most 1024 chunks (as layernorm.cu).
-    const std::int64_t chunks64 = std::clamp<std::int64_t>(detail::ceil_div(N, 64), 1, 1024);
-    const std::int64_t rows_per_chunk = detail::ceil_div(N, chunks64);
-    const int chunks = static_cast<int>(detail::ceil_div(N, rows_per_chunk));
+    const auto [rows_per_chunk, chunks] = detail::row_chunks(N);
     detail::StreamScratch scratch(static_cast<std::size_t>(chunks) * C * sizeof(float), stream);
     float* partial = scratch.as<float>();
     const dim3 grid(static_cast<unsigned>(detail::ceil_div(C, kTileC)),

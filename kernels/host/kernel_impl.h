@@ -46,6 +46,15 @@ inline void store_row(const float* src, void* dst, DType dtype, std::size_t offs
   }
 }
 
+// dst[offset + i] += add[i], i < n: dst widened to fp32 into tmp (n floats), one fp32 addition,
+// one rounding to dtype when stored. How the ops add a step's column sums to a gradient.
+inline void add_to_row(const float* add, void* dst, DType dtype, std::size_t offset,
+                       std::size_t n, float* tmp) {
+  load_row(dst, dtype, offset, n, tmp);
+  for (std::size_t i = 0; i < n; ++i) tmp[i] += add[i];
+  store_row(tmp, dst, dtype, offset, n);
+}
+
 // x rounded to dtype (nearest even) and widened back: the value dtype would store.
 inline float round_to(float x, DType dtype) {
   switch (dtype) {

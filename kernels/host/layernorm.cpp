@@ -11,6 +11,7 @@
 namespace strata::kernels::host {
 namespace {
 
+using detail::add_to_row;
 using detail::load_row;
 using detail::store_row;
 
@@ -116,12 +117,8 @@ void layernorm_bwd(void* dinp, void* dweight, void* dbias, const void* dout, con
         }
       }
       // Add the step's sums to what the gradients held.
-      load_row(dweight, dtype, c0, len, old.data());
-      for (std::size_t c = 0; c < len; ++c) old[c] += dw[c];
-      store_row(old.data(), dweight, dtype, c0, len);
-      load_row(dbias, dtype, c0, len, old.data());
-      for (std::size_t c = 0; c < len; ++c) old[c] += db[c];
-      store_row(old.data(), dbias, dtype, c0, len);
+      add_to_row(dw.data(), dweight, dtype, c0, len, old.data());
+      add_to_row(db.data(), dbias, dtype, c0, len, old.data());
     }
   }
 }

@@ -12,9 +12,9 @@
 namespace strata::kernels::host {
 namespace {
 
+using detail::add_to_row;
 using detail::as_f32;
 using detail::load_row;
-using detail::store_row;
 
 constexpr int kColumnBlock = 64;  // output channels per work item of the dbias sum
 
@@ -109,9 +109,7 @@ void matmul_bwd(void* dinp, void* dweight, void* dbias, const void* dout, const 
           for (std::size_t o = 0; o < len; ++o) acc[o] += row[o];
         }
         float old[kColumnBlock];
-        load_row(dbias, dtype, o0, len, old);
-        for (std::size_t o = 0; o < len; ++o) old[o] += acc[o];
-        store_row(old, dbias, dtype, o0, len);
+        add_to_row(acc, dbias, dtype, o0, len, old);
       }
     }
   }

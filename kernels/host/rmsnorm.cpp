@@ -11,6 +11,7 @@
 namespace strata::kernels::host {
 namespace {
 
+using detail::add_to_row;
 using detail::load_row;
 using detail::round_to;
 using detail::store_row;
@@ -94,9 +95,7 @@ void rmsnorm_bwd(void* dinp, void* dweight, const void* dout, const void* inp,
         const float s = rstd[n];
         for (std::size_t c = 0; c < len; ++c) dw[c] += d[c] * round_to(x[c] * s, dtype);
       }
-      load_row(dweight, dtype, c0, len, old.data());
-      for (std::size_t c = 0; c < len; ++c) old[c] += dw[c];
-      store_row(old.data(), dweight, dtype, c0, len);
+      add_to_row(dw.data(), dweight, dtype, c0, len, old.data());
     }
   }
 }

@@ -44,80 +44,17 @@
 #include "core/error.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/host/attention.h"
+#include "tests/kernels/cuda_test_util.h"
 
 namespace strata {
 namespace {
 
 namespace host = kernels::host;
 namespace dev = kernels::cuda;
-using Bytes = std::vector<unsigned char>;
+using namespace test;  // tests/kernels/cuda_test_util.h
 
-// Device memory of `bytes`, followed by `guard` bytes set to kGuardByte: an output buffer's guard
-// must be intact after a kernel (no row past T, no element past the end written).
-constexpr unsigned char kGuardByte = 0xA5;
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(std::size_t bytes, std::size_t guard = 0) : bytes_(bytes), guard_(guard) {
-    CUDA_CHECK(cudaMalloc(&ptr_, std::max<std::size_t>(bytes + guard, 1)));
-    if (guard > 0)
-      CUDA_CHECK(cudaMemset(static_cast<unsigned char*>(ptr_) + bytes, kGuardByte, guard));
-  }
-  explicit DeviceBuffer(const Bytes& b, std::size_t guard = 0) : DeviceBuffer(b.size(), guard) {
-    if (!b.empty()) CUDA_CHECK(cudaMemcpy(ptr_, b.data(), b.size(), cudaMemcpyHostToDevice));
-  }
-  bool guard_intact() const {
-    Bytes g(guard_);
-    CUDA_CHECK(cudaDeviceSynchronize());
-    if (guard_ > 0)
-      CUDA_CHECK(cudaMemcpy(g.data(), static_cast<unsigned char*>(ptr_) + bytes_, guard_,
-                            cudaMemcpyDeviceToHost));
-    return std::all_of(g.begin(), g.end(), [](unsigned char x) { return x == kGuardByte; });
-  }
-  ~DeviceBuffer() {
-    if (ptr_ != nullptr) cudaFree(ptr_);
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  void* get() const { return ptr_; }
-  float* f32() const { return static_cast<float*>(ptr_); }
-  Bytes download() const {
-    Bytes out(bytes_);
-    CUDA_CHECK(cudaDeviceSynchronize());
-    if (bytes_ > 0) CUDA_CHECK(cudaMemcpy(out.data(), ptr_, bytes_, cudaMemcpyDeviceToHost));
-    return out;
-  }
-
- private:
-  void* ptr_ = nullptr;
-  std::size_t bytes_;
-  std::size_t guard_;
-};
-
-struct Stream {
-  Stream() { CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
-  ~Stream() { cudaStreamDestroy(s); }
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-  cudaStream_t s = nullptr;
-};
-
-Bytes random_bytes(DType t, std::size_t n, std::uint32_t seed, float lo, float hi) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  Bytes out(n * dtype_size(t));
-  convert(v.data(), DType::f32, out.data(), t, n);
-  return out;
-}
-
-std::vector<float> floats(const Bytes& b, DType t) {
-  std::vector<float> out(b.size() / dtype_size(t));
-  convert(b.data(), t, out.data(), DType::f32, out.size());
-  return out;
-}
-
-double tol_for(DType t) {
+// The flash kernels round P (and dS) to the storage type: looser than tol_for (see the top).
+double attention_tol(DType t) {
   switch (t) {
     case DType::f32: return 1e-4;
     case DType::bf16: return 2e-2;
@@ -201,15 +138,15 @@ void run_case(DType t, const Shape& s, Stream& stream) {
                     lse_guard = 64 * 4;
   DeviceBuffer d_qkv(qkv), d_out(n_out * es, out_guard), d_lse(n_stat * 4, lse_guard),
       d_out2(n_out * es), d_lse2(n_stat * 4), d_out3(n_out * es, out_guard);
-  dev::attention_fwd(d_out.get(), d_lse.f32(), d_qkv.get(), s.B, s.T, s.NH, s.NKV, s.hs, t,
+  dev::attention_fwd(d_out.get(), d_lse.as<float>(), d_qkv.get(), s.B, s.T, s.NH, s.NKV, s.hs, t,
                      stream.s);
-  dev::attention_fwd(d_out2.get(), d_lse2.f32(), d_qkv.get(), s.B, s.T, s.NH, s.NKV, s.hs, t,
+  dev::attention_fwd(d_out2.get(), d_lse2.as<float>(), d_qkv.get(), s.B, s.T, s.NH, s.NKV, s.hs, t,
                      stream.s);
   const Bytes got_out = d_out.download(), got_lse = d_lse.download();
   std::vector<float> got_lse_f(n_stat);
   std::copy_n(reinterpret_cast<const float*>(got_lse.data()), n_stat, got_lse_f.begin());
   std::printf("%s\n", name.c_str());
-  expect_close("fwd out", floats(got_out, t), floats(out, t), tol_for(t));
+  expect_close("fwd out", to_floats(got_out, t), to_floats(out, t), attention_tol(t));
   expect_close("fwd lse", got_lse_f, lse, kLseTol);
   EXPECT_TRUE(d_out2.download() == got_out) << "attention_fwd out is not deterministic";
   EXPECT_TRUE(d_lse2.download() == got_lse) << "attention_fwd lse is not deterministic";
@@ -225,17 +162,19 @@ void run_case(DType t, const Shape& s, Stream& stream) {
   std::copy_n(reinterpret_cast<const unsigned char*>(lse.data()), host_lse.size(), host_lse.begin());
   DeviceBuffer d_dout(dout), d_hout(out), d_hlse(host_lse),
       d_dqkv(random_bytes(t, n_qkv, seed + 2, -9.0f, 9.0f), qkv_guard), d_dqkv2(n_qkv * es);
-  dev::attention_bwd(d_dqkv.get(), d_dout.get(), d_qkv.get(), d_hout.get(), d_hlse.f32(), s.B,
-                     s.T, s.NH, s.NKV, s.hs, t, stream.s);
-  dev::attention_bwd(d_dqkv2.get(), d_dout.get(), d_qkv.get(), d_hout.get(), d_hlse.f32(), s.B,
-                     s.T, s.NH, s.NKV, s.hs, t, stream.s);
+  dev::attention_bwd(d_dqkv.get(), d_dout.get(), d_qkv.get(), d_hout.get(), d_hlse.as<float>(),
+                     s.B, s.T, s.NH, s.NKV, s.hs, t, stream.s);
+  dev::attention_bwd(d_dqkv2.get(), d_dout.get(), d_qkv.get(), d_hout.get(), d_hlse.as<float>(),
+                     s.B, s.T, s.NH, s.NKV, s.hs, t, stream.s);
   const Bytes got_dqkv = d_dqkv.download();
-  const std::vector<float> g = floats(got_dqkv, t), w = floats(dqkv, t);
+  const std::vector<float> g = to_floats(got_dqkv, t), w = to_floats(dqkv, t);
   const std::size_t q_w = s.out_row(), kv_w = static_cast<std::size_t>(s.NKV) * s.hs;
-  expect_close("bwd dq", columns(g, s.row(), 0, q_w), columns(w, s.row(), 0, q_w), tol_for(t));
-  expect_close("bwd dk", columns(g, s.row(), q_w, kv_w), columns(w, s.row(), q_w, kv_w), tol_for(t));
+  expect_close("bwd dq", columns(g, s.row(), 0, q_w), columns(w, s.row(), 0, q_w),
+               attention_tol(t));
+  expect_close("bwd dk", columns(g, s.row(), q_w, kv_w), columns(w, s.row(), q_w, kv_w),
+               attention_tol(t));
   expect_close("bwd dv", columns(g, s.row(), q_w + kv_w, kv_w),
-               columns(w, s.row(), q_w + kv_w, kv_w), tol_for(t));
+               columns(w, s.row(), q_w + kv_w, kv_w), attention_tol(t));
   EXPECT_TRUE(d_dqkv2.download() == got_dqkv) << "attention_bwd is not deterministic";
   EXPECT_TRUE(d_dqkv.guard_intact()) << "attention_bwd wrote past the end of dqkv";
 }
@@ -295,7 +234,8 @@ TEST(AttentionCuda, DecodeWithGroupedHeads) {
                              c.past, c.max_T, c.NH, c.NKV, c.hs, t);
       dev::attention_decode(d_out.get(), d_k.get(), d_v.get(), d_qkv.get(), c.B, c.T_new, c.past,
                             c.max_T, c.NH, c.NKV, c.hs, t, stream.s);
-      expect_close("decode out", floats(d_out.download(), t), floats(out, t), tol_for(t));
+      expect_close("decode out", to_floats(d_out.download(), t), to_floats(out, t),
+                   attention_tol(t));
       EXPECT_TRUE(d_k.download() == k_cache) << "k_cache differs from the host's";
       EXPECT_TRUE(d_v.download() == v_cache) << "v_cache differs from the host's";
     }
@@ -304,9 +244,10 @@ TEST(AttentionCuda, DecodeWithGroupedHeads) {
 TEST(AttentionCuda, HeadsNotAMultipleIsAnError) {
   Stream stream;
   DeviceBuffer d(1 << 16);
-  EXPECT_THROW(dev::attention_fwd(d.get(), d.f32(), d.get(), 1, 4, 6, 4, 64, DType::bf16, stream.s),
-               Error);
-  EXPECT_THROW(dev::attention_bwd(d.get(), d.get(), d.get(), d.get(), d.f32(), 1, 4, 6, 4, 64,
+  EXPECT_THROW(
+      dev::attention_fwd(d.get(), d.as<float>(), d.get(), 1, 4, 6, 4, 64, DType::bf16, stream.s),
+      Error);
+  EXPECT_THROW(dev::attention_bwd(d.get(), d.get(), d.get(), d.get(), d.as<float>(), 1, 4, 6, 4, 64,
                                   DType::bf16, stream.s),
                Error);
   EXPECT_THROW(dev::attention_decode(d.get(), d.get(), d.get(), d.get(), 1, 1, 0, 4, 6, 4, 64,

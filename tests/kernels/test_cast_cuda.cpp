@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "kernels/host/cast.h"
 #include "tests/core/fp_reference.h"
+#include "tests/kernels/cuda_test_util.h"
 
 namespace strata {
 namespace {
@@ -21,23 +22,8 @@ namespace {
 constexpr DType kDTypes[] = {DType::f32, DType::f16, DType::bf16};
 constexpr unsigned char kPoison = 0xA5;
 
-// Device buffer, freed on scope exit.
-struct DeviceBuffer {
-  explicit DeviceBuffer(std::size_t bytes) { CUDA_CHECK(cudaMalloc(&ptr, bytes)); }
-  ~DeviceBuffer() { cudaFree(ptr); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  unsigned char* bytes() const { return static_cast<unsigned char*>(ptr); }
-  void* ptr = nullptr;
-};
-
-struct Stream {
-  Stream() { CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
-  ~Stream() { cudaStreamDestroy(s); }
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-  cudaStream_t s = nullptr;
-};
+using test::DeviceBuffer;  // tests/kernels/cuda_test_util.h
+using test::Stream;
 
 // offset_elems shifts both pointers by whole elements, which breaks the 8-element vector
 // alignment and so runs the scalar kernel.
@@ -54,14 +40,16 @@ void check_pair(DType from, DType to, std::size_t n, std::size_t offset_elems) {
 
   Stream stream;
   DeviceBuffer d_src(src.size() + src_off + 1), d_dst(dst_off + dst_bytes + kGuard);
-  if (!src.empty())
-    CUDA_CHECK(cudaMemcpy(d_src.bytes() + src_off, src.data(), src.size(), cudaMemcpyHostToDevice));
   const std::size_t total = dst_off + dst_bytes + kGuard;
-  CUDA_CHECK(cudaMemset(d_dst.ptr, kPoison, total));
-  kernels::cuda::cast(d_src.bytes() + src_off, from, d_dst.bytes() + dst_off, to, n, stream.s);
-  CUDA_CHECK(cudaStreamSynchronize(stream.s));
+  // Before the upload, which waits for the device: the cast's stream does not wait for the
+  // legacy stream's memset.
+  CUDA_CHECK(cudaMemset(d_dst.get(), kPoison, total));
+  d_src.upload(src.data(), src.size(), src_off);
+  kernels::cuda::cast(d_src.as<unsigned char>(src_off), from, d_dst.as<unsigned char>(dst_off), to,
+                      n, stream.s);
+  stream.sync();
   std::vector<unsigned char> got(total);
-  CUDA_CHECK(cudaMemcpy(got.data(), d_dst.ptr, total, cudaMemcpyDeviceToHost));
+  d_dst.download(got.data(), total);
 
   for (std::size_t i = 0; i < n; ++i) {
     const std::size_t size = dtype_size(to);
@@ -99,11 +87,11 @@ TEST(CastCuda, MatchesHostOnAll16BitPatterns) {
       kernels::host::cast(all.data(), from, expected.data(), to, all.size());
       Stream stream;
       DeviceBuffer d_src(all.size() * 2), d_dst(expected.size());
-      CUDA_CHECK(cudaMemcpy(d_src.ptr, all.data(), all.size() * 2, cudaMemcpyHostToDevice));
-      kernels::cuda::cast(d_src.ptr, from, d_dst.ptr, to, all.size(), stream.s);
-      CUDA_CHECK(cudaStreamSynchronize(stream.s));
+      d_src.upload(all.data(), all.size() * 2);
+      kernels::cuda::cast(d_src.get(), from, d_dst.get(), to, all.size(), stream.s);
+      stream.sync();
       std::vector<unsigned char> got(expected.size());
-      CUDA_CHECK(cudaMemcpy(got.data(), d_dst.ptr, got.size(), cudaMemcpyDeviceToHost));
+      d_dst.download(got.data(), got.size());
       EXPECT_EQ(std::memcmp(got.data(), expected.data(), got.size()), 0);
     }
   }
@@ -118,10 +106,10 @@ TEST(CastCuda, MatchesHostOnTieSweeps) {
     kernels::host::cast(sweep.data(), DType::f32, expected.data(), to, sweep.size());
     Stream stream;
     DeviceBuffer d_src(sweep.size() * 4), d_dst(sweep.size() * 2);
-    CUDA_CHECK(cudaMemcpy(d_src.ptr, sweep.data(), sweep.size() * 4, cudaMemcpyHostToDevice));
-    kernels::cuda::cast(d_src.ptr, DType::f32, d_dst.ptr, to, sweep.size(), stream.s);
-    CUDA_CHECK(cudaStreamSynchronize(stream.s));
-    CUDA_CHECK(cudaMemcpy(got.data(), d_dst.ptr, got.size() * 2, cudaMemcpyDeviceToHost));
+    d_src.upload(sweep.data(), sweep.size() * 4);
+    kernels::cuda::cast(d_src.get(), DType::f32, d_dst.get(), to, sweep.size(), stream.s);
+    stream.sync();
+    d_dst.download(got.data(), got.size() * 2);
     EXPECT_EQ(std::memcmp(got.data(), expected.data(), got.size() * 2), 0) << dtype_name(to);
   }
 }

@@ -39,6 +39,7 @@
 #include "kernels/host/elementwise.h"
 #include "kernels/host/layernorm.h"
 #include "kernels/host/matmul.h"
+#include "tests/kernels/cuda_test_util.h"
 
 namespace strata {
 namespace {
@@ -46,109 +47,9 @@ namespace {
 namespace host = kernels::host;
 namespace dev = kernels::cuda;
 
-using Bytes = std::vector<unsigned char>;
+using namespace test;  // tests/kernels/cuda_test_util.h
 
-constexpr DType kAllDTypes[] = {DType::f32, DType::bf16, DType::f16};
-constexpr double kStatTol = 1e-4;
 constexpr double kGeluExtraTol = 2e-3;
-
-// ---- device helpers -------------------------------------------------------------------------
-
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(std::size_t bytes) : bytes_(bytes) {
-    CUDA_CHECK(cudaMalloc(&ptr_, std::max<std::size_t>(bytes, 1)));
-  }
-  explicit DeviceBuffer(const Bytes& host) : DeviceBuffer(host.size()) {
-    if (!host.empty())
-      CUDA_CHECK(cudaMemcpy(ptr_, host.data(), host.size(), cudaMemcpyHostToDevice));
-  }
-  ~DeviceBuffer() {
-    if (ptr_ != nullptr) cudaFree(ptr_);
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-
-  void* get() const { return ptr_; }
-  template <typename T>
-  T* as() const { return static_cast<T*>(ptr_); }
-  Bytes download() const {
-    Bytes out(bytes_);
-    CUDA_CHECK(cudaDeviceSynchronize());
-    if (bytes_ > 0) CUDA_CHECK(cudaMemcpy(out.data(), ptr_, bytes_, cudaMemcpyDeviceToHost));
-    return out;
-  }
-
- private:
-  void* ptr_ = nullptr;
-  std::size_t bytes_;
-};
-
-struct Stream {
-  Stream() { CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
-  ~Stream() { cudaStreamDestroy(s); }
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-  cudaStream_t s = nullptr;
-};
-
-// ---- data and comparison --------------------------------------------------------------------
-
-Bytes to_bytes(const std::vector<float>& v, DType t) {
-  Bytes out(v.size() * dtype_size(t));
-  convert(v.data(), DType::f32, out.data(), t, v.size());
-  return out;
-}
-
-std::vector<float> to_floats(const Bytes& b, DType t) {
-  std::vector<float> out(b.size() / dtype_size(t));
-  convert(b.data(), t, out.data(), DType::f32, out.size());
-  return out;
-}
-
-// n random elements in dtype t, uniform in [lo, hi) before rounding.
-Bytes random_bytes(DType t, std::size_t n, std::uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return to_bytes(v, t);
-}
-
-double tol_for(DType t) {
-  switch (t) {
-    case DType::f32: return 1e-4;
-    case DType::bf16: return 1.5e-2;
-    case DType::f16: return 3e-3;
-  }
-  return 0.0;
-}
-
-// Compares got against want (both in storage t) and asserts the tolerance; prints one line.
-void check(const std::string& what, const Bytes& got, const Bytes& want, DType t, double tol) {
-  SCOPED_TRACE(what);
-  ASSERT_EQ(got.size(), want.size());
-  const std::vector<float> g = to_floats(got, t), w = to_floats(want, t);
-  double max_abs = 0, max_w = 0, diff2 = 0, want2 = 0;
-  bool nan = false;
-  for (std::size_t i = 0; i < g.size(); ++i) {
-    const double d = std::fabs(static_cast<double>(g[i]) - w[i]);
-    if (std::isnan(d)) {
-      nan = true;
-      continue;
-    }
-    max_w = std::max(max_w, std::fabs(static_cast<double>(w[i])));
-    max_abs = std::max(max_abs, d);
-    diff2 += d * d;
-    want2 += static_cast<double>(w[i]) * w[i];
-  }
-  const double norm_rel = want2 > 0 ? std::sqrt(diff2 / want2) : std::sqrt(diff2);
-  std::printf("%-64s norm_rel %.3e  max_abs %.3e  tol %.1e%s\n", what.c_str(), norm_rel, max_abs,
-              tol, norm_rel <= tol ? "" : "  FAIL");
-  EXPECT_FALSE(nan) << "NaN";
-  EXPECT_LE(norm_rel, tol);
-  EXPECT_LE(max_abs, 10 * tol * std::max(max_w, 1e-30));
-}
 
 // On a GPT shape in bf16 / fp16 (the training dtypes) the op must have taken its fused path:
 // the unfused-epilogue count must not have moved since `before`. In fp32 (no tensor cores, no

@@ -26,53 +26,14 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "cpu_adam/grad_ops.h"
+#include "tests/kernels/cuda_test_util.h"
 
 namespace strata {
 namespace {
 
 namespace dev = kernels::cuda;
 
-// Device memory, freed on scope exit.
-class DeviceMem {
- public:
-  explicit DeviceMem(std::size_t bytes) : bytes_(bytes) {
-    CUDA_CHECK(cudaMalloc(&ptr_, bytes > 0 ? bytes : 1));
-  }
-  ~DeviceMem() { cudaFree(ptr_); }
-  DeviceMem(const DeviceMem&) = delete;
-  DeviceMem& operator=(const DeviceMem&) = delete;
-
-  template <typename T>
-  T* as(std::size_t byte_offset = 0) const {
-    return reinterpret_cast<T*>(static_cast<unsigned char*>(ptr_) + byte_offset);
-  }
-  // Complete on return: a copy from pageable memory may return before its DMA has, and the
-  // tests' streams do not synchronize with the legacy default stream.
-  void upload(const void* src, std::size_t bytes, std::size_t byte_offset = 0) const {
-    if (bytes > 0)
-      CUDA_CHECK(cudaMemcpy(as<unsigned char>(byte_offset), src, bytes, cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaDeviceSynchronize());
-  }
-  void download(void* dst, std::size_t bytes, std::size_t byte_offset = 0) const {
-    CUDA_CHECK(cudaDeviceSynchronize());
-    if (bytes > 0)
-      CUDA_CHECK(cudaMemcpy(dst, as<unsigned char>(byte_offset), bytes, cudaMemcpyDeviceToHost));
-  }
-  std::size_t bytes() const { return bytes_; }
-
- private:
-  void* ptr_ = nullptr;
-  std::size_t bytes_;
-};
-
-struct Stream {
-  Stream() { CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
-  ~Stream() { cudaStreamDestroy(s); }
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-  void sync() const { CUDA_CHECK(cudaStreamSynchronize(s)); }
-  cudaStream_t s = nullptr;
-};
+using namespace test;  // tests/kernels/cuda_test_util.h: DeviceBuffer, Stream, random_floats
 
 std::uint64_t bits(double d) {
   std::uint64_t u;
@@ -103,14 +64,6 @@ std::vector<float> wide_floats(std::size_t n, std::uint32_t seed, int lo = -30, 
   return v;
 }
 
-std::vector<float> uniform_floats(std::size_t n, std::uint32_t seed, float lo, float hi) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
-
 // The CPU variants to compare with: scalar, and the best this CPU has.
 std::vector<SimdLevel> host_variants() {
   std::vector<SimdLevel> v{SimdLevel::scalar};
@@ -130,7 +83,7 @@ TEST(GradOpsCuda, AccumulateMatchesCpuBitForBit) {
         SCOPED_TRACE(testing::Message() << dtype_name(dtype) << " n=" << n << " offset=" << offset);
         const std::size_t ds = dtype_size(dtype);
         const auto seed = static_cast<std::uint32_t>(n);
-        const std::vector<float> acc0 = uniform_floats(n, seed, -4.0f, 4.0f);
+        const std::vector<float> acc0 = random_floats(n, seed, -4.0f, 4.0f);
         const std::vector<float> xf = wide_floats(n, seed * 7 + 1, -24, 14);
         std::vector<unsigned char> x(n * ds);
         convert(xf.data(), DType::f32, x.data(), dtype, n);  // rounded to dtype once, for both
@@ -138,7 +91,7 @@ TEST(GradOpsCuda, AccumulateMatchesCpuBitForBit) {
         std::vector<float> expected = acc0;
         cpu_adam::accumulate_grads(active_simd(), 0, expected.data(), x.data(), dtype, n);
 
-        DeviceMem d_acc(n * 4), d_x((n + offset) * ds);
+        DeviceBuffer d_acc(n * 4), d_x((n + offset) * ds);
         d_acc.upload(acc0.data(), n * 4);
         d_x.upload(x.data(), n * ds, offset * ds);
         dev::accumulate_grads(d_acc.as<float>(), d_x.as<unsigned char>(offset * ds), dtype, n,
@@ -160,7 +113,7 @@ TEST(GradOpsCuda, AccumulateMatchesCpuBitForBit) {
 TEST(GradOpsCuda, ZeroSizesAreNoOps) {
   Stream stream;
   dev::accumulate_grads(nullptr, nullptr, DType::bf16, 0, stream.s);
-  DeviceMem out(8), flag(4);
+  DeviceBuffer out(8), flag(4);
   dev::grad_sq_norm(nullptr, 0, 1.0f, out.as<double>(), nullptr, stream.s);
   dev::all_finite(nullptr, 0, flag.as<int>(), stream.s);
   stream.sync();
@@ -181,11 +134,11 @@ struct NormRun {
 
 // Runs the CUDA norm with the partials in an exactly sized buffer followed by a guard, which
 // must come back untouched; `garbage` fills the partials (and out) first.
-NormRun device_norm(const Stream& stream, const DeviceMem& d_x, std::size_t n, float scale,
+NormRun device_norm(const Stream& stream, const DeviceBuffer& d_x, std::size_t n, float scale,
                     unsigned char garbage) {
   const std::size_t chunks = dev::grad_sq_norm_partials(n);
   constexpr std::size_t kGuard = 64;
-  DeviceMem d_scratch(8 + chunks * 8 + kGuard);
+  DeviceBuffer d_scratch(8 + chunks * 8 + kGuard);
   CUDA_CHECK(cudaMemsetAsync(d_scratch.as<void>(), garbage, d_scratch.bytes(), stream.s));
   dev::grad_sq_norm(d_x.as<float>(), n, scale, d_scratch.as<double>(), d_scratch.as<double>(8),
                     stream.s);
@@ -213,7 +166,7 @@ TEST(GradOpsCuda, SqNormMatchesCpuBitForBitAndIsDeterministic) {
   const float scales[] = {1.0f, 1.0f / 1024.0f, 0.37f};
   for (std::size_t n : sizes) {
     const std::vector<float> x = wide_floats(n, static_cast<std::uint32_t>(n + 11));
-    DeviceMem d_x(n * 4);
+    DeviceBuffer d_x(n * 4);
     d_x.upload(x.data(), n * 4);
     for (float scale : scales) {
       SCOPED_TRACE(testing::Message() << "n=" << n << " scale=" << scale);
@@ -243,7 +196,7 @@ TEST(GradOpsCuda, SqNormMatchesCpuBitForBitAndIsDeterministic) {
 // ---- all_finite -------------------------------------------------------------------------------
 
 int device_all_finite(const Stream& stream, const std::vector<float>& x) {
-  DeviceMem d_x(x.size() * 4), d_flag(4);
+  DeviceBuffer d_x(x.size() * 4), d_flag(4);
   d_x.upload(x.data(), x.size() * 4);
   const int garbage = 0x12345678;
   d_flag.upload(&garbage, 4);
@@ -290,7 +243,7 @@ TEST(GradOpsCuda, AllFiniteMatchesCpu) {
 
 TEST(GradOpsCuda, RejectsABadDtype) {
   Stream stream;
-  DeviceMem d(16);
+  DeviceBuffer d(16);
   EXPECT_THROW(
       dev::accumulate_grads(d.as<float>(), d.as<void>(), static_cast<DType>(77), 1, stream.s),
       Error);

@@ -42,6 +42,7 @@
 #include "kernels/host/embedding.h"
 #include "kernels/host/layernorm.h"
 #include "kernels/host/matmul.h"
+#include "tests/kernels/cuda_test_util.h"
 
 namespace strata {
 namespace {
@@ -49,104 +50,9 @@ namespace {
 namespace host = kernels::host;
 namespace dev = kernels::cuda;
 
-using Bytes = std::vector<unsigned char>;
-
-// ---- device helpers -------------------------------------------------------------------------
-
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(std::size_t bytes) : bytes_(bytes) {
-    CUDA_CHECK(cudaMalloc(&ptr_, std::max<std::size_t>(bytes, 1)));
-  }
-  explicit DeviceBuffer(const Bytes& host) : DeviceBuffer(host.size()) {
-    if (!host.empty())
-      CUDA_CHECK(cudaMemcpy(ptr_, host.data(), host.size(), cudaMemcpyHostToDevice));
-  }
-  ~DeviceBuffer() {
-    if (ptr_ != nullptr) cudaFree(ptr_);
-  }
-  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(o.bytes_) {}
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(DeviceBuffer&&) = delete;
-
-  void* get() const { return ptr_; }
-  template <typename T>
-  T* as() const { return static_cast<T*>(ptr_); }
-  Bytes download() const {
-    Bytes out(bytes_);
-    CUDA_CHECK(cudaDeviceSynchronize());
-    if (bytes_ > 0) CUDA_CHECK(cudaMemcpy(out.data(), ptr_, bytes_, cudaMemcpyDeviceToHost));
-    return out;
-  }
-
- private:
-  void* ptr_ = nullptr;
-  std::size_t bytes_;
-};
-
-struct Stream {
-  Stream() { CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
-  ~Stream() { cudaStreamDestroy(s); }
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-  void sync() const { CUDA_CHECK(cudaStreamSynchronize(s)); }
-  cudaStream_t s = nullptr;
-};
-
-// ---- data -----------------------------------------------------------------------------------
-
-std::vector<float> random_floats(std::size_t n, std::uint32_t seed, float lo = -1.0f,
-                                 float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
-
-Bytes to_bytes(const std::vector<float>& v, DType t) {
-  Bytes out(v.size() * dtype_size(t));
-  convert(v.data(), DType::f32, out.data(), t, v.size());
-  return out;
-}
-
-std::vector<float> to_floats(const Bytes& b, DType t) {
-  std::vector<float> out(b.size() / dtype_size(t));
-  convert(b.data(), t, out.data(), DType::f32, out.size());
-  return out;
-}
-
-// n random elements in dtype t, uniform in [lo, hi) before rounding.
-Bytes random_bytes(DType t, std::size_t n, std::uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  return to_bytes(random_floats(n, seed, lo, hi), t);
-}
-
-std::vector<std::int32_t> random_tokens(std::size_t n, int V, std::uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> dist(0, V - 1);
-  std::vector<std::int32_t> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
-
-Bytes as_bytes(const std::vector<std::int32_t>& v) {
-  Bytes out(v.size() * 4);
-  if (!v.empty()) std::memcpy(out.data(), v.data(), out.size());
-  return out;
-}
+using namespace test;  // tests/kernels/cuda_test_util.h
 
 // ---- comparison and the report --------------------------------------------------------------
-
-double tol_for(DType t) {
-  switch (t) {
-    case DType::f32: return 1e-4;
-    case DType::bf16: return 1.5e-2;
-    case DType::f16: return 3e-3;
-  }
-  return 0.0;
-}
-constexpr double kStatTol = 1e-4;
 
 struct Row {
   std::string op, dtype, shape, output;
@@ -158,8 +64,8 @@ std::vector<Row>& report() {
 }
 
 // Compares got against want (both in storage t), records a report row, asserts the tolerance.
-void check(const std::string& op, const std::string& shape, DType op_dtype, const char* output,
-           const Bytes& got, const Bytes& want, DType t, double tol) {
+void check_recorded(const std::string& op, const std::string& shape, DType op_dtype,
+                    const char* output, const Bytes& got, const Bytes& want, DType t, double tol) {
   SCOPED_TRACE(op + " " + std::string(dtype_name(op_dtype)) + " " + shape + " " + output);
   ASSERT_EQ(got.size(), want.size());
   const std::vector<float> g = to_floats(got, t), w = to_floats(want, t);
@@ -185,11 +91,11 @@ void check(const std::string& op, const std::string& shape, DType op_dtype, cons
 
 void check_out(const std::string& op, const std::string& shape, DType t, const char* output,
                const Bytes& got, const Bytes& want) {
-  check(op, shape, t, output, got, want, t, tol_for(t));
+  check_recorded(op, shape, t, output, got, want, t, tol_for(t));
 }
 void check_stat(const std::string& op, const std::string& shape, DType t, const char* output,
                 const Bytes& got, const Bytes& want) {
-  check(op, shape, t, output, got, want, DType::f32, kStatTol);
+  check_recorded(op, shape, t, output, got, want, DType::f32, kStatTol);
 }
 
 std::string dims(std::initializer_list<std::pair<const char*, long long>> kv) {
@@ -197,8 +103,6 @@ std::string dims(std::initializer_list<std::pair<const char*, long long>> kv) {
   for (const auto& [k, v] : kv) s += (s.empty() ? "" : " ") + std::string(k) + "=" + std::to_string(v);
   return s;
 }
-
-constexpr DType kAllDTypes[] = {DType::f32, DType::bf16, DType::f16};
 
 // ---- embedding ------------------------------------------------------------------------------
 

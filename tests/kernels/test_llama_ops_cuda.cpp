@@ -35,6 +35,7 @@
 #include "kernels/host/rmsnorm.h"
 #include "kernels/host/rope.h"
 #include "kernels/host/swiglu.h"
+#include "tests/kernels/cuda_test_util.h"
 
 namespace strata {
 namespace {
@@ -42,122 +43,18 @@ namespace {
 namespace host = kernels::host;
 namespace dev = kernels::cuda;
 
-using Bytes = std::vector<unsigned char>;
+using namespace test;  // tests/kernels/cuda_test_util.h
 using Vec = std::vector<float>;
 
-constexpr DType kAllDTypes[] = {DType::f32, DType::bf16, DType::f16};
 constexpr float kEps = 1e-5f;
 
-// ---- device helpers -------------------------------------------------------------------------
+// ---- data (besides cuda_test_util.h's) ----------------------------------------------------
 
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(std::size_t bytes) : bytes_(bytes) {
-    CUDA_CHECK(cudaMalloc(&ptr_, std::max<std::size_t>(bytes, 1)));
-  }
-  explicit DeviceBuffer(const Bytes& host) : DeviceBuffer(host.size()) { upload(host); }
-  ~DeviceBuffer() {
-    if (ptr_ != nullptr) cudaFree(ptr_);
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-
-  void* get() const { return ptr_; }
-  template <typename T>
-  T* as() const { return static_cast<T*>(ptr_); }
-  void upload(const Bytes& host) {
-    ASSERT_EQ(host.size(), bytes_);
-    CUDA_CHECK(cudaDeviceSynchronize());
-    if (!host.empty()) CUDA_CHECK(cudaMemcpy(ptr_, host.data(), host.size(), cudaMemcpyHostToDevice));
-    // A pageable copy may return before its DMA lands, and the ops run on a non-blocking
-    // stream that the legacy stream does not order: wait for it.
-    CUDA_CHECK(cudaDeviceSynchronize());
-  }
-  Bytes download() const {
-    Bytes out(bytes_);
-    CUDA_CHECK(cudaDeviceSynchronize());
-    if (bytes_ > 0) CUDA_CHECK(cudaMemcpy(out.data(), ptr_, bytes_, cudaMemcpyDeviceToHost));
-    return out;
-  }
-
- private:
-  void* ptr_ = nullptr;
-  std::size_t bytes_;
-};
-
-struct Stream {
-  Stream() { CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
-  ~Stream() { cudaStreamDestroy(s); }
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-  cudaStream_t s = nullptr;
-};
-
-// ---- data -----------------------------------------------------------------------------------
-
-Vec random_floats(std::size_t n, std::uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  Vec v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
-Bytes to_bytes(const Vec& v, DType t) {
-  Bytes out(v.size() * dtype_size(t));
-  convert(v.data(), DType::f32, out.data(), t, v.size());
-  return out;
-}
-Vec to_floats(const Bytes& b, DType t) {
-  Vec out(b.size() / dtype_size(t));
-  convert(b.data(), t, out.data(), DType::f32, out.size());
-  return out;
-}
-Bytes random_bytes(DType t, std::size_t n, std::uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  return to_bytes(random_floats(n, seed, lo, hi), t);
-}
 Bytes nan_bytes(DType t, std::size_t n) {
   return to_bytes(Vec(n, std::numeric_limits<float>::quiet_NaN()), t);
 }
 Bytes f32_bytes(const Vec& v) { return to_bytes(v, DType::f32); }
 float round_to(float x, DType t) { return to_floats(to_bytes(Vec{x}, t), t)[0]; }
-
-// ---- comparison -----------------------------------------------------------------------------
-
-double tol_for(DType t) {
-  switch (t) {
-    case DType::f32: return 1e-4;
-    case DType::bf16: return 1.5e-2;
-    case DType::f16: return 3e-3;
-  }
-  return 0.0;
-}
-constexpr double kStatTol = 1e-4;
-
-// got vs want (both in storage t): prints one line, asserts the tolerances.
-void check(const std::string& what, const Bytes& got, const Bytes& want, DType t, double tol) {
-  SCOPED_TRACE(what);
-  ASSERT_EQ(got.size(), want.size());
-  const Vec g = to_floats(got, t), w = to_floats(want, t);
-  double max_abs = 0, max_w = 0, diff2 = 0, want2 = 0;
-  bool nan = false;
-  for (std::size_t i = 0; i < g.size(); ++i) {
-    max_w = std::max(max_w, std::fabs(static_cast<double>(w[i])));
-    const double d = std::fabs(static_cast<double>(g[i]) - w[i]);
-    if (std::isnan(d)) {
-      nan = true;
-      continue;
-    }
-    max_abs = std::max(max_abs, d);
-    diff2 += d * d;
-    want2 += static_cast<double>(w[i]) * w[i];
-  }
-  const double norm_rel = want2 > 0 ? std::sqrt(diff2 / want2) : std::sqrt(diff2);
-  std::printf("  %-58s norm_rel %.2e max_abs %.2e (tol %.0e)%s\n", what.c_str(), norm_rel, max_abs,
-              tol, norm_rel <= tol && !nan ? "" : "  FAIL");
-  EXPECT_FALSE(nan) << "NaN";
-  EXPECT_LE(norm_rel, tol);
-  EXPECT_LE(max_abs, 10 * tol * std::max(max_w, 1e-30));
-}
 
 std::string label(const char* op, DType t, const std::string& shape, const char* output) {
   return std::string(op) + " " + std::string(dtype_name(t)) + " " + shape + " " + output;

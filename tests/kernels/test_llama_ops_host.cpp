@@ -38,96 +38,19 @@
 #include "kernels/host/rmsnorm.h"
 #include "kernels/host/rope.h"
 #include "kernels/host/swiglu.h"
+#include "tests/kernels/host_test_util.h"
 
 namespace strata {
 namespace {
 
 namespace host = kernels::host;
-using Bytes = std::vector<unsigned char>;
-using Vec = std::vector<float>;
-using Dbl = std::vector<double>;
+using namespace test;  // tests/kernels/host_test_util.h
 
-constexpr DType kDTypes[] = {DType::f32, DType::bf16, DType::f16};
 constexpr float kEps = 1e-5f;
-// Forward vs the double reference: a few fp32 roundings per output (~1e-7); 1e-5 leaves 100x.
-constexpr double kRefTol = 1e-5;
-// Finite differences as test_kernels_host.cpp: O(1) inputs, h = 1e-2, tolerance 2e-3.
-constexpr float kFdStep = 1e-2f;
-constexpr double kFdTol = 2e-3;
 
 // ---- data and comparison --------------------------------------------------------------------
 
-Vec random_vec(std::size_t n, std::uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  Vec v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
-
-Bytes pack(const Vec& v, DType t) {
-  Bytes b(v.size() * dtype_size(t));
-  convert(v.data(), DType::f32, b.data(), t, v.size());
-  return b;
-}
-Vec unpack(const Bytes& b, DType t) {
-  Vec v(b.size() / dtype_size(t));
-  convert(b.data(), t, v.data(), DType::f32, v.size());
-  return v;
-}
 float round_to(float x, DType t) { return unpack(pack(Vec{x}, t), t)[0]; }
-
-// ||got - want||_2 / ||want||_2 (NaN anywhere gives NaN, which fails every <= check).
-template <typename A, typename B>
-double rel_err(const A& got, const B& want) {
-  EXPECT_EQ(got.size(), want.size());
-  double d2 = 0, w2 = 0;
-  for (std::size_t i = 0; i < got.size() && i < want.size(); ++i) {
-    const double d = static_cast<double>(got[i]) - static_cast<double>(want[i]);
-    d2 += d * d;
-    w2 += static_cast<double>(want[i]) * static_cast<double>(want[i]);
-  }
-  return std::sqrt(d2 / w2);
-}
-
-double weighted_sum(const Vec& out, const Vec& R) {
-  double s = 0;
-  for (std::size_t i = 0; i < out.size(); ++i) s += static_cast<double>(out[i]) * R[i];
-  return s;
-}
-
-struct ThreadCount {
-  int saved = omp_get_max_threads();
-  ~ThreadCount() { omp_set_num_threads(saved); }
-};
-
-// Central differences of loss() with respect to every element of x, on one thread.
-Dbl numeric_grad(Vec& x, const std::function<double()>& loss) {
-  ThreadCount restore;
-  omp_set_num_threads(1);
-  Dbl g(x.size());
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    const float x0 = x[i], xp = x0 + kFdStep, xm = x0 - kFdStep;
-    x[i] = xp;
-    const double lp = loss();
-    x[i] = xm;
-    const double lm = loss();
-    x[i] = x0;
-    g[i] = (lp - lm) / (static_cast<double>(xp) - static_cast<double>(xm));
-  }
-  return g;
-}
-
-void expect_fd(const char* what, const Vec& analytic, const Dbl& numeric) {
-  const double e = rel_err(analytic, numeric);
-  std::printf("  FD %-30s rel err %.2e\n", what, e);
-  EXPECT_LE(e, kFdTol) << what;
-}
-void expect_fd_rejects(const char* bug, const Vec& mutated, const Dbl& numeric) {
-  const double e = rel_err(mutated, numeric);
-  std::printf("  FD rejects %-22s rel err %.2e\n", bug, e);
-  EXPECT_GT(e, 5 * kFdTol) << bug;
-}
 
 Vec minus(const Vec& a, const Vec& b) {
   Vec d(a.size());
