@@ -121,6 +121,7 @@ std::unique_ptr<Session> make_session(const TrainOptions& o) {
   models::GptOptions model_options;
   model_options.dtype = s.dtype;
   model_options.checkpointing = o.activation_checkpointing;
+  model_options.vocab_multiple = models::vocab_multiple_for(s.device->backend());
   s.setup.activation_bytes = models::GptModel::activation_bytes(s.model_config, model_options, s.B, s.T);
   s.engine = std::make_unique<runtime::zero::ZeroEngine>(config, s.setup, *s.device, *s.compute, *s.comm, *s.tracer);
   if (s.rank0) {

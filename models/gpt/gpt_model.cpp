@@ -184,6 +184,11 @@ GptModel::GptModel(const GptConfig& config, GptOptions options, runtime::device:
       compute_(compute),
       params_(params),
       done_(device.create_event()) {
+  if (options_.vocab_multiple == 0) options_.vocab_multiple = vocab_multiple_for(device.backend());
+  if (options_.vocab_multiple < 1) {
+    throw Error(fmt::format("GptOptions::vocab_multiple is {}: it must be 0 (the device's choice) or "
+                            "positive", options_.vocab_multiple));
+  }
   if (params.module_count() != static_cast<int>(layout_.modules.size())) {
     throw Error(fmt::format("the parameter provider has {} modules, the model {}",
                             params.module_count(), layout_.modules.size()));
@@ -206,10 +211,16 @@ GptModel::~GptModel() {
   }
 }
 
+int vocab_multiple_for(runtime::device::Backend backend) {
+  return backend == runtime::device::Backend::cuda ? 128 : 1;
+}
+
 std::uint64_t GptModel::activation_bytes(const GptConfig& config, const GptOptions& options,
                                          int B, int T) {
   config.validate();
-  return Activations::carve(nullptr, nullptr, config, options, B, T);
+  GptOptions counted = options;
+  if (counted.vocab_multiple == 0) counted.vocab_multiple = vocab_multiple_for(runtime::device::Backend::cuda);
+  return Activations::carve(nullptr, nullptr, config, counted, B, T);
 }
 
 LmHeadGeometry GptModel::head_geometry(std::int64_t rows) const {

@@ -32,10 +32,16 @@ struct GptOptions {
   DType dtype = DType::f32;    // storage of parameters, activations and gradients
   bool checkpointing = false;  // keep only each block's input; recompute the block in backward
   // The LM head (models/gpt/lm_head.h) pads the vocabulary to a multiple of this on the device
-  // (aligned GEMMs) and holds at most head_chunk_bytes of logits at once.
-  int vocab_multiple = 128;
+  // (aligned GEMMs); 0 = the device's choice (vocab_multiple_for), resolved by the model. It
+  // holds at most head_chunk_bytes of logits at once.
+  int vocab_multiple = 0;
   std::uint64_t head_chunk_bytes = std::uint64_t{1} << 30;
 };
+
+// 128 on CUDA, where cuBLAS runs the head's GEMMs on its fast kernels only for aligned sizes; 1
+// on the host backend, where padding buys nothing and its copy of wte costs ~4 % of a GPT-2
+// step (docs/benchmarks.md). The padded path is tested on the host with vocab_multiple = 128.
+int vocab_multiple_for(runtime::device::Backend backend);
 
 // Keys and values of every layer for incremental decoding: (B, max_T, C) per layer, in the
 // model's dtype, from the device arena.
@@ -72,7 +78,8 @@ class GptModel {
 
   // Device bytes that reserve(B, T) allocates: activations saved for backward (all blocks, or
   // only block inputs plus one block with checkpointing), the LM head's logits chunk and
-  // padded weights, per-token losses, gradient scratch and the token ids.
+  // padded weights, per-token losses, gradient scratch and the token ids. With
+  // options.vocab_multiple 0 (the device decides) it counts the larger choice, 128.
   static std::uint64_t activation_bytes(const GptConfig& config, const GptOptions& options, int B,
                                         int T);
 

@@ -235,6 +235,11 @@ TEST(GptModel, PaddedChunkedLmHeadMatchesThePlainHead) {
       EXPECT_LE(err, 1e-5 * ref) << "module " << m;
     }
   }
+  // The host backend's own choice is no padding; the CUDA one's (what activation_bytes counts
+  // when the device decides) is 128.
+  Rig host_choice(c, {});
+  EXPECT_EQ(host_choice.model->options().vocab_multiple, 1);
+  EXPECT_EQ(GptModel::activation_bytes(c, {}, B, T), GptModel::activation_bytes(c, {.vocab_multiple = 128}, B, T));
   // The head's memory: a chunk of logits instead of all of them.
   const auto all = GptModel::activation_bytes(c, {.vocab_multiple = 1}, B, T);
   const auto chunked = GptModel::activation_bytes(c, {.vocab_multiple = 1, .head_chunk_bytes = 20 * 37 * 4}, B, T);
