@@ -88,8 +88,10 @@ bool all_finite(SimdLevel simd, int threads, const void* grads, DType dtype, std
   return true;
 }
 
-void accumulate_grads(SimdLevel simd, int threads, float* acc, const void* grads, DType dtype,
-                      std::size_t numel) {
+namespace {
+
+void accumulate_parts(SimdLevel simd, int threads, float* acc, const void* grads, DType dtype, std::size_t numel,
+                      bool first) {
   const GradOpsKernels& k = kernels(simd);
   const GradKind gk = kind(dtype);
   if (numel == 0) return;
@@ -97,8 +99,20 @@ void accumulate_grads(SimdLevel simd, int threads, float* acc, const void* grads
   const int parts = detail::part_count(numel, detail::resolve_threads(threads));
   detail::for_each_part(parts, [&](int part) {
     const detail::Range r = detail::part_range(numel, parts, part);
-    k.accumulate(acc + r.begin, at(grads, dtype, r.begin), gk, r.end - r.begin);
+    k.accumulate(acc + r.begin, at(grads, dtype, r.begin), gk, r.end - r.begin, first);
   });
+}
+
+}  // namespace
+
+void accumulate_grads(SimdLevel simd, int threads, float* acc, const void* grads, DType dtype,
+                      std::size_t numel) {
+  accumulate_parts(simd, threads, acc, grads, dtype, numel, false);
+}
+
+void store_first_grads(SimdLevel simd, int threads, float* acc, const void* grads, DType dtype,
+                       std::size_t numel) {
+  accumulate_parts(simd, threads, acc, grads, dtype, numel, true);
 }
 
 }  // namespace strata::cpu_adam

@@ -26,4 +26,10 @@ bool all_finite(SimdLevel simd, int threads, const void* grads, DType dtype, std
 void accumulate_grads(SimdLevel simd, int threads, float* acc, const void* grads, DType dtype,
                       std::size_t numel);
 
+// acc[i] = 0.0f + grads[i]: the first micro-batch's gradient into an accumulator whatever it
+// held, bitwise what accumulate_grads into zeros gives, without reading acc or zeroing it first
+// (the engine's host accumulators are never zeroed between steps).
+void store_first_grads(SimdLevel simd, int threads, float* acc, const void* grads, DType dtype,
+                       std::size_t numel);
+
 }  // namespace strata::cpu_adam

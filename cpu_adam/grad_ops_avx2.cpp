@@ -81,13 +81,18 @@ bool all_finite(const void* grads, GradKind kind, std::size_t n) {
   return scalar_grad_ops().all_finite(g + 2 * i, kind, n - i);
 }
 
-void accumulate(float* acc, const void* grads, GradKind kind, std::size_t n) {
+void accumulate(float* acc, const void* grads, GradKind kind, std::size_t n, bool first) {
   const auto* g = static_cast<Bytes>(grads);
   std::size_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(acc + i, _mm256_add_ps(_mm256_loadu_ps(acc + i), load8(g, kind, i)));
+  if (first) {
+    const __m256 zero = _mm256_setzero_ps();
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(acc + i, _mm256_add_ps(zero, load8(g, kind, i)));
+  } else {
+    for (; i + 8 <= n; i += 8)
+      _mm256_storeu_ps(acc + i, _mm256_add_ps(_mm256_loadu_ps(acc + i), load8(g, kind, i)));
+  }
   const std::size_t size = kind == GradKind::f32 ? 4 : 2;
-  scalar_grad_ops().accumulate(acc + i, g + size * i, kind, n - i);
+  scalar_grad_ops().accumulate(acc + i, g + size * i, kind, n - i, first);
 }
 
 constexpr GradOpsKernels kAvx2 = {sq_sum, all_finite, accumulate};

@@ -69,11 +69,12 @@ bool all_finite(const void* grads, GradKind kind, std::size_t n) {
   return true;
 }
 
-void accumulate(float* acc, const void* grads, GradKind kind, std::size_t n) {
+void accumulate(float* acc, const void* grads, GradKind kind, std::size_t n, bool first) {
   const auto* g = static_cast<Bytes>(grads);
   for (std::size_t i = 0; i < n; i += 16) {
     const __mmask16 m = n - i >= 16 ? static_cast<__mmask16>(0xFFFF) : mask16(n - i);
-    const __m512 sum = _mm512_add_ps(_mm512_maskz_loadu_ps(m, acc + i), load16(g, kind, i, m));
+    const __m512 prev = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m, acc + i);
+    const __m512 sum = _mm512_add_ps(prev, load16(g, kind, i, m));
     _mm512_mask_storeu_ps(acc + i, m, sum);
   }
 }

@@ -21,8 +21,9 @@ struct GradOpsKernels {
   double (*sq_sum)(const void* grads, GradKind kind, std::size_t n, double scale);
   // False when any of grads[0, n) is Inf or NaN.
   bool (*all_finite)(const void* grads, GradKind kind, std::size_t n);
-  // acc[i] = acc[i] + float(grads[i]) (one rounding).
-  void (*accumulate)(float* acc, const void* grads, GradKind kind, std::size_t n);
+  // acc[i] = acc[i] + float(grads[i]) (one rounding); with `first`, acc[i] = 0.0f + float(grads[i])
+  // without reading acc: bitwise what accumulating into zeros gives (-0 becomes +0).
+  void (*accumulate)(float* acc, const void* grads, GradKind kind, std::size_t n, bool first);
 };
 
 const GradOpsKernels& scalar_grad_ops();  // grad_ops_scalar.cpp

@@ -53,8 +53,12 @@ bool all_finite(const void* grads, GradKind kind, std::size_t n) {
   return true;
 }
 
-void accumulate(float* acc, const void* grads, GradKind kind, std::size_t n) {
+void accumulate(float* acc, const void* grads, GradKind kind, std::size_t n, bool first) {
   const auto* g = static_cast<const unsigned char*>(grads);
+  if (first) {
+    for (std::size_t i = 0; i < n; ++i) acc[i] = 0.0f + load(g, kind, i);
+    return;
+  }
   for (std::size_t i = 0; i < n; ++i) acc[i] = acc[i] + load(g, kind, i);
 }
 

@@ -15,6 +15,7 @@
 #include "core/log.h"
 #include "core/units.h"
 #include "runtime/launch/launch.h"
+#include "runtime/device/cuda_host_flag.h"
 #include "runtime/device/device.h"
 #include "runtime/device/stream_registry.h"
 
@@ -93,6 +94,10 @@ class CudaStream final : public Stream {
     call.release();  // owned by run_host_task from here
   }
   void wait(const Event& event) override;
+  void wait_host(const HostFlag& flag, std::uint32_t value) override {
+    CUDA_CHECK(cudaSetDevice(ordinal_));
+    cuda_wait_host_flag(stream_, flag, value);
+  }
   void synchronize() override {
     CUDA_CHECK(cudaSetDevice(ordinal_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -184,6 +189,7 @@ class CudaDevice final : public Device {
     return std::make_unique<CudaStream>(std::move(name), ordinal_, streams_.hook());
   }
   std::unique_ptr<Event> create_event() override { return std::make_unique<CudaEvent>(ordinal_); }
+  std::unique_ptr<HostFlag> create_host_flag() override { return create_cuda_host_flag(ordinal_); }
   std::unique_ptr<TimingEvent> create_timing_event() override {
     return std::make_unique<CudaTimingEvent>(ordinal_);
   }

@@ -42,6 +42,10 @@ struct DeviceOptions {
   // for any count. 0 = OpenMP's default (OMP_NUM_THREADS, else every CPU). OpenBLAS's sgemm
   // keeps its default count: its bits depend on it. The cuda backend ignores it.
   int host_threads = 0;
+  // Host backend: copies between host memory and the arena take at least bytes / this many
+  // seconds (the stream's worker sleeps out the rest), standing for a PCIe link in tests that
+  // need copies slower than the host work around them. 0 = as fast as memcpy. cuda ignores it.
+  std::uint64_t host_link_bytes_per_s = 0;
   // Borrowed; must outlive the device. When enabled, the host backend records one span per
   // piece of stream work (copies with their bytes, host tasks by name) on the stream's track.
   // The cuda backend does not trace stream work yet (it would need timing events).
@@ -75,6 +79,26 @@ class Event {
   Event() = default;
 };
 
+// A counter that the host raises and streams wait on: how a stream waits for host work (an NVMe
+// read, a CPU computation) without running anything on the host itself. signal(v), from any
+// thread, raises the counter to v (it only grows); work a stream enqueues after wait_host(flag, v)
+// starts once the counter has reached v. On cuda the counter is a word of mapped pinned memory
+// that the GPU polls (cuStreamWaitValue32): no host function runs and no CUDA thread blocks. On
+// host the waiting stream's worker blocks until the value is reached.
+// A flag carries no failure: whoever signals after a failed host task signals anyway (a waiter
+// must never hang) and reports the failure itself, before anything reads what the waiter made.
+class HostFlag {
+ public:
+  virtual ~HostFlag() = default;
+  HostFlag(const HostFlag&) = delete;
+  HostFlag& operator=(const HostFlag&) = delete;
+  virtual void signal(std::uint32_t value) = 0;
+  virtual std::uint32_t value() const = 0;
+
+ protected:
+  HostFlag() = default;
+};
+
 // An in-order queue of work. Work on different streams may run concurrently; order between
 // streams is expressed with events (wait).
 class Stream {
@@ -102,6 +126,8 @@ class Stream {
 
   // Work enqueued after this call starts only once `event`'s recorded work has completed.
   virtual void wait(const Event& event) = 0;
+  // Work enqueued after this call starts only once `flag` has reached `value` (see HostFlag).
+  virtual void wait_host(const HostFlag& flag, std::uint32_t value) = 0;
 
   // Blocks until all enqueued work has finished; rethrows the first failure of work on it.
   virtual void synchronize() = 0;
@@ -153,6 +179,8 @@ class Device {
   virtual std::unique_ptr<Stream> create_stream(std::string name) = 0;
   virtual std::unique_ptr<Event> create_event() = 0;
   virtual std::unique_ptr<TimingEvent> create_timing_event() = 0;
+  // Starts at 0. Must outlive the streams' waits on it (destroy it after synchronizing them).
+  virtual std::unique_ptr<HostFlag> create_host_flag() = 0;
 
   // Blocks until every stream of this device has drained, then rethrows the first failure of
   // work on any of them.

@@ -16,6 +16,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -42,11 +43,15 @@ class HostEvent;
 class HostStream final : public Stream {
  public:
   // host_threads > 0: the OpenMP team size of the host ops this stream runs (its worker's).
+  // link: when set, the time a copy of `bytes` between host memory and the arena must take at
+  // least (DeviceOptions::host_link_bytes_per_s).
+  using LinkTime = std::function<std::chrono::nanoseconds(const void* dst, const void* src, std::size_t bytes)>;
   HostStream(std::string name, trace::Tracer* tracer, int host_threads,
-             std::function<void(HostStream*, bool)> registry)
+             std::function<void(HostStream*, bool)> registry, LinkTime link = {})
       : name_(std::move(name)),
         tracer_(tracer != nullptr && tracer->enabled() ? tracer : nullptr),
-        registry_(std::move(registry)) {
+        registry_(std::move(registry)),
+        link_(std::move(link)) {
     worker_ = std::thread([this, host_threads] {
       if (host_threads > 0) kernels::host::set_openmp_threads(host_threads);
       run();
@@ -75,7 +80,18 @@ class HostStream final : public Stream {
 
   void copy_async(void* dst, const void* src, std::size_t bytes) override {
     if (bytes == 0) return;
-    enqueue([dst, src, bytes] { std::memcpy(dst, src, bytes); }, /*control=*/false, "copy", bytes);
+    const std::chrono::nanoseconds at_least = link_ ? link_(dst, src, bytes) : std::chrono::nanoseconds{0};
+    if (at_least.count() == 0) {
+      enqueue([dst, src, bytes] { std::memcpy(dst, src, bytes); }, /*control=*/false, "copy", bytes);
+      return;
+    }
+    enqueue(
+        [dst, src, bytes, at_least] {
+          const auto start = std::chrono::steady_clock::now();
+          std::memcpy(dst, src, bytes);
+          std::this_thread::sleep_until(start + at_least);
+        },
+        /*control=*/false, "copy", bytes);
   }
 
   void memset_async(void* dst, int value, std::size_t bytes) override {
@@ -89,6 +105,7 @@ class HostStream final : public Stream {
   }
 
   void wait(const Event& event) override;
+  void wait_host(const HostFlag& flag, std::uint32_t value) override;
 
   void synchronize() override {
     std::unique_lock lock(mutex_);
@@ -179,6 +196,7 @@ class HostStream final : public Stream {
   const std::string name_;
   trace::Tracer* const tracer_;  // null when tracing is off
   std::function<void(HostStream*, bool)> registry_;
+  LinkTime link_;
   std::mutex mutex_;
   std::condition_variable work_ready_;
   std::condition_variable drained_;
@@ -286,6 +304,42 @@ void HostStream::wait(const Event& event) {
       /*control=*/true);
 }
 
+// The counter and its condition, shared with the waits queued on streams.
+struct FlagState {
+  std::mutex mutex;
+  std::condition_variable raised;
+  std::uint32_t value = 0;
+};
+
+class HostFlagImpl final : public HostFlag {
+ public:
+  void signal(std::uint32_t value) override {
+    {
+      std::lock_guard lock(state_->mutex);
+      state_->value = std::max(state_->value, value);
+    }
+    state_->raised.notify_all();
+  }
+  std::uint32_t value() const override {
+    std::lock_guard lock(state_->mutex);
+    return state_->value;
+  }
+  const std::shared_ptr<FlagState>& state() const { return state_; }
+
+ private:
+  std::shared_ptr<FlagState> state_ = std::make_shared<FlagState>();
+};
+
+void HostStream::wait_host(const HostFlag& flag, std::uint32_t value) {
+  const auto& host = dynamic_cast<const HostFlagImpl&>(flag);
+  enqueue(
+      [state = host.state(), value] {
+        std::unique_lock lock(state->mutex);
+        state->raised.wait(lock, [&] { return state->value >= value; });
+      },
+      /*control=*/true);
+}
+
 // Anonymous, page-aligned, reserved lazily: a 512 MiB arena costs nothing until it is touched.
 class HostMapping {
  public:
@@ -313,11 +367,13 @@ class HostMapping {
 
 class HostDevice final : public Device {
  public:
-  HostDevice(std::uint64_t budget_bytes, trace::Tracer* tracer, int host_threads)
+  HostDevice(std::uint64_t budget_bytes, trace::Tracer* tracer, int host_threads, std::uint64_t link_bytes_per_s)
       : mapping_(budget_bytes),
         arena_(mapping_.data(), budget_bytes, "device"),
         tracer_(tracer),
-        host_threads_(host_threads) {}
+        host_threads_(host_threads),
+        budget_bytes_(budget_bytes),
+        link_bytes_per_s_(link_bytes_per_s) {}
 
   ~HostDevice() override { STRATA_ASSERT(streams_.empty(), "streams outlive their device"); }
 
@@ -325,13 +381,22 @@ class HostDevice final : public Device {
   std::string name() const override { return "host"; }
 
   std::unique_ptr<Stream> create_stream(std::string name) override {
-    return std::make_unique<HostStream>(std::move(name), tracer_, host_threads_, streams_.hook());
+    HostStream::LinkTime link;
+    if (link_bytes_per_s_ > 0) {
+      link = [this](const void* dst, const void* src, std::size_t bytes) {
+        if (in_arena(dst) == in_arena(src)) return std::chrono::nanoseconds{0};  // not over the link
+        return std::chrono::nanoseconds{static_cast<std::int64_t>(static_cast<double>(bytes) * 1e9 /
+                                                                  static_cast<double>(link_bytes_per_s_))};
+      };
+    }
+    return std::make_unique<HostStream>(std::move(name), tracer_, host_threads_, streams_.hook(), std::move(link));
   }
 
   std::unique_ptr<Event> create_event() override { return std::make_unique<HostEvent>(); }
   std::unique_ptr<TimingEvent> create_timing_event() override {
     return std::make_unique<HostTimingEvent>();
   }
+  std::unique_ptr<HostFlag> create_host_flag() override { return std::make_unique<HostFlagImpl>(); }
 
   // Drains every stream, even after one has failed (so that no work still runs when the
   // caller frees buffers), then rethrows the first failure.
@@ -347,10 +412,18 @@ class HostDevice final : public Device {
   const Arena& arena() const override { return arena_; }
 
  private:
+  bool in_arena(const void* p) const {
+    const auto* base = static_cast<const char*>(mapping_.data());
+    const auto* c = static_cast<const char*>(p);
+    return base != nullptr && c >= base && c < base + budget_bytes_;
+  }
+
   HostMapping mapping_;
   Arena arena_;
   trace::Tracer* tracer_;
   int host_threads_;  // DeviceOptions::host_threads
+  std::uint64_t budget_bytes_;
+  std::uint64_t link_bytes_per_s_;  // DeviceOptions::host_link_bytes_per_s
   StreamRegistry<HostStream> streams_;
 };
 
@@ -361,7 +434,7 @@ std::unique_ptr<Device> create_host_device(const DeviceOptions& options) {
   if (options.host_threads < 0)
     throw Error(fmt::format("host thread count {} is negative", options.host_threads),
                 "DeviceOptions::host_threads", "use 0 for the default, or strata.cpu_threads");
-  return std::make_unique<HostDevice>(budget, options.tracer, options.host_threads);
+  return std::make_unique<HostDevice>(budget, options.tracer, options.host_threads, options.host_link_bytes_per_s);
 }
 
 }  // namespace strata::runtime::device

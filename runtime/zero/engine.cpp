@@ -19,7 +19,7 @@ ZeroEngine::Parts::Parts(const config::Config& config, const EngineSetup& setup,
       store(config, store_setup(setup, communicator), device, *streams.optim),
       gate(device, store.module_count(), [this] { updater.check(); }),
       fetcher(config, store, device, compute, streams, communicator, &gate, setup.activation_bytes),
-      grads(config, store, device, compute, streams, communicator, fetcher, gate),
+      grads(config, store, device, compute, streams, communicator, fetcher, gate, tracer),
       updater(config, store, device, streams, gate, grads, tracer) {}
 
 tiers::StoreSetup ZeroEngine::Parts::store_setup(const EngineSetup& setup, const comm::Communicator& comm) {
@@ -57,6 +57,7 @@ ZeroEngine::~ZeroEngine() {
     parts_->updater.drain();
     parts_->updater.flush_swaps();
     device_.synchronize();
+    parts_->grads.drain();
     if (offload::SwapSpace* sw = parts_->store.swap()) sw->engine().wait_all();
   } catch (const std::exception& e) {
     log::warn("ZeRO engine: pending work failed at shutdown: {}", e.what());
@@ -116,6 +117,7 @@ StepOutcome ZeroEngine::step() {
 
   p.updater.drain();
   device_.synchronize();  // every gradient has landed; rethrows a failure of any stream
+  p.grads.drain();        // and has been accumulated
   const double max_norm = config_.gradient_clipping.value_or(0.0);
   const bool fp16 = config_.fp16.enabled.value_or(false);
   double sq = 0.0;

@@ -12,13 +12,11 @@ struct EngineStreams {
       : copy_in(device.create_stream("h2d")),
         copy_out(device.create_stream("d2h")),
         comm(device.create_stream("comm")),
-        accum(device.create_stream("grad accumulate")),
         optim(device.create_stream("optimizer")) {}
 
   std::unique_ptr<device::Stream> copy_in;   // H2D (and D2D into gathered buffers); new parameters
   std::unique_ptr<device::Stream> copy_out;  // D2H of gradient shards
   std::unique_ptr<device::Stream> comm;      // collectives; device-side gradient accumulation
-  std::unique_ptr<device::Stream> accum;     // fp32 accumulation of host gradient shards
   std::unique_ptr<device::Stream> optim;     // device-resident optimizer work
 };
 

@@ -11,7 +11,7 @@ namespace strata::runtime::zero {
 
 GradPath::GradPath(const config::Config& config, tiers::TierStore& store, device::Device& device,
                    device::Stream& compute, EngineStreams& streams, comm::Communicator& comm, ParamFetcher& fetcher,
-                   UpdateGate& gate)
+                   UpdateGate& gate, trace::Tracer& tracer)
     : store_(store),
       device_(device),
       compute_(compute),
@@ -20,7 +20,9 @@ GradPath::GradPath(const config::Config& config, tiers::TierStore& store, device
       fetcher_(fetcher),
       gate_(gate),
       dtype_(store.dtype()),
-      world_(comm.world()) {
+      world_(comm.world()),
+      tracer_(tracer),
+      accumulator_([&device] { device.bind_thread(); }) {
   gas_ = static_cast<int>(config.gradient_accumulation_steps.value_or(std::uint64_t{1}).value_or(1));
   threads_ = static_cast<int>(config.strata.cpu_threads);
   reduce_bucket_ = static_cast<std::size_t>(config.zero_optimization.reduce_bucket_size.value_or(500'000'000));
@@ -35,12 +37,35 @@ GradPath::GradPath(const config::Config& config, tiers::TierStore& store, device
   if (max_host_shard > 0) {
     for (int i = 0; i < 2; ++i) {
       staging_.push_back({store.pinned().allocate(max_host_shard * dtype_size(dtype_), "gradient D2H buffer"),
-                          device.create_event()});
+                          device.create_event(), false});
     }
   }
   comm_done_ = device.create_event();
-  copy_out_done_ = device.create_event();
+  host_posted_.assign(modules_.size(), 0);
+  host_done_.assign(modules_.size(), 0);
 }
+
+GradPath::~GradPath() {
+  try {
+    accumulator_.drain();
+  } catch (const std::exception&) {
+  }
+}
+
+void GradPath::wait_grad_done(int module) {
+  const std::size_t m = static_cast<std::size_t>(module);
+  if (store_.state(module, tiers::StateKind::grad_accum).host_data() == nullptr) {
+    modules_[m].done->synchronize();
+    return;
+  }
+  {
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [&] { return host_done_[m] == host_posted_[m]; });
+  }
+  accumulator_.check();
+}
+
+void GradPath::drain() { accumulator_.drain(); }
 
 void GradPath::begin_step() {
   for (Module& s : modules_) s.calls = 0;
@@ -85,8 +110,7 @@ bool GradPath::ready(int module, const device::Event& done) {
     if (last) s.done->record(comm);
     fetcher_.free_after(mp.size_class, std::move(s.grad), comm);
   } else {
-    accumulate_on_host(module, shard);
-    if (last) s.done->record(*streams_.accum);
+    accumulate_on_host(module, shard, /*first=*/s.calls == 1);
   }
   return last;
 }
@@ -138,31 +162,49 @@ void GradPath::reduce(int module) {
   fetcher_.free_after(mp.size_class, std::move(staging), stream);
 }
 
-// D2H of this rank's gradient shard into pinned staging, then += into the fp32 accumulator on
-// the accumulate stream.
-void GradPath::accumulate_on_host(int module, const void* shard) {
+// D2H of this rank's gradient shard into pinned staging (enqueued here), then the fp32
+// accumulation on the accumulator thread once the copy's event completes. The trainer waits only
+// when both staging buffers still hold gradients the accumulator has not read.
+void GradPath::accumulate_on_host(int module, const void* shard, bool first) {
   Module& s = modules_[static_cast<std::size_t>(module)];
   const tiers::ModulePlan& mp = store_.module_plan(module);
   STRATA_ASSERT(!staging_.empty(), "no gradient staging buffers were planned");
   Staging& st = staging_[staging_next_];
   staging_next_ = (staging_next_ + 1) % staging_.size();
-  st.done->synchronize();  // the accumulation that read it last has finished
+  {
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [&] { return !st.busy; });
+    st.busy = true;
+    ++host_posted_[static_cast<std::size_t>(module)];
+  }
   const std::size_t bytes = mp.part.shard_numel * dtype_size(dtype_);
   comm_done_->record(*streams_.comm);
   streams_.copy_out->wait(*comm_done_);
   streams_.copy_out->copy_async(st.buffer.data(), shard, bytes);
   store_.transfers().add_d2h(bytes);
-  copy_out_done_->record(*streams_.copy_out);
-  streams_.accum->wait(*copy_out_done_);
-  float* acc = reinterpret_cast<float*>(store_.state(module, tiers::StateKind::grad_accum).host_data());
-  const void* staged = st.buffer.data();
-  const DType dtype = dtype_;
-  const std::size_t n = mp.part.shard_numel;
-  const int threads = threads_;
-  streams_.accum->host_task([=] { cpu_adam::accumulate_grads(active_simd(), threads, acc, staged, dtype, n); },
-                            "accumulate grads");
-  st.done->record(*streams_.accum);
+  st.copied->record(*streams_.copy_out);
   fetcher_.free_after(mp.size_class, std::move(s.grad), *streams_.copy_out);
+
+  float* acc = reinterpret_cast<float*>(store_.state(module, tiers::StateKind::grad_accum).host_data());
+  const std::size_t n = mp.part.shard_numel;
+  accumulator_.post(
+      [this, &st, acc, n, first] {
+        st.copied->synchronize();  // throws a failure of the D2H (or of the work it waited on)
+        trace::ScopedSpan span(tracer_, first ? "store grads" : "accumulate grads", "grad accumulate");
+        if (first) {
+          cpu_adam::store_first_grads(active_simd(), threads_, acc, st.buffer.data(), dtype_, n);
+        } else {
+          cpu_adam::accumulate_grads(active_simd(), threads_, acc, st.buffer.data(), dtype_, n);
+        }
+      },
+      [this, &st, module] {
+        {
+          std::lock_guard lock(mutex_);
+          st.busy = false;
+          ++host_done_[static_cast<std::size_t>(module)];
+        }
+        changed_.notify_all();
+      });
 }
 
 void GradPath::count_reduce(std::size_t full_bytes, bool all_reduce) {
@@ -226,9 +268,10 @@ void GradPath::norm_and_overflow(bool need_norm, bool need_finite, float unscale
 void GradPath::zero_accumulators() {
   for (int m = 0; m < store_.module_count(); ++m) {
     tiers::TierState& acc = store_.state(m, tiers::StateKind::grad_accum);
+    if (acc.host_data() != nullptr) continue;  // the next step's first micro-batch overwrites it
+    // Zeroed on the optimizer stream: the next accumulation waits on it.
     acc.fill_zero(*streams_.optim);
-    // Device accumulators are zeroed on the optimizer stream: the next accumulation waits on it.
-    if (acc.host_data() == nullptr) gate_.updated(m).record(*streams_.optim);
+    gate_.updated(m).record(*streams_.optim);
   }
 }
 

@@ -32,13 +32,18 @@ ParamFetcher::ParamFetcher(const config::Config& config, tiers::TierStore& store
   }
   for (int i = 0; i < store.plan().param_staging_buffers; ++i) {
     staging_.push_back({store.pinned().allocate(max_nvme_shard, "NVMe parameter read buffer"),
-                        device.create_event(), false});
+                        device.create_event(), device.create_host_flag(), 0, false});
   }
   copy_in_done_ = device.create_event();
   make_pools(activation_bytes);
 }
 
-ParamFetcher::~ParamFetcher() = default;
+ParamFetcher::~ParamFetcher() {
+  try {
+    read_watcher_.drain();
+  } catch (const std::exception&) {
+  }
+}
 
 std::size_t ParamFetcher::shard_bytes(int module) const {
   return plan_of(module).part.shard_numel * dtype_size(dtype_);
@@ -89,6 +94,7 @@ void ParamFetcher::start_read(int module) {
   Staging& st = staging_[static_cast<std::size_t>(index)];
   st.done->synchronize();  // the H2D of its previous module has finished
   st.busy = true;
+  ++st.reads;
   s.staging = index;
   s.read = param.read_async(0, param.numel(), st.buffer.data());
   s.fetch = FetchState::reading;
@@ -128,16 +134,21 @@ bool ParamFetcher::gather(int module, bool on_demand) {
     if (gate_ != nullptr) copy_in.wait(gate_->updated(module));
     param.copy_to_device(0, param.numel(), slice, copy_in);
   } else {
+    Staging& st = staging_[static_cast<std::size_t>(s.staging)];
     offload::AioEngine& io = param.engine();
     if (on_demand) {
       io.wait(s.read);  // throws the read's error, naming the extent
     } else if (!io.poll(s.read)) {
-      // Fetched ahead: the H2D stream waits for the read itself, so the copy follows the
-      // read's completion without the trainer thread coming back. A failed read fails the
-      // stream (and the step, at its synchronize) with the read's error.
-      copy_in.host_task([io = &io, read = s.read] { io->wait(read); }, "wait for NVMe read");
+      // Fetched ahead: the H2D waits for the read on the stream itself (a host flag the read
+      // watcher raises when the read completes), so the copy follows the read without the
+      // trainer thread coming back and without a host function on the stream. A failed read
+      // still raises the flag; its error is thrown at the next acquire or at end_step().
+      copy_in.wait_host(*st.read_done, st.reads);
+      read_watcher_.post([&io, read = s.read] { io.wait(read); },
+                         [flag = st.read_done.get(), value = st.reads] { flag->signal(value); });
+    } else {
+      io.wait(s.read);  // done: reports a failure now
     }
-    Staging& st = staging_[static_cast<std::size_t>(s.staging)];
     copy_in.copy_async(slice, st.buffer.data(), shard_bytes(module));
     store_.transfers().add_h2d(shard_bytes(module));
     st.done->record(copy_in);
@@ -285,6 +296,7 @@ params::ModuleView ParamFetcher::acquire(int module) {
   Module& s = modules_[static_cast<std::size_t>(module)];
   const tiers::ModulePlan& mp = plan_of(module);
   trace_.on_acquire(module);
+  read_watcher_.check();  // a read fetched ahead failed
   wait_update(module);  // the last step's update of this module (only this one)
   params::ModuleView view;
   view.numel = mp.part.numel;
@@ -337,6 +349,7 @@ void ParamFetcher::release(int module) {
 void ParamFetcher::end_step() {
   trace_.end_step();
   for (std::size_t m = 0; m < modules_.size(); ++m) drop_gathered(static_cast<int>(m));
+  read_watcher_.drain();  // every read of the step has completed; throws the first failure
 }
 
 void ParamFetcher::params_changed(int module) {

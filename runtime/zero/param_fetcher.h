@@ -16,8 +16,9 @@
 // (fetch_trace.h), it starts NVMe reads while staging buffers are free, and gathers ahead while
 // the elements in flight stay under stage3_prefetch_bucket_size, the gathered elements under
 // stage3_max_live_parameters, and the device memory suffices without waiting. A gather ahead of
-// a read still in flight makes the H2D stream wait for the read (a host task that waits on the
-// I/O engine: on CUDA it holds the host-function thread meanwhile).
+// a read still in flight makes the H2D stream wait for a host flag (device.h) that the read
+// watcher, a thread of strata's own, raises when the read completes: no host function runs on a
+// stream (on CUDA one thread runs those of every stream, and a waiting one would hold it).
 //
 // Transient memory: two regions carved from the arena at start, one per size class (plan.h),
 // with stream-ordered reuse (runtime/device/device_pool.h). allocate_now() serves gathered
@@ -40,6 +41,7 @@
 #include "runtime/tiers/tier_store.h"
 #include "runtime/zero/engine_streams.h"
 #include "runtime/zero/fetch_trace.h"
+#include "runtime/zero/host_worker.h"
 #include "runtime/zero/update_gate.h"
 
 namespace strata::runtime::zero {
@@ -99,6 +101,8 @@ class ParamFetcher {
   struct Staging {
     offload::HostBuffer buffer;
     std::unique_ptr<device::Event> done;  // the H2D from it
+    std::unique_ptr<device::HostFlag> read_done;  // raised to `reads` when its last read completed
+    std::uint32_t reads = 0;              // reads started into it
     bool busy = false;
   };
 
@@ -138,6 +142,7 @@ class ParamFetcher {
   std::uint64_t max_live_ = 0;
   std::uint64_t max_reuse_distance_ = 0;
   FetchCounters counters_;
+  HostWorker read_watcher_;  // waits for reads fetched ahead; last: stops before the buffers go
 };
 
 }  // namespace strata::runtime::zero

@@ -23,6 +23,7 @@ Updater::Updater(const config::Config& config, tiers::TierStore& store, device::
             config.zero_optimization.offload_optimizer.pipeline_read,
             config.zero_optimization.offload_optimizer.pipeline_write),
       worker_([&device] { device.bind_thread(); }) {
+  for (const std::string& name : store.plan_inputs().module_names) adam_span_names_.push_back("adam " + name);
   bool host_updates = false;
   for (int m = 0; m < store.module_count(); ++m) {
     host_updates = host_updates || store.state(m, tiers::StateKind::master).tier() != tiers::Tier::device;
@@ -86,7 +87,7 @@ int Updater::upcoming(std::size_t k) {
 }
 
 void Updater::update(int module, const UpdateArgs& args) {
-  grads_.grad_done(module).synchronize();  // the step's last accumulation into this module's gradient
+  grads_.wait_grad_done(module);  // the step's last accumulation into this module's gradient
   tiers::TierState& master = store_.state(module, tiers::StateKind::master);
   if (master.tier() == tiers::Tier::device) {
     update_on_device(module, args);
@@ -120,13 +121,13 @@ void Updater::update(int module, const UpdateArgs& args) {
       s.out_dtype = dtype_;
     }
     {
-      trace::ScopedSpan span(tracer_, "adam", "cpu optimizer");
+      trace::ScopedSpan span(tracer_, adam_span_names_[static_cast<std::size_t>(module)], "cpu optimizer");
       cpu_adam::adam_step(active_simd(), threads_, args.hyper, args.step, s, args.grad_scale);
     }
     deliver(module, off, n, w.master, staging);  // copies fp32 parameters out first
     if (swapped) ring_.release(w);
   }
-  std::memset(acc.host_data(), 0, acc.bytes());
+  // The accumulator is not zeroed: the next step's first micro-batch overwrites it.
   // New parameters on their way to the device (resident modules, device shards) or to NVMe:
   // the fetcher reads them after this event, or once the gate opens (NVMe: the writes below).
   gate_.updated(module).record(*streams_.copy_in);

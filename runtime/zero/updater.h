@@ -19,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "cpu_adam/adam.h"
@@ -29,7 +30,7 @@
 #include "runtime/zero/grad_path.h"
 #include "runtime/zero/swap_ring.h"
 #include "runtime/zero/update_gate.h"
-#include "runtime/zero/update_worker.h"
+#include "runtime/zero/host_worker.h"
 #include "runtime/trace/trace.h"
 
 namespace strata::runtime::zero {
@@ -80,12 +81,13 @@ class Updater {
   trace::Tracer& tracer_;
   DType dtype_;
   int threads_ = 1;
+  std::vector<std::string> adam_span_names_;  // "adam <module>", per module
   std::vector<Staging> out_staging_;  // updated parameters on their way to their tier
   std::size_t out_next_ = 0;
   SwapRing ring_;
   std::mutex queue_mutex_;
   std::deque<int> queued_;  // modules of the posted tasks not finished, in order; -1: another task
-  UpdateWorker worker_;     // last: stops (after its queue) before the states it uses go away
+  HostWorker worker_;     // last: stops (after its queue) before the states it uses go away
 };
 
 }  // namespace strata::runtime::zero

@@ -4,6 +4,9 @@
 // scalar reference, for sizes around the vector widths and misaligned starts.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+
 #include <cfloat>
 #include <cmath>
 #include <cstring>
@@ -200,6 +203,34 @@ TEST(AccumulateGrads, ExactAgainstScalarReference) {
           for (std::size_t i = 0; i < n; ++i) want[offset + i] = want[offset + i] + g.get(i);
           accumulate_grads(simd, 1, acc.data() + offset, g.data(), dtype, n);
           ASSERT_EQ(std::memcmp(acc.data(), want.data(), acc.size() * 4), 0);
+        }
+      }
+    }
+  }
+}
+
+// The first micro-batch's store ignores what the accumulator held (garbage, NaN) and gives
+// exactly what accumulating into zeros gives: 0.0f + g, so -0 becomes +0; the elements around the
+// range are not touched.
+TEST(StoreFirstGrads, EqualsAccumulatingIntoZeros) {
+  for (SimdLevel simd : test::levels_to_test()) {
+    for (DType dtype : kDTypes) {
+      for (std::size_t n : kSizes) {
+        for (std::size_t offset = 0; offset < 4; ++offset) {
+          SCOPED_TRACE(name(simd, dtype, n, offset));
+          Grads g(dtype, n, offset, static_cast<std::uint32_t>(5 * n + offset));
+          if (n > 0) g.set(0, -0.0f);
+          std::vector<float> zeros(offset + n + 5, 12345.0f);
+          for (std::size_t i = 0; i < n; ++i) zeros[offset + i] = 0.0f;
+          std::vector<float> want = zeros;
+          accumulate_grads(simd, 1, want.data() + offset, g.data(), dtype, n);
+          std::vector<float> acc(offset + n + 5, 12345.0f);
+          for (std::size_t i = 0; i < n; ++i) acc[offset + i] = std::numeric_limits<float>::quiet_NaN();
+          store_first_grads(simd, 1, acc.data() + offset, g.data(), dtype, n);
+          ASSERT_EQ(std::memcmp(acc.data(), want.data(), acc.size() * 4), 0);
+          if (n > 0) {
+            EXPECT_FALSE(std::signbit(acc[offset]));
+          }
         }
       }
     }

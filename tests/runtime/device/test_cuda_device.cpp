@@ -65,6 +65,35 @@ TEST(CudaDevice, TimingEventsMeasureTheStream) {
   EXPECT_LT(ms, 2000.0);
 }
 
+// A copy behind a host-flag wait (cuStreamWaitValue32 on mapped pinned memory) does not run
+// until the host raises the flag; no host function is involved.
+TEST(CudaDevice, HostFlagHoldsTheStreamUntilRaised) {
+  auto device = cuda_device();
+  auto stream = device->create_stream("h2d");
+  auto flag = device->create_host_flag();
+  auto done = device->create_event();
+  const std::size_t n = 1 << 20;
+  std::vector<unsigned char> src(n, 7), dst(n, 0);
+  device->pin_host(src.data(), n);
+  device->pin_host(dst.data(), n);
+  device::DeviceBuffer buf = device->allocate(n, "buf");
+  stream->memset_async(buf.data(), 0, n);
+  stream->wait_host(*flag, 3);
+  stream->copy_async(buf.data(), src.data(), n);
+  stream->copy_async(dst.data(), buf.data(), n);
+  done->record(*stream);
+  flag->signal(2);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_FALSE(done->query());
+  flag->signal(3);
+  done->synchronize();
+  EXPECT_EQ(dst[0], 7);
+  EXPECT_EQ(dst[n - 1], 7);
+  stream->synchronize();
+  device->unpin_host(src.data());
+  device->unpin_host(dst.data());
+}
+
 TEST(CudaDevice, HostTaskOrderAndFailure) {
   auto device = cuda_device();
   auto s = device->create_stream("s");

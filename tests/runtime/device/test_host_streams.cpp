@@ -76,6 +76,36 @@ TEST(HostStream, TwoStreamsRunConcurrently) {
   EXPECT_TRUE(a_saw_b.load());
 }
 
+// A stream waits for a host flag to reach a value: work behind the wait does not run until the
+// host raises the flag that far (a lower value does not release it), and a wait for a value
+// already reached does not block.
+TEST(HostFlag, StreamWorkWaitsUntilTheHostRaisesIt) {
+  auto device = host_device();
+  auto stream = device->create_stream("h2d");
+  auto flag = device->create_host_flag();
+  auto done = device->create_event();
+  EXPECT_EQ(flag->value(), 0u);
+  std::atomic<int> ran{0};
+  stream->wait_host(*flag, 2);
+  stream->host_task([&] { ran = 1; });
+  done->record(*stream);
+  flag->signal(1);
+  std::this_thread::sleep_for(50ms);  // time to run if it wrongly could; not a threshold
+  EXPECT_EQ(ran.load(), 0);
+  EXPECT_FALSE(done->query());
+  std::thread raiser([&] { flag->signal(2); });
+  stream->synchronize();
+  raiser.join();
+  EXPECT_EQ(ran.load(), 1);
+  EXPECT_EQ(flag->value(), 2u);
+  flag->signal(1);  // values only grow
+  EXPECT_EQ(flag->value(), 2u);
+  stream->wait_host(*flag, 2);
+  stream->host_task([&] { ran = 2; });
+  stream->synchronize();
+  EXPECT_EQ(ran.load(), 2);
+}
+
 TEST(HostStream, WaitOrdersAcrossStreams) {
   auto device = host_device();
   auto producer = device->create_stream("producer");

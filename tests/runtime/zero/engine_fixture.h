@@ -78,13 +78,17 @@ inline config::Config make_config(int stage, config::OffloadDevice params, confi
 // (sleeping `compute_ms` to stand for the work), backward writes a gradient derived from the
 // parameters. Owns everything a run needs.
 struct EngineRun {
-  EngineRun(const config::Config& config_in, trace::Tracer* tracer_in = nullptr)
+  // link_bytes_per_s: the host device's emulated PCIe (DeviceOptions::host_link_bytes_per_s).
+  // numel_scale: every module is module_numel(m) * numel_scale elements.
+  EngineRun(const config::Config& config_in, trace::Tracer* tracer_in = nullptr, std::uint64_t link_bytes_per_s = 0,
+            std::size_t numel_scale = 1)
       : config(config_in), own_tracer(tracer_in ? nullptr : std::make_unique<trace::Tracer>("")),
-        tracer(tracer_in ? *tracer_in : *own_tracer) {
+        tracer(tracer_in ? *tracer_in : *own_tracer), scale(numel_scale) {
     device::DeviceOptions o;
     o.kind = "host";
     o.memory_bytes = config.strata.device_memory_bytes;
     o.tracer = &tracer;
+    o.host_link_bytes_per_s = link_bytes_per_s;
     device = device::Device::create(o);
     comm::CommOptions co;
     co.backend = comm::CommBackend::single;
@@ -92,13 +96,13 @@ struct EngineRun {
     compute = device->create_stream("compute");
     zero::EngineSetup setup;
     for (int m = 0; m < kModules; ++m) {
-      setup.module_numels.push_back(module_numel(m));
+      setup.module_numels.push_back(numel(m));
       setup.module_names.push_back("m" + std::to_string(m));
     }
     engine = std::make_unique<zero::ZeroEngine>(config, setup, *device, *compute, *comm, tracer);
     done = device->create_event();
     for (int m = 0; m < kModules; ++m) {
-      std::vector<float> v(module_numel(m));
+      std::vector<float> v(numel(m));
       for (std::size_t i = 0; i < v.size(); ++i) v[i] = 0.01f * static_cast<float>((i * 7 + m) % 101) - 0.5f;
       engine->load_module(m, v.data());
     }
@@ -148,11 +152,13 @@ struct EngineRun {
   std::vector<std::vector<float>> weights() {
     std::vector<std::vector<float>> w;
     for (int m = 0; m < kModules; ++m) {
-      w.emplace_back(module_numel(m));
+      w.emplace_back(numel(m));
       engine->gather_module(m, w.back().data());
     }
     return w;
   }
+
+  std::size_t numel(int m) const { return module_numel(m) * scale; }
 
   config::Config config;
   std::unique_ptr<trace::Tracer> own_tracer;
@@ -162,6 +168,7 @@ struct EngineRun {
   std::unique_ptr<device::Stream> compute;
   std::unique_ptr<zero::ZeroEngine> engine;
   std::unique_ptr<device::Event> done;
+  std::size_t scale = 1;
   double sink = 0;
 };
 

@@ -1,3 +1,3 @@
 #include "runtime/zero/engine.h"
 #include "runtime/device/device.h"
-#include "runtime/zero/update_worker.h"
+#include "runtime/zero/host_worker.h"

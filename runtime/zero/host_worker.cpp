@@ -1,10 +1,10 @@
-#include "runtime/zero/update_worker.h"
+#include "runtime/zero/host_worker.h"
 
 #include <utility>
 
 namespace strata::runtime::zero {
 
-UpdateWorker::UpdateWorker(std::function<void()> on_start)
+HostWorker::HostWorker(std::function<void()> on_start)
     : thread_([this, start = std::move(on_start)] {
         if (start) {
           try {
@@ -17,7 +17,7 @@ UpdateWorker::UpdateWorker(std::function<void()> on_start)
         loop();
       }) {}
 
-UpdateWorker::~UpdateWorker() {
+HostWorker::~HostWorker() {
   {
     std::lock_guard lock(mutex_);
     stop_ = true;
@@ -26,7 +26,7 @@ UpdateWorker::~UpdateWorker() {
   thread_.join();
 }
 
-void UpdateWorker::post(std::function<void()> run, std::function<void()> finally) {
+void HostWorker::post(std::function<void()> run, std::function<void()> finally) {
   {
     std::lock_guard lock(mutex_);
     queue_.push_back({std::move(run), std::move(finally)});
@@ -34,18 +34,18 @@ void UpdateWorker::post(std::function<void()> run, std::function<void()> finally
   wake_.notify_one();
 }
 
-void UpdateWorker::drain() {
+void HostWorker::drain() {
   std::unique_lock lock(mutex_);
   idle_.wait(lock, [&] { return queue_.empty() && !busy_; });
   if (error_) std::rethrow_exception(error_);
 }
 
-void UpdateWorker::check() {
+void HostWorker::check() {
   std::lock_guard lock(mutex_);
   if (error_) std::rethrow_exception(error_);
 }
 
-void UpdateWorker::loop() {
+void HostWorker::loop() {
   std::unique_lock lock(mutex_);
   for (;;) {
     wake_.wait(lock, [&] { return stop_ || !queue_.empty(); });
