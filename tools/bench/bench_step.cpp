@@ -149,6 +149,10 @@ std::vector<const PeerSpec*> select_peers(const StepBenchOptions& o) {
       throw Error("--peers none with other peers", "--peers", "give none alone");
     }
   }
+  if (o.device == "auto" && !out.empty()) {
+    throw Error("--peers with --device auto: the peers need to know where the cells ran", "--device",
+                "give --device cuda or host");
+  }
   if (o.device != "cuda") {
     for (const PeerSpec* p : out) {
       if (std::string(p->name) != "torch_resident") {
