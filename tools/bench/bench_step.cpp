@@ -20,7 +20,8 @@
 // the strata cell's).
 //
 // A child that fails (a plan that does not fit, a bad config, a crash; a peer that fails or cannot
-// be imported) gives its error line in its row and the bench goes on. The cell configs: Note [The cell configs] (bench_children.cpp);
+// be imported) gives its error line in its row and the bench goes on. The cell configs: Note
+// [The cell configs] (bench_children.cpp);
 // the reference: stage 0, nothing offloaded, strata.device_memory = the plan's device need + 25 %
 // + 64 MiB (or --device-memory when larger).
 #include <sys/wait.h>
@@ -137,9 +138,9 @@ std::vector<const PeerSpec*> select_peers(const StepBenchOptions& o) {
     }
   }
   for (const std::string& n : names) {
-    const bool known = n == "all" || n == "none" || std::any_of(std::begin(kPeers), std::end(kPeers), [&](const PeerSpec& p) {
-                         return n == p.name || n == p.group;
-                       });
+    const bool known = n == "all" || n == "none" ||
+                       std::any_of(std::begin(kPeers), std::end(kPeers),
+                                   [&](const PeerSpec& p) { return n == p.name || n == p.group; });
     if (!known) {
       throw Error(fmt::format("unknown peer \"{}\"", n), "--peers",
                   "give auto, all, none, or a comma-separated list of torch, deepspeed, fsdp2, "
@@ -156,7 +157,8 @@ std::vector<const PeerSpec*> select_peers(const StepBenchOptions& o) {
   if (o.device != "cuda") {
     for (const PeerSpec* p : out) {
       if (std::string(p->name) != "torch_resident") {
-        throw Error(fmt::format("the peer {} needs CUDA, and the bench runs with --device {}", p->name, o.device),
+        throw Error(fmt::format("the peer {} needs CUDA, and the bench runs with --device {}", p->name,
+                                o.device),
                     "--peers", "give --device cuda, or --peers torch (PyTorch on the CPU) or none");
       }
     }
@@ -237,7 +239,8 @@ Peer run_peer(const StepBenchOptions& o, const models::GptConfig& model, const P
   }
   peer.info = result;
   if (!result.value("ok", false)) {
-    peer.error = (result.value("importable", true) ? "" : "not importable: ") + result.value("error", std::string("failed"));
+    peer.error = (result.value("importable", true) ? "" : "not importable: ") +
+                 result.value("error", std::string("failed"));
     return peer;
   }
   std::vector<double> ms;
@@ -254,7 +257,9 @@ Peer run_peer(const StepBenchOptions& o, const models::GptConfig& model, const P
   peer.timed_steps = ms.size();
   peer.step_ms = median(ms);
   peer.tokens_per_s = tokens / (peer.step_ms / 1e3);
-  if (!std::isfinite(peer.tokens_per_s) || peer.tokens_per_s <= 0) peer.error = "its step times are not positive";
+  if (!std::isfinite(peer.tokens_per_s) || peer.tokens_per_s <= 0) {
+    peer.error = "its step times are not positive";
+  }
   return peer;
 }
 
@@ -500,7 +505,8 @@ void run_bench(const StepBenchOptions& o, const train::StopSignals& stop) {
   std::fprintf(
       text_out,
       "strata bench step: %s (%lld params), micro-batch %d x %d tokens, %s, gradient_clipping "
-      "%g, %sactivation checkpointing, %d steps per cell (%d warm-up) x %d rounds, device %s%s\n  %s, %d CPUs in the "
+      "%g, %sactivation checkpointing, %d steps per cell (%d warm-up) x %d rounds, device %s%s\n  "
+      "%s, %d CPUs in the "
       "affinity mask, load average %.2f at the start\n  scratch %s (nvme_path %s: %s)\n  "
       "reference: stage 0, nothing offloaded, device memory %s; vs resident = tokens/s / the "
       "reference's; overlap = step ms / busiest ms\n",
