@@ -11,6 +11,8 @@
 // strata bench step [--preset tiny | --model config.json] [--text FILE] [--batch 4] [--seq-len 128]
 //                   [--dtype fp32|bf16] [--gradient-clipping 1.0] [--steps 6] [--rounds 3]
 //                   [--device host|cuda|auto] [--device-memory SIZE] [--dir DIR] [--json] [--verbose]
+//                   [--checkpointing] [--peers auto|all|none|torch,deepspeed,fsdp2] [--nvme-path DIR]
+//                   [--python PATH] [--peer-script PATH]
 // strata bench checkpoint [--preset bytes-30m | --model config.json] [--placements cpu,nvme]
 //                   [--steps 8] [--rounds 2] [--dir|--scratch DIR] and the other flags of bench step
 #include <memory>
@@ -174,6 +176,21 @@ void add_bench_command(CLI::App& app) {
   add_train_child_flags(*step, *step_options,
                         "strata.device_memory of the placements, e.g. 64MiB (default: the backend's; "
                         "the reference gets what it needs)");
+  step->add_flag("--checkpointing", step_options->checkpointing,
+                 "activation checkpointing in every run (--activation-checkpointing) and in the peers");
+  step->add_option("--peers", step_options->peers,
+                   "comma-separated peers on the same model and shapes, each a Python child: torch "
+                   "(PyTorch resident), deepspeed (ZeRO-2 cpu, ZeRO-3 cpu, ZeRO-3 nvme), fsdp2 "
+                   "(FSDP2 + CPUOffloadPolicy), a peer by name (deepspeed_zero2_cpu, ...), all, none; "
+                   "auto = all with --device cuda, none otherwise")
+      ->capture_default_str();
+  step->add_option("--nvme-path", step_options->nvme_path,
+                   "the DeepSpeed NVMe peer's swap folder (default: in the scratch folder)");
+  step->add_option("--python", step_options->python,
+                   "the peers' Python (default: python3 on PATH with --device cuda, else /usr/bin/python3)");
+  step->add_option("--peer-script", step_options->peer_script,
+                   "tools/bench/step_peers.py elsewhere (default: next to the binary, in the source tree "
+                   "or under the current folder)");
   step->callback([step_options] { bench_step(*step_options); });
 
   auto checkpoint_options = std::make_shared<CheckpointBenchOptions>();

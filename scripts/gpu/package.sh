@@ -6,7 +6,8 @@
 # they load (ldd, minus glibc, the driver and the CUDA toolkit's own libraries; NCCL is found
 # there by scripts/gpu/run.sh).
 #
-# Usage: scripts/gpu/package.sh   then, on the device:  bash scripts/gpu/run.sh
+# Usage: [scripts/gpu/deepspeed_bundle.sh]  scripts/gpu/package.sh   then, on the device:
+#        bash scripts/gpu/run.sh   (BENCH_STEP=1 also runs strata bench step with its peers)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ./scripts/setup.sh
@@ -30,6 +31,14 @@ done | sort -u | while read -r name path; do
   cp -L "$path" ".gpu/lib/$name"
 done
 strip --strip-unneeded .gpu/bin/* 2>/dev/null || true
+# DeepSpeed for `strata bench step`'s peers, when scripts/gpu/deepspeed_bundle.sh made .deepspeed/
+# (optional: without it the DeepSpeed peers say they cannot be imported). There:
+# `source scripts/gpu/deepspeed_env.sh` (scripts/gpu/run.sh does).
+if [[ -d .deepspeed/wheels ]]; then
+  mkdir -p .gpu/deepspeed
+  cp -r .deepspeed/wheels .deepspeed/libaio .deepspeed/MANIFEST .gpu/deepspeed/
+  echo "carrying DeepSpeed: $(du -sh .gpu/deepspeed | cut -f1) ($(find .gpu/deepspeed/wheels -name '*.whl' | wc -l) wheels, libaio)"
+fi
 
 bytes=$(du -sb .gpu | cut -f1)
 echo "packed .gpu: $(du -sh .gpu | cut -f1) ($(ls .gpu/bin | wc -l) binaries, $(ls .gpu/lib | wc -l) libraries)"

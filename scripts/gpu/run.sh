@@ -12,6 +12,14 @@ nccl=$(find / -name 'libnccl.so.2' -not -path '/proc/*' 2>/dev/null | head -1)
 export LD_LIBRARY_PATH="$PWD/.gpu/lib${nccl:+:$(dirname "$nccl")}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 nvidia-smi -L | tee "$out/gpu.txt"
 echo "nccl: ${nccl:-not found}" | tee -a "$out/gpu.txt"
+# DeepSpeed from the carried bundle (scripts/gpu/deepspeed_bundle.sh, packed by package.sh), for
+# the peers of strata bench step; without it they report that deepspeed does not import.
+if [[ -d .gpu/deepspeed/wheels ]]; then
+  # shellcheck source=deepspeed_env.sh
+  source scripts/gpu/deepspeed_env.sh .gpu/deepspeed 2>"$out/deepspeed_env.txt"
+  echo "deepspeed_env.sh: rc=$?" >>"$out/deepspeed_env.txt"
+  cat "$out/deepspeed_env.txt" | tee -a "$out/gpu.txt"
+fi
 
 failed=0
 while read -r t; do
@@ -48,4 +56,14 @@ done
 .gpu/bin/strata bench attention --device cuda --json 2>"$out/bench_attention.txt" | tee -a "$out/bench_attention.jsonl"
 .gpu/bin/strata bench attention --device cuda --heads 32 --kv-heads 8 --head-size 128 --batch 2 \
   --seq-len 4096 --json 2>>"$out/bench_attention.txt" | tee -a "$out/bench_attention.jsonl"
+# With BENCH_STEP=1: the ZeRO step per placement and stage, then the peers (PyTorch resident,
+# DeepSpeed ZeRO-2/3 on CPU and NVMe, FSDP2 + CPUOffloadPolicy) on the baseline shape: GPT-2
+# 124M, micro-batch 8 x 1024, bf16, clipping 1.0 (DeepSpeed compiles its CPU Adam and async_io on
+# first use: minutes). BENCH_STEP_ARGS adds flags (e.g. "--preset gpt2-xl --batch 4 --checkpointing").
+if [[ ${BENCH_STEP:-0} == 1 ]]; then
+  # shellcheck disable=SC2086
+  .gpu/bin/strata bench step --device cuda --preset gpt2 --batch 8 --seq-len 1024 --dtype bf16 \
+    --steps 6 --rounds 1 --python "$(command -v python3)" --json ${BENCH_STEP_ARGS:-} \
+    2>"$out/bench_step.txt" | tee -a "$out/bench_step.jsonl"
+fi
 exit $failed

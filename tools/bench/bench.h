@@ -125,8 +125,19 @@ struct TrainChildOptions {
 
 // `strata bench step`: the ZeRO training step for each placement of the model states (device,
 // cpu, nvme) x stage (1, 2, 3), each a `strata train` child of this binary, against the same
-// model fully resident on the device (stage 0, no offload) measured in the same run.
-struct StepBenchOptions : TrainChildOptions {};
+// model fully resident on the device (stage 0, no offload) measured in the same run; then the
+// peers (tools/bench/step_peers.py, one Python child each) on the same model and shapes.
+struct StepBenchOptions : TrainChildOptions {
+  bool checkpointing = false;    // --activation-checkpointing in every run, and in the peers
+  // Comma-separated: torch (PyTorch resident), deepspeed (ZeRO-2 cpu, ZeRO-3 cpu, ZeRO-3 nvme),
+  // fsdp2 (FSDP2 + CPUOffloadPolicy), or single peers by name (deepspeed_zero2_cpu, ...); all;
+  // none. auto: all with --device cuda, none otherwise.
+  std::string peers = "auto";
+  std::string nvme_path;         // the DeepSpeed NVMe peer's swap folder; empty: in the scratch folder
+  std::string python;            // the peers' interpreter; empty: python3 on PATH with --device
+                                 // cuda, else /usr/bin/python3 (Debian's python3-torch)
+  std::string peer_script;       // empty: tools/bench/step_peers.py, found as the other scripts
+};
 
 void bench_step(const StepBenchOptions& options);  // bench_step.cpp
 

@@ -13,16 +13,26 @@
 // resources take turns. vs resident = the cell's tokens/s / the reference's: what the placement
 // and the stage cost.
 //
-// A child that fails (a plan that does not fit, a bad config, a crash) gives its error line in
-// its row and the bench goes on. The cell configs: Note [The cell configs] (bench_children.cpp);
+// The peers (--peers; Note [The peers]): the same model and shapes trained by PyTorch resident,
+// DeepSpeed (ZeRO-2 optimizer on CPU, ZeRO-3 on CPU, ZeRO-3 on NVMe) and PyTorch FSDP2 with
+// CPUOffloadPolicy, each a Python child (tools/bench/step_peers.py) after the strata cells, as
+// tokens/s and as a ratio to the strata cell that does the same (vs strata = the peer's tokens/s /
+// the strata cell's).
+//
+// A child that fails (a plan that does not fit, a bad config, a crash; a peer that fails or cannot
+// be imported) gives its error line in its row and the bench goes on. The cell configs: Note
+// [The cell configs] (bench_children.cpp);
 // the reference: stage 0, nothing offloaded, strata.device_memory = the plan's device need + 25 %
 // + 64 MiB (or --device-memory when larger).
+#include <sys/wait.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -40,6 +50,7 @@
 #include "tools/bench/bench.h"
 #include "tools/bench/bench_children.h"
 #include "tools/bench/bench_nvme_disk.h"
+#include "tools/bench/bench_scripts.h"
 
 namespace strata::tools {
 namespace {
@@ -81,6 +92,177 @@ std::uint64_t resident_device_bytes(const StepBenchOptions& o, const models::Gpt
   return bytes;
 }
 
+// Note [The peers]
+// Each peer is `PYTHON step_peers.py --peer NAME` with the model's config, --batch, --seq-len,
+// --dtype, --gradient-clipping, --checkpointing, AdamW as the cells have it (lr 1e-3, weight decay
+// 0.01, betas 0.9/0.999, eps 1e-8), --warmup kWarmupSteps and as many timed steps as a strata cell
+// has over all rounds; random token ids. Its stdout's last JSON line is its result; its stderr
+// goes to the scratch folder (to ours with --verbose), and its last line is the row's error when
+// the JSON says nothing. The strata cell each is compared with:
+//   torch_resident        resident (stage 0)     PyTorch, fp32 parameters + autocast, AdamW
+//   deepspeed_zero2_cpu   cpu, stage 2           ZeRO-Offload
+//   deepspeed_zero3_cpu   cpu, stage 3
+//   deepspeed_zero3_nvme  nvme, stage 3          ZeRO-Infinity, swap folder --nvme-path
+//   fsdp2_cpu             cpu, stage 3           FSDP2 + CPUOffloadPolicy
+// DeepSpeed and FSDP2 need CUDA; torch_resident runs on the CPU with --device host.
+struct PeerSpec {
+  const char* name;
+  const char* group;      // what --peers names it by, besides its name
+  const char* title;
+  const char* placement;  // the strata cell it is compared with
+  int stage;
+};
+
+constexpr PeerSpec kPeers[] = {
+    {"torch_resident", "torch", "PyTorch resident", kReference, 0},
+    {"deepspeed_zero2_cpu", "deepspeed", "DeepSpeed ZeRO-2, optimizer on CPU", "cpu", 2},
+    {"deepspeed_zero3_cpu", "deepspeed", "DeepSpeed ZeRO-3, params + optimizer on CPU", "cpu", 3},
+    {"deepspeed_zero3_nvme", "deepspeed", "DeepSpeed ZeRO-3, params + optimizer on NVMe", "nvme", 3},
+    {"fsdp2_cpu", "fsdp2", "PyTorch FSDP2, CPUOffloadPolicy", "cpu", 3},
+};
+
+// The peers --peers names, in kPeers' order. Throws strata::Error naming --peers for an unknown
+// name, and for a peer that needs CUDA without --device cuda.
+std::vector<const PeerSpec*> select_peers(const StepBenchOptions& o) {
+  std::vector<std::string> names = split_list(o.peers);
+  if (names.size() == 1 && names[0] == "auto") {
+    names = {o.device == "cuda" ? "all" : "none"};
+  }
+  std::vector<const PeerSpec*> out;
+  for (const PeerSpec& p : kPeers) {
+    for (const std::string& n : names) {
+      if (n == "all" || n == p.name || n == p.group) {
+        out.push_back(&p);
+        break;
+      }
+    }
+  }
+  for (const std::string& n : names) {
+    const bool known = n == "all" || n == "none" ||
+                       std::any_of(std::begin(kPeers), std::end(kPeers),
+                                   [&](const PeerSpec& p) { return n == p.name || n == p.group; });
+    if (!known) {
+      throw Error(fmt::format("unknown peer \"{}\"", n), "--peers",
+                  "give auto, all, none, or a comma-separated list of torch, deepspeed, fsdp2, "
+                  "torch_resident, deepspeed_zero2_cpu, deepspeed_zero3_cpu, deepspeed_zero3_nvme, fsdp2_cpu");
+    }
+    if (n == "none" && names.size() > 1) {
+      throw Error("--peers none with other peers", "--peers", "give none alone");
+    }
+  }
+  if (o.device == "auto" && !out.empty()) {
+    throw Error("--peers with --device auto: the peers need to know where the cells ran", "--device",
+                "give --device cuda or host");
+  }
+  if (o.device != "cuda") {
+    for (const PeerSpec* p : out) {
+      if (std::string(p->name) != "torch_resident") {
+        throw Error(fmt::format("the peer {} needs CUDA, and the bench runs with --device {}", p->name,
+                                o.device),
+                    "--peers", "give --device cuda, or --peers torch (PyTorch on the CPU) or none");
+      }
+    }
+  }
+  return out;
+}
+
+struct Peer {
+  const PeerSpec* spec = nullptr;
+  std::string error;      // not empty: it failed or could not be imported
+  double step_ms = 0, tokens_per_s = 0;
+  std::size_t timed_steps = 0;
+  double seconds = 0;     // wall time of the child
+  Json info;              // its JSON line (versions, model, optimizer, ...)
+};
+
+// The last line of `text` that is not blank.
+std::string last_line(const std::string& text) {
+  std::istringstream in(text);
+  std::string last;
+  for (std::string line; std::getline(in, line);) {
+    if (line.find_first_not_of(" \t\r") != std::string::npos) last = line;
+  }
+  return last;
+}
+
+// Runs one peer (Note [The peers]).
+Peer run_peer(const StepBenchOptions& o, const models::GptConfig& model, const PeerSpec& spec,
+              const std::string& python, const std::string& script, const std::string& reference_dir,
+              const std::string& nvme_path, const std::string& log_path) {
+  Peer peer;
+  peer.spec = &spec;
+  const int timed = o.rounds * (o.steps - kWarmupSteps);
+  std::string command = fmt::format(
+      "{} {} --peer {} --vocab-size {} --n-positions {} --n-embd {} --n-layer {} --n-head {} "
+      "--layer-norm-epsilon {} --batch {} --seq-len {} --steps {} --warmup {} --dtype {} --device {} "
+      "--lr 1e-3 --betas 0.9 0.999 --eps 1e-8 --weight-decay 0.01 --gradient-clipping {}",
+      shell_quote(python), shell_quote(script), spec.name, model.vocab_size, model.n_positions, model.n_embd,
+      model.n_layer, model.n_head, model.layer_norm_epsilon, o.batch, o.seq_len, timed, kWarmupSteps,
+      o.dtype, o.device == "cuda" ? "cuda" : "cpu", o.gradient_clipping);
+  if (o.checkpointing) command += " --checkpointing";
+  if (std::string(spec.name) == "deepspeed_zero3_nvme") command += " --nvme-path " + shell_quote(nvme_path);
+  if (!reference_dir.empty()) command += " --reference-dir " + shell_quote(reference_dir);
+  command += " </dev/null 2>" + shell_quote(log_path);
+  if (o.verbose) std::fprintf(stderr, "%s\n", command.c_str());
+  std::fflush(nullptr);
+  const auto t0 = Clock::now();
+  std::FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) {
+    peer.error = fmt::format("cannot start {}", python);
+    return peer;
+  }
+  std::string out;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, pipe) != nullptr) out += buf;
+  const int status = pclose(pipe);
+  peer.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  // Its result: the last line of stdout that is its JSON (DeepSpeed prints on stdout too).
+  Json result;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    Json j = Json::parse(line, nullptr, false);
+    if (!j.is_discarded() && j.is_object() && j.value("peer", std::string()) == spec.name) result = std::move(j);
+  }
+  const std::string how = WIFEXITED(status) ? fmt::format("exit status {}", WEXITSTATUS(status))
+                                            : fmt::format("killed by signal {}", WTERMSIG(status));
+  std::string log;
+  if (std::FILE* f = std::fopen(log_path.c_str(), "r")) {
+    while (std::fgets(buf, sizeof buf, f) != nullptr) log += buf;
+    std::fclose(f);
+  }
+  if (o.verbose) std::fprintf(stderr, "%s%s", out.c_str(), log.c_str());
+  if (!result.is_object()) {
+    const std::string last = last_line(log);
+    peer.error = fmt::format("{}no result from {} ({})", last.empty() ? "" : last + "; ",
+                             std::filesystem::path(script).filename().string(), how);
+    return peer;
+  }
+  peer.info = result;
+  if (!result.value("ok", false)) {
+    peer.error = (result.value("importable", true) ? "" : "not importable: ") +
+                 result.value("error", std::string("failed"));
+    return peer;
+  }
+  std::vector<double> ms;
+  if (result.contains("step_ms") && result["step_ms"].is_array()) {
+    for (const Json& v : result["step_ms"]) {
+      if (v.is_number()) ms.push_back(v.get<double>());
+    }
+  }
+  const double tokens = number(result, "tokens_per_step");
+  if (ms.empty() || !(tokens > 0)) {
+    peer.error = "its JSON lacks step_ms or tokens_per_step";
+    return peer;
+  }
+  peer.timed_steps = ms.size();
+  peer.step_ms = median(ms);
+  peer.tokens_per_s = tokens / (peer.step_ms / 1e3);
+  if (!std::isfinite(peer.tokens_per_s) || peer.tokens_per_s <= 0) {
+    peer.error = "its step times are not positive";
+  }
+  return peer;
+}
+
 struct Cell {
   std::string placement;  // kReference, or one of kPlacements
   int stage = 0;
@@ -92,7 +274,15 @@ struct Cell {
   double busiest_ms = 0;  // median over the timed steps of the busiest track's busy time
   double overlap = 0;     // step_ms / busiest_ms
   Json bytes;             // bytes moved in the last timed step, per link
+  // The CPU Adam's busy time per step: the step metrics carry only the busiest track's busy time,
+  // so it is known when the CPU optimizer was the busiest track in every timed step; else null.
+  Json cpu_adam_busy_ms;
 };
+
+constexpr const char* kCpuAdamTrack = "cpu optimizer";  // runtime/zero/updater.cpp's spans
+constexpr const char* kCpuAdamNote =
+    "null: the step metrics carry the busy time of the busiest track only, and the CPU optimizer "
+    "was not the busiest in every timed step (or the cell has none)";
 
 // The median step of `rows` (one child's, or every round's).
 double median_step_ms(const std::vector<Json>& rows) {
@@ -129,6 +319,9 @@ void summarize(Cell& cell) {
                                   [](const auto& a, const auto& b) { return a.second < b.second; })
                      ->first;
   cell.bytes = cell.rows.back().value("bytes", Json::object());
+  if (busiest_count.size() == 1 && busiest_count.begin()->first == kCpuAdamTrack) {
+    cell.cpu_adam_busy_ms = median(busy);
+  }
   for (double v : {cell.step_ms, cell.tokens_per_s, cell.tflops, cell.busiest_ms, cell.overlap}) {
     if (!std::isfinite(v) || v <= 0) {
       cell.error = "the metrics lack step_ms, tokens_per_s, tflops or busiest_ms";
@@ -164,10 +357,30 @@ void print_row(std::FILE* out, const Cell& c, const Cell& reference) {
                ratio.c_str());
 }
 
-Json cell_json(const Cell& c, const Cell& reference) {
-  Json j;
+// What every JSON line of the run carries: the device, the model and the shapes.
+Json run_json(const StepBenchOptions& o) {
+  return {{"device", o.device}, {"model", o.model.empty() ? o.preset : o.model}, {"batch", o.batch},
+          {"seq_len", o.seq_len}, {"dtype", o.dtype}, {"checkpointing", o.checkpointing},
+          {"gradient_clipping", o.gradient_clipping}};
+}
+
+// The peers' tokens/s (null where one was not run or failed), as `<peer>_tokens_per_s`.
+void add_peer_rates(Json& j, const std::vector<Peer>& peers) {
+  for (const PeerSpec& spec : kPeers) {
+    Json v;
+    for (const Peer& p : peers) {
+      if (p.spec == &spec && p.error.empty()) v = p.tokens_per_s;
+    }
+    j[std::string(spec.name) + "_tokens_per_s"] = v;
+  }
+}
+
+Json cell_json(const StepBenchOptions& o, const Cell& c, const Cell& reference, const std::vector<Peer>& peers) {
+  Json j = run_json(o);
   j["placement"] = c.placement;
   j["stage"] = c.stage;
+  j["resident_tokens_per_s"] = reference.error.empty() ? Json(reference.tokens_per_s) : Json();
+  add_peer_rates(j, peers);
   if (!c.error.empty()) {
     j["error"] = c.error;
     return j;
@@ -183,7 +396,63 @@ Json cell_json(const Cell& c, const Cell& reference) {
   j["phase_ms"] = {{"forward", c.forward_ms}, {"backward", c.backward_ms}, {"optimizer", c.optimizer_ms}};
   j["bytes_per_step"] = c.bytes;
   j["timed_steps"] = c.rows.size();
+  j["cpu_adam_busy_ms"] = c.cpu_adam_busy_ms;
+  if (c.cpu_adam_busy_ms.is_null()) j["cpu_adam_busy_ms_note"] = kCpuAdamNote;
   return j;
+}
+
+// The strata cell a peer is compared with.
+const Cell* counterpart(const PeerSpec& spec, const std::vector<Cell>& cells) {
+  for (const Cell& c : cells) {
+    if (c.placement == spec.placement && c.stage == spec.stage) return &c;
+  }
+  return nullptr;
+}
+
+Json peer_json(const StepBenchOptions& o, const Peer& p, const std::vector<Cell>& cells) {
+  Json j = run_json(o);
+  j["peer"] = p.spec->name;
+  j["title"] = p.spec->title;
+  const Cell* strata = counterpart(*p.spec, cells);
+  j["strata_placement"] = p.spec->placement;
+  j["strata_stage"] = p.spec->stage;
+  const bool strata_ok = strata != nullptr && strata->error.empty();
+  j["strata_tokens_per_s"] = strata_ok ? Json(strata->tokens_per_s) : Json();
+  if (!p.error.empty()) {
+    j["error"] = p.error;
+  } else {
+    j["step_ms"] = p.step_ms;
+    j["tokens_per_s"] = p.tokens_per_s;
+    j["timed_steps"] = p.timed_steps;
+    j["vs_strata"] = strata_ok ? Json(p.tokens_per_s / strata->tokens_per_s) : Json();
+  }
+  // What the peer says it ran: versions, its model class, optimizer, precision, threads, GPU.
+  for (const char* key : {"torch", "deepspeed", "model", "optimizer", "precision", "threads", "gpu",
+                          "max_memory_allocated"}) {
+    if (p.info.is_object() && p.info.contains(key)) j[std::string("peer_") + key] = p.info[key];
+  }
+  return j;
+}
+
+void print_peers(std::FILE* out, const std::vector<Peer>& peers, const std::vector<Cell>& cells) {
+  std::fprintf(out, "\npeers: the same model, micro-batch, dtype, AdamW and clipping; vs strata = the "
+                    "peer's tokens/s / the strata cell's\n");
+  std::fprintf(out, "%-22s %-44s %9s %10s %-16s %10s %9s\n", "peer", "", "step ms", "tokens/s",
+               "strata cell", "tokens/s", "vs strata");
+  for (const Peer& p : peers) {
+    if (!p.error.empty()) {
+      std::fprintf(out, "%-22s error: %s\n", p.spec->name, p.error.c_str());
+      continue;
+    }
+    const Cell* strata = counterpart(*p.spec, cells);
+    const std::string where = std::string(p.spec->placement) == kReference
+                                  ? "resident"
+                                  : fmt::format("{} stage {}", p.spec->placement, p.spec->stage);
+    const bool ok = strata != nullptr && strata->error.empty();
+    std::fprintf(out, "%-22s %-44s %9.1f %10.0f %-16s %10s %9s\n", p.spec->name, p.spec->title, p.step_ms,
+                 p.tokens_per_s, where.c_str(), ok ? fmt::format("{:.0f}", strata->tokens_per_s).c_str() : "-",
+                 ok ? fmt::format("{:.2f}", p.tokens_per_s / strata->tokens_per_s).c_str() : "-");
+  }
 }
 
 // The bench; returns early, without the tables, when `stop` caught a signal (Note [Stopping on a
@@ -192,6 +461,22 @@ void run_bench(const StepBenchOptions& o, const train::StopSignals& stop) {
   const models::GptConfig model =
       child_model(o, kWarmupSteps, fmt::format("the first {} are warm-up", kWarmupSteps));
   const std::string self = self_executable();
+  const std::vector<const PeerSpec*> peer_specs = select_peers(o);
+  std::string python, peer_script, reference_dir;
+  if (!peer_specs.empty()) {
+    python = !o.python.empty() ? o.python : o.device == "cuda" ? "python3" : "/usr/bin/python3";
+    const auto script = find_bench_script("step_peers.py", o.peer_script);
+    if (!script) {
+      throw Error(o.peer_script.empty() ? "tools/bench/step_peers.py not found next to the binary, in the "
+                                          "source tree or under the current folder"
+                                        : "not a file: " + o.peer_script,
+                  "--peer-script", "run from a checkout's root, give --peer-script, or --peers none");
+    }
+    peer_script = script->string();
+    if (const auto reference = source_folder("tests/reference")) reference_dir = reference->string();
+  }
+  const std::vector<std::string> child_args =
+      o.checkpointing ? std::vector<std::string>{"--activation-checkpointing"} : std::vector<std::string>{};
 
   const Clock::time_point start = Clock::now();
   const double load_start = load_average();
@@ -220,17 +505,30 @@ void run_bench(const StepBenchOptions& o, const train::StopSignals& stop) {
   std::fprintf(
       text_out,
       "strata bench step: %s (%lld params), micro-batch %d x %d tokens, %s, gradient_clipping "
-      "%g, %d steps per cell (%d warm-up) x %d rounds, device %s%s\n  %s, %d CPUs in the "
+      "%g, %sactivation checkpointing, %d steps per cell (%d warm-up) x %d rounds, device %s%s\n  "
+      "%s, %d CPUs in the "
       "affinity mask, load average %.2f at the start\n  scratch %s (nvme_path %s: %s)\n  "
       "reference: stage 0, nothing offloaded, device memory %s; vs resident = tokens/s / the "
       "reference's; overlap = step ms / busiest ms\n",
       o.model.empty() ? o.preset.c_str() : o.model.c_str(),
       static_cast<long long>(model.num_params()), o.batch, o.seq_len, o.dtype.c_str(),
-      o.gradient_clipping, o.steps, kWarmupSteps, o.rounds, o.device.c_str(),
+      o.gradient_clipping, o.checkpointing ? "" : "no ", o.steps, kWarmupSteps, o.rounds, o.device.c_str(),
       o.device_memory.empty() ? "" : (", device memory " + o.device_memory).c_str(),
       cpu.model_name.c_str(), cpu.logical_cores_in_affinity_mask, load_start,
       scratch.path().c_str(), nvme_path.c_str(), describe_mount(nvme_path).c_str(),
       format_bytes(reference_bytes).c_str());
+  const std::string ds_nvme_path = o.nvme_path.empty() ? scratch.file("deepspeed-nvme") : o.nvme_path;
+  if (!peer_specs.empty()) {
+    std::string names;
+    for (const PeerSpec* p : peer_specs) names += (names.empty() ? "" : ", ") + std::string(p->name);
+    std::fprintf(text_out, "  peers after the cells: %s (%s %s)%s\n", names.c_str(), python.c_str(),
+                 peer_script.c_str(),
+                 std::any_of(peer_specs.begin(), peer_specs.end(),
+                             [](const PeerSpec* p) { return std::string(p->name) == "deepspeed_zero3_nvme"; })
+                     ? fmt::format("; DeepSpeed's nvme_path {}: {}", ds_nvme_path, describe_mount(
+                           o.nvme_path.empty() ? scratch.path() : o.nvme_path)).c_str()
+                     : "");
+  }
   std::fflush(text_out);
 
   // Round by round, every cell in the same order, so that a machine that gets busier or
@@ -250,7 +548,7 @@ void run_bench(const StepBenchOptions& o, const train::StopSignals& stop) {
                                       ? reference_config
                                       : cell_config(o, cell.placement, cell.stage, nvme_path));
       }
-      ChildRun run = run_train_child(self, o, config_path, text, metrics, {}, kWarmupSteps + 1, o.steps);
+      ChildRun run = run_train_child(self, o, config_path, text, metrics, child_args, kWarmupSteps + 1, o.steps);
       cell.error = run.error;
       const std::string where = fmt::format("[round {}/{}, {}/{}] {} stage {}", round, o.rounds,
                                             i + 1, cells.size(), cell.placement, cell.stage);
@@ -271,8 +569,34 @@ void run_bench(const StepBenchOptions& o, const train::StopSignals& stop) {
   for (Cell& cell : cells) {
     if (cell.error.empty()) summarize(cell);
   }
+
+  // The peers, one child each, after every strata cell (the device is theirs alone).
+  std::vector<Peer> peers;
+  for (std::size_t i = 0; i < peer_specs.size(); ++i) {
+    const PeerSpec& spec = *peer_specs[i];
+    const Peer& p = peers.emplace_back(run_peer(o, model, spec, python, peer_script, reference_dir, ds_nvme_path,
+                                                scratch.file(fmt::format("peer-{}.log", spec.name))));
+    if (stop.received() != 0) return;
+    const std::string where = fmt::format("[peer {}/{}] {}", i + 1, peer_specs.size(), spec.name);
+    if (p.error.empty()) {
+      const Cell* strata = counterpart(spec, cells);
+      const std::string ratio =
+          strata != nullptr && strata->error.empty()
+              ? fmt::format(", {:.2f} of strata's {}", p.tokens_per_s / strata->tokens_per_s,
+                            std::string(spec.placement) == kReference
+                                ? std::string("resident")
+                                : fmt::format("{} stage {}", spec.placement, spec.stage))
+              : "";
+      std::fprintf(stderr, "%s: %.1f ms/step%s (%.1f s)\n", where.c_str(), p.step_ms, ratio.c_str(), p.seconds);
+    } else {
+      std::fprintf(stderr, "%s: error: %s (%.1f s)\n", where.c_str(), p.error.c_str(), p.seconds);
+    }
+    std::fflush(stderr);
+  }
+
   if (o.json) {
-    for (const Cell& cell : cells) std::printf("%s\n", cell_json(cell, cells.front()).dump().c_str());
+    for (const Cell& cell : cells) std::printf("%s\n", cell_json(o, cell, cells.front(), peers).dump().c_str());
+    for (const Peer& p : peers) std::printf("%s\n", peer_json(o, p, cells).dump().c_str());
     std::fflush(stdout);
   }
 
@@ -285,6 +609,7 @@ void run_bench(const StepBenchOptions& o, const train::StopSignals& stop) {
       if (c.placement == p) print_row(text_out, c, reference);
     }
   }
+  if (!peers.empty()) print_peers(text_out, peers, cells);
   std::fprintf(text_out, "\n%.0f s in all, load average %.2f at the end\n",
                std::chrono::duration<double>(Clock::now() - start).count(), load_average());
 }
