@@ -135,7 +135,8 @@ bool ParamFetcher::gather(int module, bool on_demand) {
       // Fetched ahead: the H2D stream waits for the read itself, so the copy follows the
       // read's completion without the trainer thread coming back. A failed read fails the
       // stream (and the step, at its synchronize) with the read's error.
-      copy_in.host_task([io = &io, read = s.read] { io->wait(read); }, "wait for NVMe read");
+      // Unnamed: a wait, not H2D work (the read itself is on the disk's track).
+      copy_in.host_task([io = &io, read = s.read] { io->wait(read); }, nullptr);
     }
     Staging& st = staging_[static_cast<std::size_t>(s.staging)];
     copy_in.copy_async(slice, st.buffer.data(), shard_bytes(module));
