@@ -101,6 +101,9 @@ struct EngineShared {
   // Note [Disk activity]: per kind (read, write), the requests in flight and the start of the
   // stretch not reported yet. A request's completion reports [since, now) and moves `since`
   // to now, so the reports tile the time the kind had requests in flight (IoActivityHook).
+  // In flight = submitted to the engine and not finished: that includes pieces waiting behind
+  // the queue depth (the disk is busy with the others then) and a request's on_complete (the
+  // swap space's checksum), a few percent of a transfer; not the time a waiter takes to wake.
   // Guarded by `mutex`, like in_flight.
   struct Activity {
     std::uint64_t in_flight = 0;
