@@ -130,7 +130,8 @@ std::unique_ptr<Session> make_session(const TrainOptions& o) {
   s.tier_io().set_activity_hook([tracer = s.tracer.get()](offload::IoOp op, std::int64_t start_ns,
                                                           std::int64_t end_ns, std::uint64_t bytes) {
     const bool read = op == offload::IoOp::kRead;
-    tracer->record(read ? "read" : "write", read ? runtime::trace::kNvmeReadTrack : runtime::trace::kNvmeWriteTrack, start_ns, end_ns, bytes);
+    tracer->record(read ? "read" : "write", read ? runtime::trace::kNvmeReadTrack : runtime::trace::kNvmeWriteTrack,
+                   start_ns, end_ns, bytes);
   });
   if (s.rank0) {
     std::fprintf(stderr, "strata train: %s, %lld parameters, %s, ZeRO stage %d, %d rank(s), device %s\n",
