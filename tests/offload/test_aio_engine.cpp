@@ -332,7 +332,7 @@ TEST_P(AioEngineTest, BadArgumentsAreRefused) {
 
 // The activity hook (Note [Disk activity]): per kind, one report per request, ending at its
 // completion with its bytes; the reports of one kind never overlap; a removed hook hears nothing.
-TEST_P(AioEngineTest, ActivityHookTilesTheTimeRequestsAreInFlight) {
+TEST_P(AioEngineTest, ActivityHookReportsEachRequestWithoutOverlap) {
   struct Report {
     IoOp op;
     std::int64_t start_ns, end_ns;
