@@ -270,6 +270,7 @@ AioHandle AioEngine::submit(IoOp op, std::span<const IoSegment> segments,
       FileEntry* f = impl_->file_entry(s.file);
       f->in_flight.fetch_add(1, std::memory_order_relaxed);
       req->files.push_back(f);
+      req->bytes += s.bytes;
       const std::size_t n = (s.bytes + block - 1) / block;
       const int slot = s.bytes > 0 ? impl_->buffer_slot(s.buffer, s.bytes) : -1;
       for (std::size_t i = 0; i < n; ++i) {
@@ -309,7 +310,7 @@ AioHandle AioEngine::submit(IoOp op, std::span<const IoSegment> segments,
     return AioHandle(std::move(req));
   }
   req->self = req;  // Note [Request lifetime]
-  impl_->shared.request_started();
+  impl_->shared.request_started(op);
   for (unsigned lane = 0; lane < lanes; ++lane) {
     if (!by_lane[lane].empty()) impl_->backend->submit(lane, by_lane[lane]);
   }
@@ -368,6 +369,13 @@ void AioEngine::wait_all() {
     error = first->error;
   }
   std::rethrow_exception(error);
+}
+
+void AioEngine::set_activity_hook(IoActivityHook hook) {
+  std::lock_guard lock(impl_->shared.mutex);
+  // Note [Disk activity]: a stretch under way is reported from now on, not from its start.
+  for (EngineShared::Activity& a : impl_->shared.activity) a.since_ns = EngineShared::now_ns();
+  impl_->shared.activity_hook = std::move(hook);
 }
 
 AioStats AioEngine::stats() const {

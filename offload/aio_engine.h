@@ -97,6 +97,17 @@ struct AioOptions {
 
 using FileId = std::uint32_t;
 
+// Told when the disk is busy with this engine's requests of one kind, for traces and busy-time
+// accounting (runtime/trace): [start_ns, end_ns) is a stretch of time during which at least one
+// request of kind `op` was in flight (submitted, not yet finished), ending at the completion of
+// a request that moved `bytes`. Consecutive calls for one kind never overlap and together cover
+// exactly the time that kind had requests in flight, so their durations sum to the disk's busy
+// time as the engine sees it (not to the time a thread was blocked in wait()). Times are
+// std::chrono::steady_clock nanoseconds (trace::Tracer::now_ns). Called on the engine thread
+// that finished the request, under an engine lock: it must be short and must not call the engine.
+using IoActivityHook =
+    std::function<void(IoOp op, std::int64_t start_ns, std::int64_t end_ns, std::uint64_t bytes)>;
+
 // One contiguous transfer of a request.
 struct IoSegment {
   FileId file;            // from add_file
@@ -172,6 +183,11 @@ class AioEngine {
   void wait_all();
 
   AioStats stats() const;
+
+  // Installs (or, with an empty hook, removes) the activity hook; may be called at any time,
+  // from any thread. A stretch already under way when the hook is installed is reported from
+  // the installation on.
+  void set_activity_hook(IoActivityHook hook);
 
   struct Impl;
 

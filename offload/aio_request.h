@@ -10,6 +10,7 @@
 #include <sys/statvfs.h>
 
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <condition_variable>
 #include <cstddef>
@@ -19,6 +20,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -66,6 +68,7 @@ struct AioCounters {
 
 struct AioRequest {
   IoOp op = IoOp::kRead;
+  std::uint64_t bytes = 0;                 // of every segment, for the activity hook
   std::vector<Piece> pieces;
   std::vector<FileEntry*> files;           // one per segment, for in_flight accounting
   std::function<void()> on_complete;
@@ -95,9 +98,44 @@ struct EngineShared {
   std::uint64_t in_flight = 0;    // requests submitted and not finished
   std::vector<std::shared_ptr<AioRequest>> failed;  // failed requests, oldest first
 
-  void request_started() {
+  // Note [Disk activity]: per kind (read, write), the requests in flight and the start of the
+  // stretch not reported yet. A request's completion reports [since, now) and moves `since`
+  // to now, so the reports tile the time the kind had requests in flight (IoActivityHook).
+  // In flight = submitted to the engine and not finished: that includes pieces waiting behind
+  // the queue depth (the disk is busy with the others then) and a request's on_complete (the
+  // swap space's checksum), a few percent of a transfer; not the time a waiter takes to wake.
+  // Guarded by `mutex`, like in_flight.
+  struct Activity {
+    std::uint64_t in_flight = 0;
+    std::int64_t since_ns = 0;
+  };
+  Activity activity[2];            // [IoOp::kRead], [IoOp::kWrite]
+  IoActivityHook activity_hook;    // empty = not reported
+
+  static std::int64_t now_ns() noexcept {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch()).count();
+  }
+
+  void request_started(IoOp op) {
     std::lock_guard lock(mutex);
     ++in_flight;
+    Activity& a = activity[static_cast<int>(op)];
+    if (a.in_flight++ == 0) a.since_ns = now_ns();
+  }
+  // Under `mutex`, when a request of `op` that moved `bytes` has finished.
+  void request_finished_locked(IoOp op, std::uint64_t bytes) {
+    --in_flight;
+    Activity& a = activity[static_cast<int>(op)];
+    --a.in_flight;
+    if (!activity_hook) return;
+    const std::int64_t end = now_ns();
+    const std::int64_t start = std::exchange(a.since_ns, end);
+    try {
+      activity_hook(op, start, end, bytes);
+    } catch (...) {
+      // A report that fails (out of memory in the tracer) must not lose the request's outcome.
+    }
   }
 };
 
@@ -229,7 +267,7 @@ inline void finish_piece(Piece& p, EngineShared& shared) noexcept {
     }
     req.done.store(true, std::memory_order_release);
     req.done.notify_all();
-    --shared.in_flight;
+    shared.request_finished_locked(req.op, req.bytes);
     shared.idle.notify_all();  // under the lock: the engine may be destroyed right after
   }
 }

@@ -22,7 +22,9 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--steps", o->steps, "optimizer steps")->required();
   cmd->add_option("--seq-len", o->seq_len, "tokens per sequence (default: min(n_positions, 1024))");
   cmd->add_option("--save", o->save_path, "write the trained weights here (HF GPT-2 safetensors, fp32)");
-  cmd->add_option("--trace", o->trace_path, "write a Chrome trace of every stream here (overrides strata.trace)");
+  cmd->add_option("--trace", o->trace_path,
+                  "write a Chrome trace here: every stream (on cuda the GPU's), CPU Adam, the disk "
+                  "(overrides strata.trace)");
   cmd->add_option("--metrics", o->metrics_path, "write one JSON object per step here (JSONL)");
   cmd->add_option("--seed", o->seed, "seed of the initial weights (and of --shuffle)");
   cmd->add_flag("--activation-checkpointing", o->activation_checkpointing,

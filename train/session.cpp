@@ -3,6 +3,7 @@
 #include "train/session.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -124,6 +125,14 @@ std::unique_ptr<Session> make_session(const TrainOptions& o) {
   model_options.vocab_multiple = models::vocab_multiple_for(s.device->backend());
   s.setup.activation_bytes = models::GptModel::activation_bytes(s.model_config, model_options, s.B, s.T);
   s.engine = std::make_unique<runtime::zero::ZeroEngine>(config, s.setup, *s.device, *s.compute, *s.comm, *s.tracer);
+  // The disk's own tracks: the time the tier engine had reads (writes) in flight, from its
+  // completion side, not the time some thread waited for them. The tracer outlives the engine.
+  s.tier_io().set_activity_hook([tracer = s.tracer.get()](offload::IoOp op, std::int64_t start_ns,
+                                                          std::int64_t end_ns, std::uint64_t bytes) {
+    const bool read = op == offload::IoOp::kRead;
+    tracer->record(read ? "read" : "write", read ? runtime::trace::kNvmeReadTrack : runtime::trace::kNvmeWriteTrack,
+                   start_ns, end_ns, bytes);
+  });
   if (s.rank0) {
     std::fprintf(stderr, "strata train: %s, %lld parameters, %s, ZeRO stage %d, %d rank(s), device %s\n",
                  o.model_path.empty() ? o.preset.c_str() : o.model_path.c_str(),

@@ -123,6 +123,7 @@ RunTotals run_steps(Session& s, const TrainOptions& o, StartPoint start, Checkpo
     phases.push_back({"pinned after step", snap.pinned});
     if (s.swap() != nullptr) phases.push_back({"nvme after step", snap.nvme});
     m.memory_at_phase = phases;
+    s.device->flush_trace();  // the spans of GPU work that has completed (cuda: read by a thread)
     const runtime::telemetry::BusyTracker::Result b = busy.end_step();
     m.busiest = b.busiest;
     m.busiest_ms = b.busiest_ms;

@@ -60,9 +60,10 @@ int run_training(const TrainOptions& o) {
 
   s.engine->finish_updates();
   if (!o.save_path.empty()) save_weights(s, o.save_path);
+  s.device->synchronize();
+  s.device->flush_trace();  // the GPU's last spans (cuda records them from a reader thread)
   s.tracer->flush();
   if (s.rank0 && o.report != "none") print_end_report(s, o, after_init, totals);
-  s.device->synchronize();
   return totals.stopped_by;
 }
 

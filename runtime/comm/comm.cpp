@@ -182,6 +182,7 @@ void Communicator::all_gather(const void* send, void* recv, std::size_t count_pe
                     !overlaps(send, part, recv, all),
                 "all_gather: send overlaps recv but is not recv + rank * count");
   if (count_per_rank == 0) return;
+  const device::StreamSpan span(stream, "all_gather", all);  // a span of the trace (cuda)
   do_all_gather(send, recv, count_per_rank, dtype, stream);
 }
 
@@ -193,6 +194,7 @@ void Communicator::reduce_scatter(const void* send, void* recv, std::size_t coun
                     !overlaps(send, all, recv, part),
                 "reduce_scatter: recv overlaps send but is not send + rank * count");
   if (count_per_rank == 0) return;
+  const device::StreamSpan span(stream, "reduce_scatter", all);  // a span of the trace (cuda)
   do_reduce_scatter(send, recv, count_per_rank, dtype, op, stream);
 }
 
@@ -202,6 +204,7 @@ void Communicator::all_reduce(const void* in, void* out, std::size_t count, DTyp
   STRATA_ASSERT(in == out || !overlaps(in, bytes, out, bytes),
                 "all_reduce: in and out overlap without being equal");
   if (count == 0) return;
+  const device::StreamSpan span(stream, "all_reduce", bytes);  // a span of the trace (cuda)
   do_all_reduce(in, out, count, dtype, op, stream);
 }
 
@@ -209,6 +212,7 @@ void Communicator::broadcast(void* buf, std::size_t count, DType dtype, int root
   STRATA_ASSERT(root >= 0 && root < world(), "broadcast: root is not a rank");
   total_bytes(count, 1, dtype);
   if (count == 0) return;
+  const device::StreamSpan span(stream, "broadcast", count * dtype_size(dtype));  // a span of the trace (cuda)
   do_broadcast(buf, count, dtype, root, stream);
 }
 

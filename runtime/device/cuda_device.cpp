@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <mutex>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -16,6 +17,7 @@
 #include "core/units.h"
 #include "runtime/launch/launch.h"
 #include "runtime/device/cuda_host_flag.h"
+#include "runtime/device/cuda_span_recorder.h"
 #include "runtime/device/device.h"
 #include "runtime/device/stream_registry.h"
 
@@ -59,12 +61,28 @@ void CUDART_CB run_host_task(void* user) {
   }
 }
 
+// A span this thread has open (StreamSpan) on some stream. `begin` is null for a span nested
+// in another on the same stream, which is not a span of its own.
+struct OpenSpan {
+  const Stream* stream;
+  cudaEvent_t begin;
+  const char* name;
+  std::uint64_t bytes;
+};
+thread_local std::vector<OpenSpan> t_open_spans;
+
 class CudaStream final : public Stream {
  public:
-  CudaStream(std::string name, int ordinal, std::function<void(CudaStream*, bool)> registry)
-      : name_(std::move(name)), ordinal_(ordinal), registry_(std::move(registry)) {
+  // recorder: null when tracing is off; borrowed, outlives the stream.
+  CudaStream(std::string name, int ordinal, CudaSpanRecorder* recorder,
+             std::function<void(CudaStream*, bool)> registry)
+      : name_(std::move(name)), ordinal_(ordinal), recorder_(recorder), registry_(std::move(registry)) {
     CUDA_CHECK(cudaSetDevice(ordinal_));
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    if (recorder_ != nullptr) {
+      track_ = recorder_->add_track(name_);
+      enable_spans();
+    }
     registry_(this, true);
   }
   ~CudaStream() override {
@@ -72,6 +90,7 @@ class CudaStream final : public Stream {
     cudaSetDevice(ordinal_);
     cudaError_t rc = cudaStreamSynchronize(stream_);
     if (rc != cudaSuccess) log::warn("stream '{}': {}", name_, cudaGetErrorString(rc));
+    if (recorder_ != nullptr) recorder_->close_track(track_);
     cudaStreamDestroy(stream_);
   }
 
@@ -80,16 +99,19 @@ class CudaStream final : public Stream {
   void copy_async(void* dst, const void* src, std::size_t bytes) override {
     if (bytes == 0) return;
     CUDA_CHECK(cudaSetDevice(ordinal_));
+    const Bracket bracket(*this, "copy", bytes);
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_));
   }
   void memset_async(void* dst, int value, std::size_t bytes) override {
     if (bytes == 0) return;
     CUDA_CHECK(cudaSetDevice(ordinal_));
+    const Bracket bracket(*this, "memset", bytes);
     CUDA_CHECK(cudaMemsetAsync(dst, value, bytes, stream_));
   }
-  void host_task(std::function<void()> fn, const char* /*name*/) override {
+  void host_task(std::function<void()> fn, const char* name) override {
     CUDA_CHECK(cudaSetDevice(ordinal_));
     auto call = std::make_unique<HostTaskCall>(HostTaskCall{std::move(fn), failure_});
+    const Bracket bracket(*this, name, 0);  // unnamed: a wait, not traced (device.h)
     CUDA_CHECK(cudaLaunchHostFunc(stream_, run_host_task, call.get()));
     call.release();  // owned by run_host_task from here
   }
@@ -109,9 +131,58 @@ class CudaStream final : public Stream {
     if (std::exception_ptr e = failure_->take()) std::rethrow_exception(e);
   }
 
+ protected:
+  // Note [GPU spans] (cuda_span_recorder.h). Called with the device current (the callers'
+  // cudaSetDevice, or OpScope's thread, which bound it).
+  void span_begin(const char* name, std::uint64_t bytes) override {
+    for (const OpenSpan& open : t_open_spans) {
+      if (open.stream == this) {  // nested: part of the open span
+        t_open_spans.push_back({this, nullptr, name, bytes});
+        return;
+      }
+    }
+    CUDA_CHECK(cudaSetDevice(ordinal_));
+    t_open_spans.push_back({this, recorder_->mark(stream_), name, bytes});
+  }
+  void span_end() noexcept override {
+    STRATA_ASSERT(!t_open_spans.empty() && t_open_spans.back().stream == this,
+                  "StreamSpans closed out of order");
+    const OpenSpan open = t_open_spans.back();
+    t_open_spans.pop_back();
+    if (open.begin == nullptr) return;
+    try {
+      cudaSetDevice(ordinal_);
+      recorder_->submit(track_, open.begin, recorder_->mark(stream_), open.name, open.bytes);
+    } catch (const std::exception& e) {
+      // Tracing never fails the work it traces (the error, sticky, will surface there).
+      recorder_->give_back(open.begin);
+      log::warn("stream '{}': tracing '{}' failed: {}", name_, open.name, e.what());
+    }
+  }
+
  private:
+  // A copy, memset or host task as a span of its own, unless tracing is off, the work is
+  // unnamed, or a StreamSpan of this thread is open on the stream (then it is part of that).
+  class Bracket {
+   public:
+    Bracket(CudaStream& s, const char* name, std::uint64_t bytes)
+        : stream_(s.recorder_ != nullptr && name != nullptr ? &s : nullptr) {
+      if (stream_ != nullptr) stream_->span_begin(name, bytes);
+    }
+    ~Bracket() {
+      if (stream_ != nullptr) stream_->span_end();
+    }
+    Bracket(const Bracket&) = delete;
+    Bracket& operator=(const Bracket&) = delete;
+
+   private:
+    CudaStream* stream_;
+  };
+
   std::string name_;
   int ordinal_;
+  CudaSpanRecorder* recorder_;
+  CudaSpanRecorder::Track* track_ = nullptr;
   std::function<void(CudaStream*, bool)> registry_;
   cudaStream_t stream_ = nullptr;
   std::shared_ptr<FailureSlot> failure_ = std::make_shared<FailureSlot>();
@@ -172,21 +243,32 @@ void CudaStream::wait(const Event& event) {
 
 class CudaDevice final : public Device {
  public:
-  CudaDevice(int ordinal, std::uint64_t budget_bytes, std::string name)
+  // tracer: null or disabled = no GPU spans (and no reader thread).
+  CudaDevice(int ordinal, std::uint64_t budget_bytes, std::string name, trace::Tracer* tracer)
       : ordinal_(ordinal), name_(std::move(name)), memory_(allocate(ordinal, budget_bytes)),
-        arena_(memory_, budget_bytes, "device") {}
+        arena_(memory_, budget_bytes, "device") {
+    if (tracer != nullptr && tracer->enabled()) {
+      try {
+        recorder_ = std::make_unique<CudaSpanRecorder>(ordinal_, *tracer);
+      } catch (...) {
+        cudaFree(memory_);  // the destructor does not run for a constructor that throws
+        throw;
+      }
+    }
+  }
 
   ~CudaDevice() override {
     STRATA_ASSERT(streams_.empty(), "streams outlive their device");
     cudaSetDevice(ordinal_);
     cudaDeviceSynchronize();
+    recorder_.reset();  // every event has completed: records what is left
     cudaFree(memory_);
   }
 
   Backend backend() const override { return Backend::cuda; }
   std::string name() const override { return name_; }
   std::unique_ptr<Stream> create_stream(std::string name) override {
-    return std::make_unique<CudaStream>(std::move(name), ordinal_, streams_.hook());
+    return std::make_unique<CudaStream>(std::move(name), ordinal_, recorder_.get(), streams_.hook());
   }
   std::unique_ptr<Event> create_event() override { return std::make_unique<CudaEvent>(ordinal_); }
   std::unique_ptr<HostFlag> create_host_flag() override { return create_cuda_host_flag(ordinal_); }
@@ -198,6 +280,9 @@ class CudaDevice final : public Device {
     CUDA_CHECK(cudaSetDevice(ordinal_));
     CUDA_CHECK(cudaDeviceSynchronize());
     streams_.for_each([](CudaStream& s) { s.rethrow_failure(); });
+  }
+  void flush_trace() override {
+    if (recorder_ != nullptr) recorder_->flush();
   }
   void pin_host(void* ptr, std::size_t bytes) override {
     CUDA_CHECK(cudaSetDevice(ordinal_));
@@ -235,6 +320,7 @@ class CudaDevice final : public Device {
   std::string name_;
   void* memory_;
   Arena arena_;
+  std::unique_ptr<CudaSpanRecorder> recorder_;  // null when tracing is off
   StreamRegistry<CudaStream> streams_;
 };
 
@@ -269,7 +355,7 @@ std::unique_ptr<Device> create_cuda_device(const DeviceOptions& options) {
   }
   budget = budget / Arena::kAlignment * Arena::kAlignment;
   log::info("cuda device {}: {}, arena {}", ordinal, info.name, format_bytes(budget));
-  return std::make_unique<CudaDevice>(ordinal, budget, info.name);
+  return std::make_unique<CudaDevice>(ordinal, budget, info.name, options.tracer);
 }
 
 }  // namespace strata::runtime::device

@@ -46,9 +46,13 @@ struct DeviceOptions {
   // seconds (the stream's worker sleeps out the rest), standing for a PCIe link in tests that
   // need copies slower than the host work around them. 0 = as fast as memcpy. cuda ignores it.
   std::uint64_t host_link_bytes_per_s = 0;
-  // Borrowed; must outlive the device. When enabled, the host backend records one span per
-  // piece of stream work (copies with their bytes, host tasks by name) on the stream's track.
-  // The cuda backend does not trace stream work yet (it would need timing events).
+  // Borrowed; must outlive the device. When enabled, every piece of stream work becomes a span
+  // on the track named after its stream ("compute", "h2d", "d2h", "comm", ...): copies and
+  // memsets with their bytes, named host tasks, and the StreamSpans below (runtime/ops' compute
+  // ops, the collectives). The host backend times each piece on the stream's worker thread; the
+  // cuda backend brackets it with two timing events that a reader thread converts to the
+  // tracer's clock once they complete (Note [GPU spans] in cuda_span_recorder.h), so the spans
+  // of work still on the GPU appear a little later: Device::flush_trace() waits for them.
   trace::Tracer* tracer = nullptr;
 };
 
@@ -121,7 +125,9 @@ class Stream {
   // for work of other streams (CUDA may run the host functions of all streams on one thread).
   // An exception is kept and rethrown by the stream's or the device's synchronize(), later
   // host tasks of the stream are skipped, but its copies and kernels still run.
-  // `name` labels the work in a trace; it must outlive the stream (a string literal).
+  // `name` labels the work in a trace; it must outlive the stream (a string literal). A task
+  // named nullptr is not traced: for tasks that only wait (for an NVMe read, say), whose time
+  // is not this stream's work and would otherwise count as its busy time.
   virtual void host_task(std::function<void()> fn, const char* name = "host_task") = 0;
 
   // Work enqueued after this call starts only once `event`'s recorded work has completed.
@@ -143,8 +149,39 @@ class Stream {
  protected:
   Stream() = default;
 
+  // For StreamSpan. A backend that traces work it cannot see as one piece (a compute op made
+  // of several kernels) turns spans on and implements the pair; the host backend traces each
+  // host task and copy as it runs and leaves them off.
+  void enable_spans() noexcept { spans_enabled_ = true; }
+  virtual void span_begin(const char* /*name*/, std::uint64_t /*bytes*/) {}
+  virtual void span_end() noexcept {}
+
  private:
+  friend class StreamSpan;
   OpObserver* op_observer_ = nullptr;
+  bool spans_enabled_ = false;
+};
+
+// The work that this thread enqueues on `stream` while the StreamSpan lives is one span named
+// `name` (a string literal) on the stream's track, with `bytes` (0 = not a transfer). Used by
+// runtime/ops' OpScope and the collectives. Within an open span, the same thread's copies,
+// memsets, host tasks and nested StreamSpans on that stream are not spans of their own (the
+// track never has overlapping spans). Costs one branch where the backend does not use it (host,
+// or no tracer).
+class StreamSpan {
+ public:
+  StreamSpan(Stream& stream, const char* name, std::uint64_t bytes = 0)
+      : stream_(stream.spans_enabled_ ? &stream : nullptr) {
+    if (stream_ != nullptr) stream_->span_begin(name, bytes);
+  }
+  ~StreamSpan() {
+    if (stream_ != nullptr) stream_->span_end();
+  }
+  StreamSpan(const StreamSpan&) = delete;
+  StreamSpan& operator=(const StreamSpan&) = delete;
+
+ private:
+  Stream* stream_;
 };
 
 // A timestamp in a stream's work, for profiling: record() marks the point; once the stream
@@ -185,6 +222,12 @@ class Device {
   // Blocks until every stream of this device has drained, then rethrows the first failure of
   // work on any of them.
   virtual void synchronize() = 0;
+
+  // Makes the spans of every piece of stream work that has completed by now visible in the
+  // tracer (DeviceOptions::tracer), without waiting for work still running: call it before
+  // reading the tracer's busy counters (a step's end). The host backend records each span as
+  // its work ends and has nothing to do; cuda waits for its reader thread to catch up.
+  virtual void flush_trace() {}
 
   // The pin hook for host buffers that will be copied to or from the device often
   // (cudaHostRegister on cuda; nothing on host). unpin_host undoes it.

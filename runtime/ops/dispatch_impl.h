@@ -15,10 +15,12 @@ namespace strata::runtime::ops {
 inline cudaStream_t cuda_stream(const device::Stream& s) { return static_cast<cudaStream_t>(s.native_handle()); }
 
 // Tells the stream's op observer (an OpProfiler, when one is attached) where an op starts and
-// ends in the stream's work.
+// ends in the stream's work, and makes the op one span of the device's trace where the backend
+// needs to be told (cuda: its kernels between two timing events; the host backend traces the
+// op's host task by its name already).
 class OpScope {
  public:
-  OpScope(device::Stream& s, const char* op) : stream_(s), observer_(s.op_observer()) {
+  OpScope(device::Stream& s, const char* op) : stream_(s), observer_(s.op_observer()), span_(s, op) {
     if (observer_ != nullptr) observer_->op_begin(stream_, op);
   }
   ~OpScope() {
@@ -30,6 +32,7 @@ class OpScope {
  private:
   device::Stream& stream_;
   device::OpObserver* observer_;
+  device::StreamSpan span_;  // opened before op_begin, closed after op_end: the profiler's events lie within
 };
 
 }  // namespace strata::runtime::ops

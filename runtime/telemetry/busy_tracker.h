@@ -1,6 +1,9 @@
 #pragma once
-// Which resource limited a step: each trace track (a stream, the CPU Adam workers, the NVMe
-// queue) is one resource, and the one that was busy longest during the step is the bottleneck.
+// Which resource limited a step: each trace track (a stream: on cuda the GPU's own time on it,
+// so compute, PCIe each way and the collectives; the CPU Adam workers; the disk's reads and
+// writes) is one resource, and the one that was busy longest during the step is the bottleneck.
+// On cuda the GPU's spans reach the tracer from a reader thread: call Device::flush_trace()
+// before end_step().
 // Reads the cumulative counters of a Tracer created with account_busy (trace.h) at the start
 // and at the end of the step and takes the differences.
 //

@@ -33,6 +33,11 @@
 
 namespace strata::runtime::trace {
 
+// The disk's tracks (train/session.cpp fills them from the tier I/O engine's activity hook,
+// offload/aio_engine.h): the time the engine had reads, resp. writes, in flight.
+inline constexpr std::string_view kNvmeReadTrack = "nvme read";
+inline constexpr std::string_view kNvmeWriteTrack = "nvme write";
+
 // Cumulative busy counters of one track since the Tracer was created (see Note [Busy time]).
 struct TrackBusy {
   std::string track;

@@ -9,7 +9,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -326,6 +328,60 @@ TEST_P(AioEngineTest, BadArgumentsAreRefused) {
   std::byte b[16];
   EXPECT_THROW(engine.read(12345, 0, b, sizeof b), Error);  // unknown file
   EXPECT_THROW(engine.submit(IoOp::kRead, {}), Error);      // zero segments
+}
+
+// The activity hook (Note [Disk activity]): per kind, one report per request, ending at its
+// completion with its bytes; the reports of one kind never overlap; a removed hook hears nothing.
+TEST_P(AioEngineTest, ActivityHookReportsEachRequestWithoutOverlap) {
+  struct Report {
+    IoOp op;
+    std::int64_t start_ns, end_ns;
+    std::uint64_t bytes;
+  };
+  std::mutex mutex;
+  std::vector<Report> reports;
+  AioEngine engine(options());
+  engine.set_activity_hook([&](IoOp op, std::int64_t start, std::int64_t end, std::uint64_t bytes) {
+    std::lock_guard lock(mutex);
+    reports.push_back({op, start, end, bytes});
+  });
+  AioFile file = AioFile::open(dir_.path() + "/activity", O_RDWR | O_CREAT, DirectIo::kOff);
+  FileId f = engine.add_file(file);
+  constexpr int kRequests = 6;
+  const std::size_t bytes = 2 * kBlock + 100;
+  std::vector<std::vector<std::byte>> src(kRequests, std::vector<std::byte>(bytes));
+  std::vector<std::vector<std::byte>> dst(kRequests, std::vector<std::byte>(bytes));
+  std::vector<AioHandle> handles;
+  for (int i = 0; i < kRequests; ++i) {
+    fill_random(src[i], static_cast<std::uint64_t>(i));
+    handles.push_back(engine.write(f, i * bytes, src[i].data(), bytes));
+  }
+  for (const AioHandle& h : handles) engine.wait(h);
+  handles.clear();
+  for (int i = 0; i < kRequests; ++i) handles.push_back(engine.read(f, i * bytes, dst[i].data(), bytes));
+  for (const AioHandle& h : handles) engine.wait(h);
+  engine.set_activity_hook({});
+  engine.wait(engine.read(f, 0, dst[0].data(), bytes));  // not reported: the hook is gone
+
+  std::lock_guard lock(mutex);
+  ASSERT_EQ(reports.size(), 2u * kRequests);
+  for (IoOp op : {IoOp::kWrite, IoOp::kRead}) {
+    std::uint64_t total = 0;
+    std::int64_t last_end = 0;
+    int n = 0;
+    for (const Report& r : reports) {
+      if (r.op != op) continue;
+      EXPECT_LE(r.start_ns, r.end_ns);
+      EXPECT_GE(r.start_ns, last_end) << "reports of one kind overlap";
+      EXPECT_EQ(r.bytes, bytes);
+      last_end = r.end_ns;
+      total += r.bytes;
+      ++n;
+    }
+    EXPECT_EQ(n, kRequests);
+    EXPECT_EQ(total, kRequests * bytes);
+  }
+  engine.remove_file(f);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, AioEngineTest,
