@@ -128,6 +128,7 @@ RunTotals run_steps(Session& s, const TrainOptions& o, StartPoint start, Checkpo
     m.busiest = b.busiest;
     m.busiest_ms = b.busiest_ms;
     m.overlap = runtime::telemetry::overlap_ratio(step_ms, b.busiest_ms);
+    m.busy_ms = b.per_track_ms;
     if (!std::isfinite(m.loss)) {
       throw Error("the loss is " + std::to_string(m.loss) + " at step " + std::to_string(m.step),
                   "optimizer.params.lr", "lower the learning rate, enable gradient_clipping, or use bf16");

@@ -57,6 +57,9 @@ std::string to_json_line(const StepMetrics& m) {
   j["busiest"] = m.busiest;
   j["busiest_ms"] = m.busiest_ms;
   j["overlap"] = m.overlap;
+  Json busy = Json::object();
+  for (const auto& [track, ms] : m.busy_ms) busy[track] = ms;
+  j["busy_ms"] = std::move(busy);
   if (!m.checkpoints.empty()) {
     Json list = Json::array();
     for (const CheckpointMetrics& c : m.checkpoints) {

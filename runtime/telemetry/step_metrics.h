@@ -66,6 +66,7 @@ struct StepMetrics {
   std::string busiest;                // the busiest resource (trace track) ...
   double busiest_ms = 0;              // ... and its busy time in this step
   double overlap = 0;                 // step_ms / busiest_ms (1 = perfect overlap); 0 = unknown
+  std::vector<std::pair<std::string, double>> busy_ms;  // every track's busy time in this step
   std::vector<CheckpointMetrics> checkpoints;  // finished at the end of this step (0, 1 or 2)
 };
 
@@ -73,7 +74,8 @@ struct StepMetrics {
 // tflops, grad_norm, loss_scale, skipped, phase_ms {name: ms, ...}, bytes {nvme_read,
 // nvme_write, h2d, d2h, collective}, collective_theory_bytes, memory {device, pinned, nvme:
 // {current_bytes, peak_bytes, budget_bytes}}, memory_at_phase {name: {current_bytes, ...}}
-// (an empty object when none), busiest, busiest_ms, overlap, and checkpoints [{step, ok, bytes,
+// (an empty object when none), busiest, busiest_ms, overlap, busy_ms {track: ms, ...} (every
+// track, an empty object when none), and checkpoints [{step, ok, bytes,
 // write_ms, wait_ms, publish_ms}, ...] when checkpoints finished at the end of the step. A non-finite number (a NaN loss)
 // is written as null.
 std::string to_json_line(const StepMetrics& m);

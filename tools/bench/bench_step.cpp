@@ -274,15 +274,13 @@ struct Cell {
   double busiest_ms = 0;  // median over the timed steps of the busiest track's busy time
   double overlap = 0;     // step_ms / busiest_ms
   Json bytes;             // bytes moved in the last timed step, per link
-  // The CPU Adam's busy time per step: the step metrics carry only the busiest track's busy time,
-  // so it is known when the CPU optimizer was the busiest track in every timed step; else null.
+  // The CPU Adam's busy time per step (the median over the timed steps of the "cpu optimizer"
+  // track's busy_ms); null when the cell has no CPU Adam (optimizer states on the device).
   Json cpu_adam_busy_ms;
 };
 
 constexpr const char* kCpuAdamTrack = "cpu optimizer";  // runtime/zero/updater.cpp's spans
-constexpr const char* kCpuAdamNote =
-    "null: the step metrics carry the busy time of the busiest track only, and the CPU optimizer "
-    "was not the busiest in every timed step (or the cell has none)";
+constexpr const char* kCpuAdamNote = "null: the cell runs no CPU Adam (its optimizer states are on the device)";
 
 // The median step of `rows` (one child's, or every round's).
 double median_step_ms(const std::vector<Json>& rows) {
@@ -293,7 +291,7 @@ double median_step_ms(const std::vector<Json>& rows) {
 
 // cell.rows -> the cell's numbers: medians over every timed step of every round.
 void summarize(Cell& cell) {
-  std::vector<double> step_ms, tokens, flops_per_token, fwd, bwd, opt, busy;
+  std::vector<double> step_ms, tokens, flops_per_token, fwd, bwd, opt, busy, adam;
   std::map<std::string, int> busiest_count;
   for (const Json& r : cell.rows) {
     const double ms = number(r, "step_ms"), tps = number(r, "tokens_per_s");
@@ -305,6 +303,8 @@ void summarize(Cell& cell) {
     bwd.push_back(number(phases, "backward"));
     opt.push_back(number(phases, "optimizer"));
     busy.push_back(number(r, "busiest_ms"));
+    const Json tracks = r.value("busy_ms", Json::object());
+    if (tracks.contains(kCpuAdamTrack)) adam.push_back(number(tracks, kCpuAdamTrack));
     ++busiest_count[r.value("busiest", std::string("?"))];
   }
   cell.step_ms = median(step_ms);
@@ -319,9 +319,7 @@ void summarize(Cell& cell) {
                                   [](const auto& a, const auto& b) { return a.second < b.second; })
                      ->first;
   cell.bytes = cell.rows.back().value("bytes", Json::object());
-  if (busiest_count.size() == 1 && busiest_count.begin()->first == kCpuAdamTrack) {
-    cell.cpu_adam_busy_ms = median(busy);
-  }
+  if (!adam.empty()) cell.cpu_adam_busy_ms = median(adam);
   for (double v : {cell.step_ms, cell.tokens_per_s, cell.tflops, cell.busiest_ms, cell.overlap}) {
     if (!std::isfinite(v) || v <= 0) {
       cell.error = "the metrics lack step_ms, tokens_per_s, tflops or busiest_ms";

@@ -59,6 +59,7 @@ telemetry::StepMetrics sample(std::uint64_t step) {
   m.busiest = "cpu adam";
   m.busiest_ms = 300;
   m.overlap = 1.375;
+  m.busy_ms = {{"compute", 250.0}, {"cpu adam", 300.0}};
   return m;
 }
 
@@ -80,8 +81,10 @@ TEST(StepMetricsJson, OneObjectWithEveryKeyInOrder) {
       "tokens_per_s", "tflops",     "grad_norm", "loss_scale",
       "skipped",  "phase_ms",       "bytes",  "collective_theory_bytes",
       "memory",   "memory_at_phase", "busiest", "busiest_ms",
-      "overlap"};
+      "overlap",  "busy_ms"};
   EXPECT_EQ(keys, expected);
+  ASSERT_EQ(j["busy_ms"].size(), 2u);
+  EXPECT_DOUBLE_EQ(j["busy_ms"]["cpu adam"].get<double>(), 300.0);
 
   EXPECT_EQ(j["step"], 7);
   EXPECT_DOUBLE_EQ(j["loss"].get<double>(), 4.25);
