@@ -60,6 +60,9 @@ AdamSpan sub_span(const AdamSpan& all, std::size_t begin, std::size_t end) {
   s.grads = static_cast<const unsigned char*>(all.grads) + grad_bytes * begin;
   s.exp_avg += begin;
   s.exp_avg_sq += begin;
+  s.params_in += begin;
+  s.exp_avg_in += begin;
+  s.exp_avg_sq_in += begin;
   if (all.out != OutKind::none) s.params_out = static_cast<unsigned char*>(all.params_out) + 2 * begin;
   s.numel = end - begin;
   return s;
@@ -145,8 +148,17 @@ void adam_step(SimdLevel simd, int threads, const AdamHyper& hyper, std::int64_t
                     shard.exp_avg_sq != nullptr,
                 "AdamShard with numel > 0 has a null pointer");
 
-  const AdamSpan all = {shard.params, shard.grads,      shard.exp_avg, shard.exp_avg_sq,
-                        shard.params_out, shard.numel, grad,          out};
+  const AdamSpan all = {shard.params,
+                        shard.grads,
+                        shard.exp_avg,
+                        shard.exp_avg_sq,
+                        shard.params_in != nullptr ? shard.params_in : shard.params,
+                        shard.exp_avg_in != nullptr ? shard.exp_avg_in : shard.exp_avg,
+                        shard.exp_avg_sq_in != nullptr ? shard.exp_avg_sq_in : shard.exp_avg_sq,
+                        shard.params_out,
+                        shard.numel,
+                        grad,
+                        out};
   const int parts = detail::part_count(shard.numel, detail::resolve_threads(threads));
   detail::for_each_part(parts, [&](int part) {
     const detail::Range r = detail::part_range(shard.numel, parts, part);

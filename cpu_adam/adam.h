@@ -47,7 +47,9 @@ struct AdamHyper {
 };
 
 // One contiguous shard of a parameter group. Borrowed pointers; params, exp_avg and exp_avg_sq
-// are updated in place; any alignment is accepted.
+// are updated in place, or, with the *_in pointers set, written from the values read there
+// (out of place: the inputs are left as they were, the bits are those of the update in place;
+// each *_in either null or an array that does not overlap the outputs); any alignment.
 struct AdamShard {
   float* params = nullptr;             // fp32 master weights
   const void* grads = nullptr;         // grad_dtype
@@ -57,6 +59,9 @@ struct AdamShard {
   std::size_t numel = 0;
   void* params_out = nullptr;          // optional: the updated params in out_dtype
   DType out_dtype = DType::bf16;       // bf16 (round-to-nearest-even) or f16
+  const float* params_in = nullptr;    // optional: read the state here instead of params
+  const float* exp_avg_in = nullptr;   // ... instead of exp_avg
+  const float* exp_avg_sq_in = nullptr;  // ... instead of exp_avg_sq
 };
 
 // The step itself, for a given variant and thread count. The caller keeps the step count (the

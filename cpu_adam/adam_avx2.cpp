@@ -46,6 +46,9 @@ void run(const AdamScalars& s, const AdamSpan& span) {
   float* params = span.params;
   float* exp_avg = span.exp_avg;
   float* exp_avg_sq = span.exp_avg_sq;
+  const float* params_in = span.params_in;
+  const float* exp_avg_in = span.exp_avg_in;
+  const float* exp_avg_sq_in = span.exp_avg_sq_in;
   const __m256 grad_scale = _mm256_set1_ps(s.grad_scale);
   const __m256 beta1 = _mm256_set1_ps(s.beta1);
   const __m256 one_minus_beta1 = _mm256_set1_ps(s.one_minus_beta1);
@@ -63,12 +66,12 @@ void run(const AdamScalars& s, const AdamSpan& span) {
   std::size_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
     __m256 g = _mm256_mul_ps(load_grad<kGrad>(grads, i), grad_scale);
-    __m256 p = _mm256_loadu_ps(params + i);
+    __m256 p = _mm256_loadu_ps(params_in + i);
     if (has_l2) g = _mm256_add_ps(g, _mm256_mul_ps(l2, p));
     if (has_decay) p = _mm256_mul_ps(p, decay);
-    const __m256 m = _mm256_add_ps(_mm256_mul_ps(beta1, _mm256_loadu_ps(exp_avg + i)),
+    const __m256 m = _mm256_add_ps(_mm256_mul_ps(beta1, _mm256_loadu_ps(exp_avg_in + i)),
                                    _mm256_mul_ps(one_minus_beta1, g));
-    const __m256 v = _mm256_add_ps(_mm256_mul_ps(beta2, _mm256_loadu_ps(exp_avg_sq + i)),
+    const __m256 v = _mm256_add_ps(_mm256_mul_ps(beta2, _mm256_loadu_ps(exp_avg_sq_in + i)),
                                    _mm256_mul_ps(_mm256_mul_ps(one_minus_beta2, g), g));
     const __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(v), bc2_sqrt), eps);
     p = _mm256_sub_ps(p, _mm256_div_ps(_mm256_mul_ps(step_size, m), denom));
@@ -87,6 +90,9 @@ void run(const AdamScalars& s, const AdamSpan& span) {
   tail.grads = grads + grad_bytes * i;
   tail.exp_avg += i;
   tail.exp_avg_sq += i;
+  tail.params_in += i;
+  tail.exp_avg_in += i;
+  tail.exp_avg_sq_in += i;
   tail.params_out = kOut == OutKind::none ? nullptr : out + 2 * i;
   tail.numel = n - i;
   adam_span_scalar(s, tail);

@@ -90,12 +90,12 @@ inline void step16(const Consts& c, const AdamSpan& span, std::size_t i, Mask ma
   const auto* grads = static_cast<const unsigned char*>(span.grads);
   auto* out = static_cast<unsigned char*>(span.params_out);
   __m512 g = _mm512_mul_ps(load_grad<kGrad>(grads, i, mask), c.grad_scale);
-  __m512 p = load_f32(span.params + i, mask);
+  __m512 p = load_f32(span.params_in + i, mask);
   if (c.has_l2) g = _mm512_add_ps(g, _mm512_mul_ps(c.l2, p));
   if (c.has_decay) p = _mm512_mul_ps(p, c.decay);
-  const __m512 m = _mm512_add_ps(_mm512_mul_ps(c.beta1, load_f32(span.exp_avg + i, mask)),
+  const __m512 m = _mm512_add_ps(_mm512_mul_ps(c.beta1, load_f32(span.exp_avg_in + i, mask)),
                                  _mm512_mul_ps(c.one_minus_beta1, g));
-  const __m512 v = _mm512_add_ps(_mm512_mul_ps(c.beta2, load_f32(span.exp_avg_sq + i, mask)),
+  const __m512 v = _mm512_add_ps(_mm512_mul_ps(c.beta2, load_f32(span.exp_avg_sq_in + i, mask)),
                                  _mm512_mul_ps(_mm512_mul_ps(c.one_minus_beta2, g), g));
   const __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(v), c.bc2_sqrt), c.eps);
   p = _mm512_sub_ps(p, _mm512_div_ps(_mm512_mul_ps(c.step_size, m), denom));

@@ -26,11 +26,16 @@ enum class OutKind : std::uint8_t { none, bf16, f16 };
 
 // A contiguous run of one shard: element i of every array belongs to the same parameter.
 // Borrowed pointers, any alignment; grads and params_out are in their kinds' element sizes.
+// The step reads params_in / exp_avg_in / exp_avg_sq_in and writes params / exp_avg /
+// exp_avg_sq: the same arrays for an update in place, or another set (out of place).
 struct AdamSpan {
   float* params;
   const void* grads;
   float* exp_avg;
   float* exp_avg_sq;
+  const float* params_in;
+  const float* exp_avg_in;
+  const float* exp_avg_sq_in;
   void* params_out;  // null when out == none
   std::size_t numel;
   GradKind grad;

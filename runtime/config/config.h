@@ -182,6 +182,12 @@ struct StrataConfig {
   DirectIoMode direct_io = DirectIoMode::kAuto;  // O_DIRECT swap files: where possible / or fail
   bool io_uring_sqpoll = false;           // ask for a kernel submission-polling thread
   std::uint32_t checkpoint_keep = 2;      // strata train: complete checkpoints kept (0 = all)
+  // With gradient clipping (and no fp16): update pinned-tier modules as their gradients land,
+  // out of place, and keep or redo each once the norm is known (Note [Speculative updates] in
+  // runtime/zero/updater.h). The second set of optimizer states it needs (12 bytes a parameter,
+  // pageable) stays under speculative_update_memory; 0 = a quarter of physical memory.
+  bool speculative_updates = true;
+  std::uint64_t speculative_update_memory_bytes = 0;
   bool operator==(const StrataConfig&) const = default;
 };
 

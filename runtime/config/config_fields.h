@@ -214,6 +214,8 @@ inline constexpr auto kStrataFields = std::tuple{
     field("direct_io", &StrataConfig::direct_io),
     field("io_uring_sqpoll", &StrataConfig::io_uring_sqpoll),
     field("checkpoint_keep", &StrataConfig::checkpoint_keep),
+    field("speculative_updates", &StrataConfig::speculative_updates),
+    field("speculative_update_memory", &StrataConfig::speculative_update_memory_bytes).in_bytes(),
 };
 
 // The list of a section struct, for the generic walkers. Config's own list is its top-level

@@ -163,6 +163,10 @@ Config resolve_config(const Config& config, const ResolveInputs& inputs) {
   StrataConfig& s = c.strata;
   if (s.device_memory_bytes == 0 && s.device == DeviceKind::kHost)
     s.device_memory_bytes = kHostDeviceDefaultMemoryBytes;
+  if (s.speculative_update_memory_bytes == 0) {
+    const std::uint64_t host = inputs.host_memory_bytes ? *inputs.host_memory_bytes : physical_memory_bytes();
+    s.speculative_update_memory_bytes = host / 4;
+  }
   if (s.pinned_memory_bytes == 0) {
     std::uint64_t host = inputs.host_memory_bytes ? *inputs.host_memory_bytes : physical_memory_bytes();
     s.pinned_memory_bytes = host / kPinnedMemoryDefaultDivisor;

@@ -167,6 +167,11 @@ offload::AioHandle TierState::write_from_staging(std::size_t offset, std::size_t
   return {};
 }
 
+void TierState::swap_host_buffer(offload::HostBuffer& other) {
+  STRATA_ASSERT(tier_ == Tier::pinned && other.size() >= bytes(), "swap_host_buffer of a state not in host memory");
+  std::swap(pinned_, other);
+}
+
 offload::AioHandle TierState::read_async(std::size_t offset, std::size_t n, void* buffer) const {
   STRATA_ASSERT(tier_ == Tier::nvme && offset + n <= numel_, "read_async of a state not on NVMe");
   return swap_->read(extent_, buffer, n * elem_bytes_, offset * elem_bytes_);

@@ -78,6 +78,10 @@ class TierState {
   void* device_data() const;
   void* device_full() const { return device_.data(); }
   std::byte* host_data() const { return tier_ == Tier::pinned ? pinned_.data() : nullptr; }
+  // Pinned tier: trades the state's buffer for `other` (at least bytes() long), which then holds
+  // the old one. The updater's speculative updates commit this way (the CPU alone reads these
+  // states, so the new buffer need not be registered with the device).
+  void swap_host_buffer(offload::HostBuffer& other);
 
   // Synchronous: the window to / from any host memory. Device tier: a copy on `stream`, then
   // stream.synchronize(). NVMe: through an aligned bounce buffer when `host` is not aligned for

@@ -3,6 +3,7 @@
 // count) are made here. States in and out (initial values, export, checkpoints): engine_states.cpp.
 #include "runtime/zero/engine.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -44,7 +45,9 @@ ZeroEngine::ZeroEngine(const config::Config& config, const EngineSetup& setup, d
   world_ = comm.world();
   gas_ = static_cast<int>(config.gradient_accumulation_steps.value_or(std::uint64_t{1}).value_or(1));
   global_before_update_ = config.gradient_clipping.value_or(0.0) > 0.0 || config.fp16.enabled.value_or(false);
+  speculate_ = global_before_update_ && !config.fp16.enabled.value_or(false) && config.strata.speculative_updates;
   parts_ = std::make_unique<Parts>(config, setup, device, compute, comm, tracer);
+  speculated_.assign(static_cast<std::size_t>(parts_->store.module_count()), 0);
   if (offload::SwapSpace* sw = parts_->store.swap()) {
     const offload::AioStats io = sw->engine().stats();
     io_read_base_ = io.bytes_read;
@@ -96,9 +99,11 @@ void ZeroEngine::begin_step(double lr) {
   parts_->fetcher.begin_step();
   parts_->grads.begin_step();
   step_hyper_ = make_hyper(lr);
-  // Without a global check the step's updates are posted from grads_ready: its Adam step
-  // number is known now.
-  if (!global_before_update_) ++adam_steps_;
+  ++step_id_;
+  std::fill(speculated_.begin(), speculated_.end(), 0);
+  // Without a global check (or speculating: no step is ever skipped without fp16) the step's
+  // updates are posted from grads_ready: its Adam step number is known now.
+  if (!global_before_update_ || speculate_) ++adam_steps_;
 }
 
 void ZeroEngine::post_update(int module, float grad_scale) {
@@ -115,7 +120,7 @@ StepOutcome ZeroEngine::step() {
   p.grads.check_step_complete();
   if (!global_before_update_) return out;  // the updates are under way
 
-  p.updater.drain();
+  if (!speculate_) p.updater.drain();  // speculative updates run on while the norm is computed
   device_.synchronize();  // every gradient has landed; rethrows a failure of any stream
   p.grads.drain();        // and has been accumulated
   const double max_norm = config_.gradient_clipping.value_or(0.0);
@@ -133,8 +138,25 @@ StepOutcome ZeroEngine::step() {
   // torch.nn.utils.clip_grad_norm_'s coefficient.
   float clip = 1.0f;
   if (max_norm > 0.0 && out.grad_norm > max_norm) clip = static_cast<float>(max_norm / (out.grad_norm + 1e-6));
-  ++adam_steps_;
-  for (int m = 0; m < module_count(); ++m) post_update(m, clip / out.loss_scale);
+  if (!speculate_) {
+    ++adam_steps_;
+    for (int m = 0; m < module_count(); ++m) post_update(m, clip / out.loss_scale);
+    return out;
+  }
+  // Speculated modules were updated with clip 1 (grad_scale 1: no fp16 here): keep them when
+  // the clip is 1, else redo them; the others update now. In forward order either way.
+  if (clip != 1.0f) p.updater.cancel_speculation(step_id_);
+  for (int m = 0; m < module_count(); ++m) {
+    if (!speculated_[static_cast<std::size_t>(m)]) {
+      post_update(m, clip);
+    } else if (clip == 1.0f) {
+      p.updater.post_commit(m);
+    } else {
+      ++speculative_redone_;
+      p.fetcher.params_changed(m);
+      p.updater.post_redo(m, {step_hyper_, adam_steps_, clip});
+    }
+  }
   return out;
 }
 
@@ -156,7 +178,16 @@ void ZeroEngine::release(int module, const device::Event& /*done: recorded on th
 params::ModuleView ZeroEngine::acquire_grads(int module) { return parts_->grads.acquire(module); }
 
 void ZeroEngine::grads_ready(int module, const device::Event& done) {
-  if (parts_->grads.ready(module, done) && !global_before_update_) post_update(module, 1.0f);
+  if (!parts_->grads.ready(module, done)) return;
+  if (!global_before_update_) {
+    post_update(module, 1.0f);
+  } else if (speculate_) {
+    parts_->fetcher.params_changed(module);
+    if (parts_->updater.post_speculative(module, {step_hyper_, adam_steps_, 1.0f}, step_id_)) {
+      speculated_[static_cast<std::size_t>(module)] = 1;
+      ++speculative_updates_;
+    }
+  }
 }
 
 device::ArenaStats ZeroEngine::device_memory() const { return parts_->fetcher.device_memory(); }
@@ -173,6 +204,8 @@ EngineCounters ZeroEngine::counters() const {
   c.reused = f.reused;
   c.trace_divergences = f.trace_divergences;
   c.skipped_steps = skipped_steps_;
+  c.speculative_updates = speculative_updates_;
+  c.speculative_redone = speculative_redone_;
   if (offload::SwapSpace* sw = p.store.swap()) {
     const offload::AioStats io = sw->engine().stats();
     c.nvme_read_bytes = io.bytes_read - io_read_base_;

@@ -71,6 +71,8 @@ struct EngineCounters {
   std::uint64_t reused = 0;            // acquires served by a module kept gathered
   std::uint64_t trace_divergences = 0;
   std::uint64_t skipped_steps = 0;     // fp16 overflow
+  std::uint64_t speculative_updates = 0;  // module updates run before the norm was known
+  std::uint64_t speculative_redone = 0;   // of which redone (the norm was over the threshold)
 };
 
 struct StepOutcome {
@@ -164,6 +166,12 @@ class ZeroEngine final : public params::ParamProvider {
   // Without clipping and fp16 a module's update is posted as soon as its gradient is final;
   // with them, after the global norm / overflow check in step().
   bool global_before_update_ = false;
+  // With clipping and no fp16: pinned-tier modules update as their gradients land, and step()
+  // commits or redoes them (Note [Speculative updates] in updater.h).
+  bool speculate_ = false;
+  std::uint64_t step_id_ = 0;            // begin_step() calls
+  std::vector<char> speculated_;         // this step, per module
+  std::uint64_t speculative_updates_ = 0, speculative_redone_ = 0;
   LossScaler scaler_;
   std::int64_t adam_steps_ = 0;
   cpu_adam::AdamHyper step_hyper_;  // of the step begun last

@@ -24,6 +24,8 @@ Updater::Updater(const config::Config& config, tiers::TierStore& store, device::
             config.zero_optimization.offload_optimizer.pipeline_write),
       worker_([&device] { device.bind_thread(); }) {
   for (const std::string& name : store.plan_inputs().module_names) adam_span_names_.push_back("adam " + name);
+  shadows_.resize(static_cast<std::size_t>(store.module_count()));
+  shadow_budget_bytes_ = config.strata.speculative_update_memory_bytes;
   bool host_updates = false;
   for (int m = 0; m < store.module_count(); ++m) {
     host_updates = host_updates || store.state(m, tiers::StateKind::master).tier() != tiers::Tier::device;
@@ -45,7 +47,7 @@ Updater::~Updater() {
   }
 }
 
-void Updater::post(int module, const UpdateArgs& args) {
+void Updater::queue(int module, std::function<void()> task) {
   gate_.posted(module);
   {
     std::lock_guard lock(queue_mutex_);
@@ -55,11 +57,53 @@ void Updater::post(int module, const UpdateArgs& args) {
     std::lock_guard lock(queue_mutex_);
     queued_.pop_front();
   };
-  worker_.post([this, module, args] { update(module, args); },
-               [this, module, pop] {
-                 pop();
-                 gate_.finished(module);
-               });
+  worker_.post(std::move(task), [this, module, pop] {
+    pop();
+    gate_.finished(module);
+  });
+}
+
+void Updater::post(int module, const UpdateArgs& args) {
+  queue(module, [this, module, args] { update(module, args); });
+}
+
+bool Updater::post_speculative(int module, const UpdateArgs& args, std::uint64_t step) {
+  const tiers::TierState& master = store_.state(module, tiers::StateKind::master);
+  if (master.tier() != tiers::Tier::pinned) return false;
+  Shadow& sh = shadows_[static_cast<std::size_t>(module)];
+  if (sh.master.data() == nullptr) {
+    const std::uint64_t bytes = 3 * master.bytes();
+    if (shadow_bytes_ + bytes > shadow_budget_bytes_) return false;
+    const std::string& name = store_.plan_inputs().module_names[static_cast<std::size_t>(module)];
+    sh.master = offload::HostBuffer::allocate(master.bytes(), name + " speculative master");
+    sh.exp_avg = offload::HostBuffer::allocate(master.bytes(), name + " speculative exp_avg");
+    sh.exp_avg_sq = offload::HostBuffer::allocate(master.bytes(), name + " speculative exp_avg_sq");
+    shadow_bytes_ += bytes;
+  }
+  queue(module, [this, module, args, step] {
+    if (cancelled_through_.load() >= step) return;  // the norm was over: redone from scratch
+    update(module, args, Mode::speculative);
+  });
+  return true;
+}
+
+void Updater::post_commit(int module) {
+  queue(module, [this, module] { commit(module); });
+}
+
+void Updater::post_redo(int module, const UpdateArgs& args) {
+  queue(module, [this, module, args] {
+    update(module, args, Mode::redo);
+    commit(module);
+  });
+}
+
+// The shadow holds the new states: it becomes the module's states, and the old ones its shadow.
+void Updater::commit(int module) {
+  Shadow& sh = shadows_[static_cast<std::size_t>(module)];
+  store_.state(module, tiers::StateKind::master).swap_host_buffer(sh.master);
+  store_.state(module, tiers::StateKind::exp_avg).swap_host_buffer(sh.exp_avg);
+  store_.state(module, tiers::StateKind::exp_avg_sq).swap_host_buffer(sh.exp_avg_sq);
 }
 
 void Updater::run_after(std::function<void()> task, std::function<void()> done) {
@@ -86,7 +130,7 @@ int Updater::upcoming(std::size_t k) {
   return -1;
 }
 
-void Updater::update(int module, const UpdateArgs& args) {
+void Updater::update(int module, const UpdateArgs& args, Mode mode) {
   grads_.wait_grad_done(module);  // the step's last accumulation into this module's gradient
   tiers::TierState& master = store_.state(module, tiers::StateKind::master);
   if (master.tier() == tiers::Tier::device) {
@@ -107,6 +151,20 @@ void Updater::update(int module, const UpdateArgs& args) {
       w.exp_avg = reinterpret_cast<float*>(store_.state(module, tiers::StateKind::exp_avg).host_data()) + off;
       w.exp_avg_sq = reinterpret_cast<float*>(store_.state(module, tiers::StateKind::exp_avg_sq).host_data()) + off;
     }
+    // Out of place (Note [Speculative updates]): read the current states, write the shadow.
+    const float* master_in = nullptr;
+    const float* exp_avg_in = nullptr;
+    const float* exp_avg_sq_in = nullptr;
+    if (mode != Mode::in_place) {
+      STRATA_ASSERT(!swapped, "a speculative update of NVMe states");
+      Shadow& sh = shadows_[static_cast<std::size_t>(module)];
+      master_in = w.master;
+      exp_avg_in = w.exp_avg;
+      exp_avg_sq_in = w.exp_avg_sq;
+      w.master = reinterpret_cast<float*>(sh.master.data()) + off;
+      w.exp_avg = reinterpret_cast<float*>(sh.exp_avg.data()) + off;
+      w.exp_avg_sq = reinterpret_cast<float*>(sh.exp_avg_sq.data()) + off;
+    }
     Staging* staging = nullptr;
     void* out = params_out(module, off, &staging);
     cpu_adam::AdamShard s;
@@ -115,6 +173,9 @@ void Updater::update(int module, const UpdateArgs& args) {
     s.grad_dtype = DType::f32;
     s.exp_avg = w.exp_avg;
     s.exp_avg_sq = w.exp_avg_sq;
+    s.params_in = master_in;
+    s.exp_avg_in = exp_avg_in;
+    s.exp_avg_sq_in = exp_avg_sq_in;
     s.numel = n;
     if (dtype_ != DType::f32) {
       s.params_out = out;

@@ -13,7 +13,22 @@
 // post() queues module m's update (its hyper-parameters, Adam step and gradient scale by value);
 // run_after() queues any task behind the updates posted so far (checkpoints). Both run in
 // posting order.
+//
+// Note [Speculative updates]. With gradient clipping the updates need the global norm, so they
+// would all wait for the end of backward, and the next forward for them. Instead, a module
+// whose optimizer states are in pinned memory is updated as soon as its gradient is final
+// (post_speculative), as if the norm were under the threshold (clip coefficient 1), out of
+// place: Adam reads the current master, exp_avg and exp_avg_sq and writes a second set (the
+// module's shadow, pageable host memory under strata.speculative_update_memory), and the new
+// parameters go to their tier as usual. Once the norm is known, each speculated module gets a
+// commit (the norm was under the threshold: swap the shadow in, nothing is recomputed) or a
+// redo (it was over: the same out-of-place update again from the untouched current states
+// with the true clip coefficient, then the swap; speculative updates not yet started are
+// skipped). Either way the states and parameters are bitwise those of the update after the
+// norm: the same CPU Adam on the same inputs with the same scale. The next step's fetch of the
+// module waits for its commit or redo through the gate, like any update.
 #include <cstddef>
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -52,6 +67,14 @@ class Updater {
   Updater& operator=(const Updater&) = delete;
 
   void post(int module, const UpdateArgs& args);
+  // Speculation (Note [Speculative updates]); `step` numbers the engine's steps. Returns false,
+  // posting nothing, when module m cannot speculate (states not in pinned memory, or its shadow
+  // would pass the memory budget): it is then updated after the norm with post().
+  bool post_speculative(int module, const UpdateArgs& args, std::uint64_t step);
+  void post_commit(int module);
+  // Skips the speculative updates of steps <= `step` that have not started, then redoes m.
+  void cancel_speculation(std::uint64_t step) { cancelled_through_ = step; }
+  void post_redo(int module, const UpdateArgs& args);
   void run_after(std::function<void()> task, std::function<void()> done);
   // Waits until every posted task has finished; rethrows the first error.
   void drain() { worker_.drain(); }
@@ -66,7 +89,13 @@ class Updater {
     std::unique_ptr<device::Event> done;  // the H2D from it
     offload::AioHandle io;        // the NVMe write from it
   };
-  void update(int module, const UpdateArgs& args);
+  enum class Mode { in_place, speculative, redo };
+  struct Shadow {
+    offload::HostBuffer master, exp_avg, exp_avg_sq;  // the other set of the module's states
+  };
+  void queue(int module, std::function<void()> task);
+  void update(int module, const UpdateArgs& args, Mode mode = Mode::in_place);
+  void commit(int module);
   void update_on_device(int module, const UpdateArgs& args);
   // Where Adam writes the new parameters of [offset, offset + n): the pinned shard itself, or a
   // staging buffer (returned in *staging) that deliver() sends on to the parameters' tier.
@@ -85,6 +114,10 @@ class Updater {
   std::vector<Staging> out_staging_;  // updated parameters on their way to their tier
   std::size_t out_next_ = 0;
   SwapRing ring_;
+  std::vector<Shadow> shadows_;             // per module; empty until it first speculates
+  std::uint64_t shadow_budget_bytes_ = 0;   // strata.speculative_update_memory
+  std::uint64_t shadow_bytes_ = 0;          // allocated so far (trainer thread)
+  std::atomic<std::uint64_t> cancelled_through_{0};
   std::mutex queue_mutex_;
   std::deque<int> queued_;  // modules of the posted tasks not finished, in order; -1: another task
   HostWorker worker_;     // last: stops (after its queue) before the states it uses go away

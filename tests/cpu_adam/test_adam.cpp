@@ -339,6 +339,39 @@ TEST(AdamStep, SplitShardGivesSameBits) {
   }
 }
 
+// Out of place (the *_in pointers): the outputs get the bits of the update in place, the inputs
+// are left as they were, for every variant, thread count, grad and output type (odd sizes and
+// misaligned starts reach every tail).
+TEST(AdamStep, OutOfPlaceGivesTheBitsOfInPlaceAndKeepsTheInputs) {
+  for (SimdLevel simd : test::levels_to_test()) {
+    for (DType grad : {DType::f32, DType::bf16}) {
+      for (std::size_t n : {std::size_t{37}, std::size_t{300007}}) {
+        SCOPED_TRACE(std::string(simd_name(simd)) + " " + std::string(dtype_name(grad)) + " " + std::to_string(n));
+        const AdamHyper h = make_hyper(AdamMode::adamw, 0.1f, 1e-8f);
+        ShardBuffers in_place(n, 3, grad, true, DType::bf16);
+        in_place.fill(11, 0.1f, 1e-2f);
+        const ShardBuffers before = in_place;
+        ShardBuffers inputs = in_place;       // read by the out-of-place step
+        ShardBuffers outputs(n, 1, grad, true, DType::bf16);  // written by it (other offset)
+        adam_step(simd, 2, h, 3, in_place.shard(), 0.5f);
+        AdamShard s = outputs.shard();
+        s.grads = inputs.g();
+        s.params_in = inputs.p();
+        s.exp_avg_in = inputs.m();
+        s.exp_avg_sq_in = inputs.v();
+        adam_step(simd, 2, h, 3, s, 0.5f);
+        ASSERT_EQ(std::memcmp(outputs.p(), in_place.p(), n * 4), 0);
+        ASSERT_EQ(std::memcmp(outputs.m(), in_place.m(), n * 4), 0);
+        ASSERT_EQ(std::memcmp(outputs.v(), in_place.v(), n * 4), 0);
+        ASSERT_EQ(std::memcmp(outputs.o(), in_place.o(), n * 2), 0);
+        ASSERT_EQ(std::memcmp(inputs.params.data(), before.params.data(), before.params.size() * 4), 0);
+        ASSERT_EQ(std::memcmp(inputs.exp_avg.data(), before.exp_avg.data(), before.exp_avg.size() * 4), 0);
+        ASSERT_EQ(std::memcmp(inputs.exp_avg_sq.data(), before.exp_avg_sq.data(), before.exp_avg_sq.size() * 4), 0);
+      }
+    }
+  }
+}
+
 TEST(AdamStep, ZeroNumelAcceptsNullPointers) {
   AdamShard empty;
   for (SimdLevel simd : test::levels_to_test()) adam_step(simd, 1, AdamHyper{}, 1, empty, 1.0f);

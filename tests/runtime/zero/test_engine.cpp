@@ -234,3 +234,52 @@ TEST(DevicePool, ABufferReturnsOnlyAfterItsStreamsWork) {
   EXPECT_FALSE(b.empty());
   EXPECT_THROW(pool.allocate(1536 * kKiB, "c"), device::OutOfMemory);
 }
+
+// Note [Speculative updates]: with clipping, pinned-tier modules update as their gradients land
+// and are kept (norm under the threshold) or redone (over it). Either way the weights are
+// bitwise those of the schedule that waits for the norm, here with the norm far under the
+// threshold (every speculation kept) and far over it (every one redone), over 3 steps.
+TEST(ZeroEngine, SpeculativeUpdatesGiveTheBitsOfWaitingForTheNorm) {
+  for (double clipping : {1e9, 1e-3}) {
+    TempDir dir;
+    std::vector<std::vector<float>> waited, speculated;
+    for (bool speculate : {false, true}) {
+      config::Config c = make_config(3, config::OffloadDevice::kCpu, config::OffloadDevice::kCpu, dir.path(), clipping);
+      c.strata.speculative_updates = speculate;
+      EngineRun run(c);
+      for (int s = 0; s < 3; ++s) run.step(0);
+      run.engine->finish_updates();
+      const zero::EngineCounters counters = run.engine->counters();
+      if (speculate) {
+        EXPECT_EQ(counters.speculative_updates, 3u * kModules) << "clipping " << clipping;
+        EXPECT_EQ(counters.speculative_redone, clipping < 1 ? 3u * kModules : 0u) << "clipping " << clipping;
+        speculated = run.weights();
+      } else {
+        EXPECT_EQ(counters.speculative_updates, 0u);
+        waited = run.weights();
+      }
+    }
+    EXPECT_TRUE(same_bits(waited, speculated)) << "clipping " << clipping;
+  }
+}
+
+// The speculative states' memory is bounded: with room for two modules' shadows only, two
+// modules speculate each step and the others update after the norm, with the same bits.
+TEST(ZeroEngine, SpeculationStaysUnderItsMemoryBudget) {
+  TempDir dir;
+  std::vector<std::vector<float>> reference;
+  for (std::uint64_t budget : {std::uint64_t{0}, 2 * 12 * (module_numel(kModules - 1) + 64)}) {
+    config::Config c = make_config(3, config::OffloadDevice::kCpu, config::OffloadDevice::kCpu, dir.path(), 1e-3);
+    c.strata.speculative_updates = budget != 0;
+    c.strata.speculative_update_memory_bytes = budget != 0 ? budget : 1;
+    EngineRun run(c);
+    for (int s = 0; s < 2; ++s) run.step(0);
+    run.engine->finish_updates();
+    if (budget == 0) {
+      reference = run.weights();
+      continue;
+    }
+    EXPECT_EQ(run.engine->counters().speculative_updates, 2u * 2u);
+    EXPECT_TRUE(same_bits(reference, run.weights()));
+  }
+}
