@@ -2,6 +2,7 @@
 // OpenMP threads and cache-sized tiles. The element update itself is in the variant files
 // (adam_scalar.cpp, adam_avx2.cpp, adam_avx512*.cpp).
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <thread>
 
@@ -174,6 +175,43 @@ void first_touch(float* p, std::size_t n, int threads) {
   detail::for_each_part(parts, [&](int part) {
     const detail::Range r = detail::part_range(n, parts, part);
     if (r.end > r.begin) std::memset(p + r.begin, 0, (r.end - r.begin) * sizeof(float));
+  });
+}
+
+void copy_partitioned(const float* src, void* dst, DType dst_dtype, std::size_t n, int threads) {
+  if (n == 0) return;
+  STRATA_ASSERT(src != nullptr && dst != nullptr, "copy_partitioned: null pointer with n > 0");
+  const std::size_t ds = dtype_size(dst_dtype);
+  const int parts = detail::part_count(n, detail::resolve_threads(threads));
+  detail::for_each_part(parts, [&](int part) {
+    const detail::Range r = detail::part_range(n, parts, part);
+    if (r.end <= r.begin) return;
+    void* out = static_cast<std::byte*>(dst) + r.begin * ds;
+    if (dst_dtype == DType::f32) {
+      std::memcpy(out, src + r.begin, (r.end - r.begin) * sizeof(float));
+    } else {
+      convert(src + r.begin, DType::f32, out, dst_dtype, r.end - r.begin);
+    }
+  });
+}
+
+void first_touch_zeroed(float* p, std::size_t n, int threads) {
+  if (n == 0) return;
+  STRATA_ASSERT(p != nullptr, "first_touch_zeroed: null pointer with n > 0");
+  constexpr std::uintptr_t kPageBytes = 4096;
+  const int parts = detail::part_count(n, detail::resolve_threads(threads));
+  detail::for_each_part(parts, [&](int part) {
+    const detail::Range r = detail::part_range(n, parts, part);
+    if (r.end <= r.begin) return;
+    // The part whose range holds a page's first byte touches that page; the first part also
+    // touches the page it starts in.
+    auto* bytes = reinterpret_cast<volatile unsigned char*>(p);
+    const auto base = reinterpret_cast<std::uintptr_t>(p);
+    std::uintptr_t at = base + r.begin * sizeof(float);
+    const std::uintptr_t end = base + r.end * sizeof(float);
+    if (part == 0) bytes[0] = 0;
+    at = (at + kPageBytes - 1) / kPageBytes * kPageBytes;
+    for (; at < end; at += kPageBytes) bytes[at - base] = 0;
   });
 }
 

@@ -89,4 +89,14 @@ void check_hyper(const AdamHyper& hyper);
 // thread that will update it. For exp_avg / exp_avg_sq (and params before loading them).
 void first_touch(float* p, std::size_t n, int threads);
 
+// first_touch for memory known to be zero already (a fresh anonymous mapping): the same
+// partition and threads, but one store per 4 KiB page instead of a memset, so the page faults
+// (the kernel's zeroing) run on the updating threads and nothing is written twice.
+void first_touch_zeroed(float* p, std::size_t n, int threads);
+
+// A state's initial values with first_touch's partition and threads: dst[0, n) = src[0, n)
+// (fp32), or the same values converted to dst_dtype (core/dtype.h's convert, element by element:
+// the bits do not depend on the thread count).
+void copy_partitioned(const float* src, void* dst, DType dst_dtype, std::size_t n, int threads);
+
 }  // namespace strata::cpu_adam

@@ -20,8 +20,10 @@
 // A ring that io_uring_submit_and_wait itself fails on (not EINTR, EAGAIN, EBUSY, ETIME) is
 // closed: the requests of that engine thread fail the same way, naming the errno of the
 // call, and so does every later piece dealt to it (see uring_backend.cpp).
-// Buffers from the HostPool given to the constructor are registered with every ring once and
-// used with read_fixed / write_fixed; other buffers work too (plain read / write).
+// Buffers from the HostPool given to the constructor are registered with every ring once, at
+// their first request (registering pins the pages: pool buffers that never meet a file, such as
+// pinned-tier states, are never registered), and used with read_fixed / write_fixed; other
+// buffers work too (plain read / write).
 //
 // Fallbacks, each announced once in the log: where io_uring is unavailable (old kernel,
 // seccomp, kernel.io_uring_disabled) or AioBackend::kThreads is asked for, a pool of threads

@@ -1,6 +1,7 @@
 // Where a run starts: a checkpoint checked against this run and loaded, or new weights.
 #include "train/resume.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <memory>
 #include <optional>
@@ -12,6 +13,7 @@
 #include "core/log.h"
 #include "models/gpt/gpt_init.h"
 #include "models/gpt/gpt_weights.h"
+#include "offload/host_buffer.h"
 #include "runtime/checkpoint/checkpoint_loader.h"
 
 namespace strata::train {
@@ -48,14 +50,19 @@ StartPoint load_checkpoint(Session& s, const TrainOptions& o, const RunState& no
 void init_weights(Session& s, const TrainOptions& o) {
   std::unique_ptr<models::HfWeightsReader> reader;
   if (!o.init_path.empty()) reader = std::make_unique<models::HfWeightsReader>(o.init_path, s.model_config);
+  // One buffer for every module (both fill all of it, gaps included): its pages are faulted in
+  // once, not once per module.
+  std::size_t max_numel = 0;
+  for (const models::ModuleLayout& module : s.layout.modules) max_numel = std::max(max_numel, module.numel);
+  const offload::HostBuffer buffer = offload::HostBuffer::allocate(max_numel * sizeof(float), "initial weights");
+  auto* values = reinterpret_cast<float*>(buffer.data());
   for (std::size_t m = 0; m < s.layout.modules.size(); ++m) {
-    std::vector<float> values(s.layout.modules[m].numel);
     if (reader) {
-      reader->read_module(static_cast<int>(m), values.data());
+      reader->read_module(static_cast<int>(m), values);
     } else {
-      models::init_module(s.model_config, s.layout.modules[m], o.seed, values.data());
+      models::init_module(s.model_config, s.layout.modules[m], o.seed, values);
     }
-    s.engine->load_module(static_cast<int>(m), values.data());
+    s.engine->load_module(static_cast<int>(m), values);
   }
 }
 

@@ -3,6 +3,7 @@
 #include "train/session.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -124,7 +125,9 @@ std::unique_ptr<Session> make_session(const TrainOptions& o) {
   model_options.checkpointing = o.activation_checkpointing;
   model_options.vocab_multiple = models::vocab_multiple_for(s.device->backend());
   s.setup.activation_bytes = models::GptModel::activation_bytes(s.model_config, model_options, s.B, s.T);
+  const auto engine_start = std::chrono::steady_clock::now();
   s.engine = std::make_unique<runtime::zero::ZeroEngine>(config, s.setup, *s.device, *s.compute, *s.comm, *s.tracer);
+  s.engine_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - engine_start).count();
   // The disk's own tracks: the time the tier engine had reads (writes) in flight, from its
   // completion side, not the time some thread waited for them. The tracer outlives the engine.
   s.tier_io().set_activity_hook([tracer = s.tracer.get()](offload::IoOp op, std::int64_t start_ns,

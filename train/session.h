@@ -59,6 +59,10 @@ struct Session {
   std::unique_ptr<models::GptModel> model;
   std::unique_ptr<runtime::zero::LrSchedule> schedule;
 
+  // Seconds spent constructing the engine: the tier store making every state (the pinned pool's
+  // share of it is in pinned().stats(): touching and pinning). For the startup line.
+  double engine_seconds = 0;
+
   // The engine's host tiers the trainer uses: the checkpoint I/O engine, the pinned pool and the
   // swap space (nullptr without NVMe) for the memory reports.
   offload::AioEngine& tier_io() const { return engine->tiers().io(); }

@@ -1,6 +1,7 @@
 // The training run from start to end; each part has its own file (train/trainer.h).
 #include "train/trainer.h"
 
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <optional>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "models/gpt/gpt_weights.h"
 #include "train/checkpointing.h"
 #include "train/report.h"
@@ -41,6 +43,21 @@ void save_weights(Session& s, const std::string& path) {
   }
 }
 
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// Where the time before the first step went: setup (config, device, data, the engine making
+// every state — touching and pinning the pinned pool's memory is part of it — and the model)
+// and the initial weights or the checkpoint.
+void log_startup(const Session& s, double ready_s, double setup_s, double init_s, bool resumed) {
+  const offload::HostPoolStats pool = s.pinned().stats();
+  log::info("ready in {:.2f} s (setup {:.2f} s: states {:.2f} s, of which first touch {:.2f} s and pinning {:.2f} s "
+            "of {:.2f} GiB; {} {:.2f} s)",
+            ready_s, setup_s, s.engine_seconds, pool.touch_seconds, pool.pin_seconds,
+            static_cast<double>(pool.current_bytes) / double(1ull << 30), resumed ? "resume" : "init", init_s);
+}
+
 }  // namespace
 
 int run_training(const TrainOptions& o) {
@@ -48,10 +65,15 @@ int run_training(const TrainOptions& o) {
   // The checkpoint folder is made (and checked for writing) before any training.
   std::optional<runtime::checkpoint::CheckpointDir> checkpoint_dir = open_checkpoint_dir(o);
 
+  const auto start_time = std::chrono::steady_clock::now();
   const std::unique_ptr<Session> session = make_session(o);
   Session& s = *session;
+  const double setup_s = seconds_since(start_time);
   RunState now = start_state(s, o);
+  const auto init_time = std::chrono::steady_clock::now();
   const StartPoint start = resume_or_init(s, o, now);
+  const double init_s = seconds_since(init_time);
+  if (s.rank0) log_startup(s, seconds_since(start_time), setup_s, init_s, !o.resume_path.empty());
   const TierSnapshot after_init = snapshot(s);
 
   std::optional<Checkpointing> checkpoints;

@@ -6,14 +6,29 @@
 #include <utility>
 
 #include "core/error.h"
+#include "cpu_adam/adam.h"
 #include "runtime/tiers/io_options.h"
 
 namespace strata::runtime::tiers {
 namespace {
 
-offload::PinHook pin_hook(device::Device& device) {
+// Pinned buffers are first touched in parallel before the device pins them (cudaHostRegister
+// would fault every page in on one thread), window by window with the CPU Adam's partition and
+// thread count, as the updater walks a pinned state: on a NUMA machine each page then lands on
+// the node of the thread that updates it. Buffers of other element sizes (parameter shards,
+// staging) are touched with the same byte stripes: in parallel, near enough.
+offload::PinHook pin_hook(device::Device& device, const int& threads, const std::atomic<std::size_t>& window_numel) {
+  auto touch = [&threads, &window_numel](void* ptr, std::size_t bytes) {
+    auto* p = static_cast<float*>(ptr);
+    const std::size_t numel = bytes / sizeof(float);  // capacity: a multiple of 4 KiB
+    std::size_t window = window_numel.load(std::memory_order_relaxed);
+    if (window == 0) window = numel;
+    for (std::size_t off = 0; off < numel; off += window) {
+      cpu_adam::first_touch_zeroed(p + off, std::min(window, numel - off), threads);
+    }
+  };
   return {[&device](void* ptr, std::size_t bytes) { device.pin_host(ptr, bytes); },
-          [&device](void* ptr) { device.unpin_host(ptr); }};
+          [&device](void* ptr) { device.unpin_host(ptr); }, std::move(touch)};
 }
 
 offload::StateKind extent_kind(StateKind kind) {
@@ -41,7 +56,9 @@ std::string label(const std::string& module, StateKind kind) {
 }  // namespace
 
 TierStore::Backing::Backing(const config::Config& config, device::Device& device)
-    : pinned(config.strata.pinned_memory_bytes, pin_hook(device), "pinned host", "strata.pinned_memory"),
+    : cpu_threads(static_cast<int>(config.strata.cpu_threads)),
+      pinned(config.strata.pinned_memory_bytes, pin_hook(device, cpu_threads, touch_window_numel), "pinned host",
+             "strata.pinned_memory"),
       io(aio_options(config), &pinned) {
   STRATA_ASSERT(config.strata.pinned_memory_bytes > 0,
                 "the tier store needs a resolved config (strata.pinned_memory is still 0)");
@@ -59,6 +76,7 @@ TierStore::TierStore(const config::Config& config, const StoreSetup& setup, devi
   chunk_numel_ = config.aio.block_size;
   fill_inputs(setup, device);
   plan_ = make_plan(config, inputs_);
+  backing_->touch_window_numel.store(window_numel(), std::memory_order_relaxed);
   allocate(setup, device, init);
 }
 

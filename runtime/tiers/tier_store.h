@@ -16,6 +16,7 @@
 //
 // Without an optimizer (inference) only the parameters are allocated.
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -71,6 +72,8 @@ class TierStore {
   // Elements per checkpoint chunk: one aio.block_size of elements, so fp32 and 2-byte offsets
   // both stay whole blocks.
   std::size_t chunk_numel() const { return chunk_numel_; }
+  // strata.cpu_threads: the CPU Adam's threads, which first touch the pinned states.
+  int cpu_threads() const { return backing_->cpu_threads; }
 
   offload::HostPool& pinned() const { return backing_->pinned; }
   offload::AioEngine& io() const { return backing_->io; }
@@ -83,6 +86,11 @@ class TierStore {
   // expired pointer and report nothing.
   struct Backing {
     Backing(const config::Config& config, device::Device& device);
+    // What the pool's touch hook partitions by (tier_store.cpp: touch_hook): the CPU Adam's
+    // thread count and window, so each page is first touched by the thread that updates it.
+    // The window is known once the plan is made (0 before: one window).
+    const int cpu_threads;
+    std::atomic<std::size_t> touch_window_numel{0};
     offload::HostPool pinned;
     offload::AioEngine io;
     std::unique_ptr<offload::SwapSpace> swap;

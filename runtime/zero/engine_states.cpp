@@ -6,18 +6,58 @@
 #include <vector>
 
 #include "core/error.h"
+#include "cpu_adam/adam.h"
 #include "runtime/zero/engine.h"
 #include "runtime/zero/engine_parts.h"
 
 namespace strata::runtime::zero {
 namespace {
 
-// The parameters of a window, from the fp32 master: the master cast to the compute dtype, as an
-// update writes them.
-std::vector<std::byte> cast_params(const float* master, std::size_t n, DType dtype) {
-  std::vector<std::byte> cast(n * dtype_size(dtype));
-  convert(master, DType::f32, cast.data(), dtype, n);
-  return cast;
+// Calls fn(offset, n) for each optimizer window of a shard of `numel` elements, in order: a
+// pinned state is written window by window with the CPU Adam's partition (cpu_adam's
+// copy_partitioned / first_touch), so the threads that update a page are the ones that wrote it.
+template <typename Fn>
+void for_each_window(std::size_t numel, std::size_t window, Fn&& fn) {
+  if (window == 0) window = numel;
+  for (std::size_t off = 0; off < numel; off += window) fn(off, std::min(window, numel - off));
+}
+
+// values[first, first + n) of a module of `numel` values, its padding (past numel) zero, into
+// out (fp32 or the compute dtype) on `threads` threads.
+void copy_padded(const float* values, std::size_t numel, std::size_t first, std::size_t n, void* out, DType dtype,
+                 int threads) {
+  const std::size_t have = first < numel ? std::min(n, numel - first) : 0;
+  if (have > 0) cpu_adam::copy_partitioned(values + first, out, dtype, have, threads);
+  std::memset(static_cast<std::byte*>(out) + have * dtype_size(dtype), 0, (n - have) * dtype_size(dtype));
+}
+
+// A state's initial values (shard elements [first, first + n) of the padded module) into its
+// tier: straight into a pinned state's memory, window by window; through a host copy otherwise.
+void load_state(tiers::TierState& state, const float* values, std::size_t numel, std::size_t first, DType dtype,
+                std::size_t window, int threads, device::Stream& stream) {
+  const std::size_t n = state.numel();
+  if (state.tier() == tiers::Tier::pinned) {
+    for_each_window(n, window, [&](std::size_t off, std::size_t len) {
+      copy_padded(values, numel, first + off, len, state.host_data() + off * dtype_size(dtype), dtype, threads);
+    });
+    return;
+  }
+  // 4 KiB-aligned, so an NVMe state is written without a bounce copy.
+  offload::HostBuffer host = offload::HostBuffer::allocate(n * dtype_size(dtype), "initial state");
+  copy_padded(values, numel, first, n, host.data(), dtype, threads);
+  state.write(0, n, host.data(), stream);
+}
+
+// Zero moments. A pinned state is zeroed window by window with the CPU Adam's partition.
+void zero_state(tiers::TierState& state, std::size_t window, int threads, device::Stream& stream) {
+  if (state.tier() != tiers::Tier::pinned) {
+    state.fill_zero(stream);
+    return;
+  }
+  auto* p = reinterpret_cast<float*>(state.host_data());
+  for_each_window(state.numel(), window, [&](std::size_t off, std::size_t len) {
+    cpu_adam::first_touch(p + off, len, threads);
+  });
 }
 
 }  // namespace
@@ -26,23 +66,28 @@ void ZeroEngine::load_module(int module, const float* values) {
   Parts& p = *parts_;
   const tiers::ModulePartition& part = p.store.module_plan(module).part;
   const DType dtype = p.store.dtype();
-  // The padded module, then this rank's shard of it.
-  std::vector<float> padded(part.padded_numel, 0.0f);
-  std::copy(values, values + part.numel, padded.begin());
-  const float* shard = padded.data() + part.shard_offset(p.store.shard_rank());
+  const std::size_t window = p.store.window_numel();
+  const int threads = p.store.cpu_threads();
+  // This rank's shard of the padded module: [first, first + shard_numel); the padding is zero.
+  const std::size_t first = part.shard_offset(p.store.shard_rank());
   device::Stream& copy_in = *p.streams.copy_in;
 
-  p.store.state(module, tiers::StateKind::master).write(0, part.shard_numel, shard, copy_in);
-  p.store.state(module, tiers::StateKind::exp_avg).fill_zero(*p.streams.optim);
-  p.store.state(module, tiers::StateKind::exp_avg_sq).fill_zero(*p.streams.optim);
+  tiers::TierState& master = p.store.state(module, tiers::StateKind::master);
+  load_state(master, values, part.numel, first, DType::f32, window, threads, copy_in);
+  zero_state(p.store.state(module, tiers::StateKind::exp_avg), window, threads, *p.streams.optim);
+  zero_state(p.store.state(module, tiers::StateKind::exp_avg_sq), window, threads, *p.streams.optim);
   p.streams.optim->synchronize();
 
-  // Parameters in the compute dtype: a resident module's full buffer holds every rank's slice.
+  // Parameters in the compute dtype, as an update writes them (the master cast): a resident
+  // module's full buffer holds every rank's slice.
   tiers::TierState& param = p.store.state(module, tiers::StateKind::param);
   if (p.store.module_plan(module).resident) {
-    param.write_full(cast_params(padded.data(), part.padded_numel, dtype).data(), copy_in);
+    offload::HostBuffer cast =
+        offload::HostBuffer::allocate(part.padded_numel * dtype_size(dtype), "initial parameters");
+    copy_padded(values, part.numel, 0, part.padded_numel, cast.data(), dtype, threads);
+    param.write_full(cast.data(), copy_in);
   } else {
-    param.write(0, part.shard_numel, cast_params(shard, part.shard_numel, dtype).data(), copy_in);
+    load_state(param, values, part.numel, first, dtype, window, threads, copy_in);
   }
 }
 

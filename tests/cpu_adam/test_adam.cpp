@@ -388,6 +388,39 @@ TEST(AdamStep, FirstTouchZeroFills) {
   }
 }
 
+// On zeroed memory, first_touch_zeroed leaves it zeroed and writes nothing outside [p, p + n),
+// whatever the thread count and alignment.
+TEST(AdamStep, FirstTouchZeroedStaysInside) {
+  for (int threads : {1, 3}) {
+    for (std::size_t n : {std::size_t{0}, std::size_t{5}, std::size_t{70001}, std::size_t{200003}}) {
+      std::vector<float> buf(n + 2, 0.0f);
+      buf.front() = 7.0f;
+      buf.back() = 7.0f;
+      first_touch_zeroed(buf.data() + 1, n, threads);
+      EXPECT_EQ(buf.front(), 7.0f);
+      EXPECT_EQ(buf.back(), 7.0f);
+      for (std::size_t i = 1; i <= n; ++i) ASSERT_EQ(test::bits(buf[i]), 0u) << i;
+    }
+  }
+}
+
+// copy_partitioned gives the same bits as one serial convert, for every thread count.
+TEST(AdamStep, CopyPartitionedMatchesSerialConvert) {
+  const std::size_t n = 200003;
+  std::vector<float> src(n);
+  for (std::size_t i = 0; i < n; ++i) src[i] = static_cast<float>(std::sin(0.001 * static_cast<double>(i))) * 3.0f;
+  for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
+    std::vector<std::byte> serial(n * dtype_size(dtype));
+    convert(src.data(), DType::f32, serial.data(), dtype, n);
+    for (int threads : {1, 2, 5}) {
+      std::vector<std::byte> out(n * dtype_size(dtype) + 1, std::byte{9});
+      copy_partitioned(src.data(), out.data(), dtype, n, threads);
+      EXPECT_EQ(out.back(), std::byte{9});
+      ASSERT_EQ(std::memcmp(out.data(), serial.data(), serial.size()), 0) << dtype_name(dtype) << " " << threads;
+    }
+  }
+}
+
 // The per-step scalars, in double and rounded once (what the CPU variants and the CUDA AdamW
 // both receive).
 TEST(AdamScalars, AreTorchsStepScalarsRoundedOnce) {

@@ -38,6 +38,18 @@ TEST(HostBuffer, AlignedZeroedAndRoundedUp) {
   }
 }
 
+// From 2 MiB up a buffer starts on a huge-page boundary (the THP hint is for whole 2 MiB pages);
+// the capacity is still the request rounded to 4 KiB, and the memory is usable to its end.
+TEST(HostBuffer, LargeBuffersStartOnA2MiBBoundary) {
+  for (std::size_t bytes : {std::size_t{2} << 20, (std::size_t{5} << 20) + 123}) {
+    HostBuffer b = HostBuffer::allocate(bytes, "large");
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(b.data()) % (std::size_t{2} << 20), 0u);
+    EXPECT_LT(b.capacity() - bytes, kDirectIoAlignment);
+    EXPECT_TRUE(all_zero(b));
+    std::fill(b.data(), b.data() + b.capacity(), std::byte{1});
+  }
+}
+
 TEST(HostBuffer, EmptyAndMove) {
   HostBuffer empty = HostBuffer::allocate(0, "nothing");
   EXPECT_FALSE(empty);
@@ -134,6 +146,25 @@ TEST(HostPool, PinHookPinsAndUnpinsEveryBuffer) {
   }
   EXPECT_TRUE(pinned.empty());
   EXPECT_EQ(unpins, 2);
+}
+
+// The touch hook sees each new buffer (its whole capacity) before the pin hook, and the time of
+// both is counted.
+TEST(HostPool, TouchHookRunsBeforePin) {
+  std::vector<std::string> calls;
+  PinHook hook;
+  hook.touch = [&](void* p, std::size_t bytes) {
+    calls.push_back("touch " + std::to_string(bytes));
+    std::fill_n(static_cast<volatile char*>(p), 1, 0);
+  };
+  hook.pin = [&](void*, std::size_t bytes) { calls.push_back("pin " + std::to_string(bytes)); };
+  HostPool pool(16 * kMiB, hook);
+  HostBuffer a = pool.allocate(5000, "a");
+  EXPECT_EQ(calls, (std::vector<std::string>{"touch 8192", "pin 8192"}));
+  EXPECT_TRUE(all_zero(a));
+  const HostPoolStats stats = pool.stats();
+  EXPECT_GE(stats.touch_seconds, 0.0);
+  EXPECT_GE(stats.pin_seconds, 0.0);
 }
 
 TEST(HostPool, FailingPinGivesTheBudgetBack) {
