@@ -146,6 +146,7 @@ StepOutcome ZeroEngine::step() {
   // Speculated modules were updated with clip 1 (grad_scale 1: no fp16 here): keep them when
   // the clip is 1, else redo them; the others update now. In forward order either way.
   if (clip != 1.0f) p.updater.cancel_speculation(step_id_);
+  last_step_clipped_ = clip != 1.0f;
   for (int m = 0; m < module_count(); ++m) {
     if (!speculated_[static_cast<std::size_t>(m)]) {
       post_update(m, clip);
@@ -181,7 +182,9 @@ void ZeroEngine::grads_ready(int module, const device::Event& done) {
   if (!parts_->grads.ready(module, done)) return;
   if (!global_before_update_) {
     post_update(module, 1.0f);
-  } else if (speculate_) {
+  } else if (speculate_ && !last_step_clipped_) {
+    // Speculate while the norm stays under the threshold: after a clipped step it would most
+    // likely be redone, CPU Adam time spent twice.
     parts_->fetcher.params_changed(module);
     if (parts_->updater.post_speculative(module, {step_hyper_, adam_steps_, 1.0f}, step_id_)) {
       speculated_[static_cast<std::size_t>(module)] = 1;

@@ -170,6 +170,7 @@ class ZeroEngine final : public params::ParamProvider {
   // commits or redoes them (Note [Speculative updates] in updater.h).
   bool speculate_ = false;
   std::uint64_t step_id_ = 0;            // begin_step() calls
+  bool last_step_clipped_ = false;       // then this step does not speculate: it would be redone
   std::vector<char> speculated_;         // this step, per module
   std::uint64_t speculative_updates_ = 0, speculative_redone_ = 0;
   LossScaler scaler_;

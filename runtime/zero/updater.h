@@ -26,7 +26,8 @@
 // with the true clip coefficient, then the swap; speculative updates not yet started are
 // skipped). Either way the states and parameters are bitwise those of the update after the
 // norm: the same CPU Adam on the same inputs with the same scale. The next step's fetch of the
-// module waits for its commit or redo through the gate, like any update.
+// module waits for its commit or redo through the gate, like any update. The engine does not
+// speculate in a step after a clipped one (the work would most likely be redone).
 #include <cstddef>
 #include <atomic>
 #include <cstdint>
