@@ -16,28 +16,15 @@
 
 #include "train/trainer.h"
 
+#include "tests/offload/offload_test_util.h"
+
 namespace strata::train::test {
 
 // The training text every Debian machine has (its bytes are the tokens).
 inline constexpr const char* kText = "/usr/share/common-licenses/GPL-3";
 
-class TempDir {
- public:
-  TempDir() {
-    std::string templ = std::filesystem::temp_directory_path().string() + "/strata-trace-run-XXXXXX";
-    if (::mkdtemp(templ.data()) != nullptr) path_ = templ;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+// A fresh folder, removed with its contents at the end of the test (the offload tests' helper).
+using TempDir = offload::testing::TempDir;
 
 struct Span {
   std::string name;
