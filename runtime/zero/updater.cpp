@@ -25,6 +25,7 @@ Updater::Updater(const config::Config& config, tiers::TierStore& store, device::
       worker_([&device] { device.bind_thread(); }) {
   for (const std::string& name : store.plan_inputs().module_names) adam_span_names_.push_back("adam " + name);
   shadows_.resize(static_cast<std::size_t>(store.module_count()));
+  has_shadow_.assign(static_cast<std::size_t>(store.module_count()), 0);
   shadow_budget_bytes_ = config.strata.speculative_update_memory_bytes;
   bool host_updates = false;
   for (int m = 0; m < store.module_count(); ++m) {
@@ -70,8 +71,11 @@ void Updater::post(int module, const UpdateArgs& args) {
 bool Updater::post_speculative(int module, const UpdateArgs& args, std::uint64_t step) {
   const tiers::TierState& master = store_.state(module, tiers::StateKind::master);
   if (master.tier() != tiers::Tier::pinned) return false;
-  Shadow& sh = shadows_[static_cast<std::size_t>(module)];
-  if (sh.master.data() == nullptr) {
+  const std::size_t m = static_cast<std::size_t>(module);
+  if (!has_shadow_[m]) {
+    // Allocated here, before the first task that uses it is queued; from then on only the
+    // worker touches the shadow (commit swaps it), so the trainer reads has_shadow_ alone.
+    Shadow& sh = shadows_[m];
     const std::uint64_t bytes = 3 * master.bytes();
     if (shadow_bytes_ + bytes > shadow_budget_bytes_) return false;
     const std::string& name = store_.plan_inputs().module_names[static_cast<std::size_t>(module)];
@@ -79,6 +83,7 @@ bool Updater::post_speculative(int module, const UpdateArgs& args, std::uint64_t
     sh.exp_avg = offload::HostBuffer::allocate(master.bytes(), name + " speculative exp_avg");
     sh.exp_avg_sq = offload::HostBuffer::allocate(master.bytes(), name + " speculative exp_avg_sq");
     shadow_bytes_ += bytes;
+    has_shadow_[m] = 1;
   }
   queue(module, [this, module, args, step] {
     if (cancelled_through_.load() >= step) return;  // the norm was over: redone from scratch

@@ -115,7 +115,8 @@ class Updater {
   std::vector<Staging> out_staging_;  // updated parameters on their way to their tier
   std::size_t out_next_ = 0;
   SwapRing ring_;
-  std::vector<Shadow> shadows_;             // per module; empty until it first speculates
+  std::vector<Shadow> shadows_;             // per module; empty until it first speculates (worker)
+  std::vector<char> has_shadow_;            // per module: shadows_[m] allocated (trainer)
   std::uint64_t shadow_budget_bytes_ = 0;   // strata.speculative_update_memory
   std::uint64_t shadow_bytes_ = 0;          // allocated so far (trainer thread)
   std::atomic<std::uint64_t> cancelled_through_{0};
