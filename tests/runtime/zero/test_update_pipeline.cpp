@@ -103,8 +103,12 @@ TEST(UpdatePipeline, AnUpdateOverlapsTheNextModulesGradientCopy) {
     const Span& adam = s.adam[m].front();
     const Span& next = s.d2h[m - 1].front();
     EXPECT_LT(s.d2h[m].front().end, adam.start) << "module " << m << " updated before its gradient landed";
-    EXPECT_LT(adam.start, next.end) << "the update of module " << m << " waited for module " << m - 1
-                                     << "'s gradient D2H";
+    // Unless the updater was still busy with module m+1's update when that copy ended (an
+    // Adam slower than the link, as under the sanitizers: the updater is then the bottleneck,
+    // not the pipeline).
+    const bool updater_busy = m + 1 < kModules && s.adam[m + 1].front().end >= next.end;
+    EXPECT_TRUE(adam.start < next.end || updater_busy)
+        << "the update of module " << m << " waited for module " << m - 1 << "'s gradient D2H";
   }
 }
 
