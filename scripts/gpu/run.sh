@@ -66,4 +66,17 @@ if [[ ${BENCH_STEP:-0} == 1 ]]; then
     --steps 6 --rounds 1 --python "$(command -v python3)" --json ${BENCH_STEP_ARGS:-} \
     2>"$out/bench_step.txt" | tee -a "$out/bench_step.jsonl"
 fi
+# With TRACE_XL=1: one traced GPT-2 XL run at the issue-15 shape (stage 3, parameters and
+# optimizer on the CPU, B 4 x T 1024, bf16, checkpointing, clipping 1.0), its per-step metrics,
+# and CPU Adam's share of each update phase (scripts/update_occupancy.py; target >= 0.90).
+if [[ ${TRACE_XL:-0} == 1 ]]; then
+  cat >"$out/xl_cpu.json" <<'JSON'
+{"train_micro_batch_size_per_gpu": 4, "gradient_clipping": 1.0, "bf16": {"enabled": true},
+ "optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "weight_decay": 0.01}},
+ "zero_optimization": {"stage": 3, "offload_param": {"device": "cpu", "pin_memory": true},
+                       "offload_optimizer": {"device": "cpu", "pin_memory": true}}}
+JSON
+  .gpu/bin/strata train --device cuda --config "$out/xl_cpu.json" --preset gpt2-xl --seq-len 1024     --activation-checkpointing --steps 6 --text README.md --trace "$out/xl_trace.json"     --metrics "$out/xl_metrics.jsonl" --report none 2>&1 | tail -12 | tee "$out/xl_train.txt" || failed=1
+  python3 scripts/update_occupancy.py "$out/xl_trace.json" | tee "$out/xl_occupancy.txt" || failed=1
+fi
 exit $failed
