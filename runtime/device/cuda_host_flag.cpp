@@ -79,13 +79,17 @@ std::unique_ptr<HostFlag> create_cuda_host_flag(int ordinal) { return std::make_
 void cuda_wait_host_flag(void* stream, const HostFlag& flag, std::uint32_t value) {
   const auto& f = dynamic_cast<const CudaHostFlag&>(flag);
   auto s = static_cast<cudaStream_t>(stream);
-  if (WaitValue32 wait = wait_value_fn()) {
+  // Once the driver has refused a wait (a device without stream memory operations), every later
+  // wait takes the host function.
+  static std::atomic<bool> refused{false};
+  if (WaitValue32 wait = wait_value_fn(); wait != nullptr && !refused.load()) {
     const CUresult rc = wait(reinterpret_cast<CUstream>(s), f.device_word(), value, CU_STREAM_WAIT_VALUE_GEQ);
-    if (rc != CUDA_SUCCESS) {
-      throw Error("cuStreamWaitValue32 failed with CUresult " + std::to_string(static_cast<int>(rc)),
-                  "a stream waiting on host work", "report this with the GPU and driver version");
+    if (rc == CUDA_SUCCESS) return;
+    if (!refused.exchange(true)) {
+      log::warn("cuStreamWaitValue32 failed (CUresult {}): streams wait on host work with a host function that "
+                "spins (slower overlap)",
+                static_cast<int>(rc));
     }
-    return;
   }
   CUDA_CHECK(cudaLaunchHostFunc(s, spin_until_raised, new SpinWait{&f, value}));
 }
