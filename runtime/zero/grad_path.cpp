@@ -189,7 +189,7 @@ void GradPath::accumulate_on_host(int module, const void* shard, bool first) {
   const std::size_t n = mp.part.shard_numel;
   accumulator_.post(
       [this, &st, acc, n, first] {
-        st.copied->synchronize();  // throws a failure of the D2H (or of the work it waited on)
+        st.copied->synchronize();  // a failed D2H is reported by its stream's synchronize (the step fails there)
         trace::ScopedSpan span(tracer_, first ? "store grads" : "accumulate grads", "grad accumulate");
         if (first) {
           cpu_adam::store_first_grads(active_simd(), threads_, acc, st.buffer.data(), dtype_, n);
