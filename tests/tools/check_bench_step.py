@@ -65,8 +65,22 @@ def main():
                 fail(f"overlap is not step_ms / busiest_ms in {c}", run)
             if c.get("timed_steps") != 2:
                 fail(f"timed_steps = {c.get('timed_steps')!r} (2 rounds of 1), in {c}", run)
+            # The nvme cells carry the disk's time for their bytes, measured in the same run.
+            if c["placement"] == "nvme":
+                b = c["bytes_per_step"]
+                bound, serial = c.get("disk_bound_ms"), c.get("disk_serial_ms")
+                if not all(isinstance(v, (int, float)) and v > 0 for v in (bound, serial)):
+                    fail(f"no disk bound in an nvme cell: {c}", run)
+                if not bound <= serial + 1e-9 or b["nvme_read"] <= 0 or b["nvme_write"] <= 0:
+                    fail(f"disk bound {bound} vs one after the other {serial}, bytes {b}: {c}", run)
+                if abs(c["vs_disk"] - c["step_ms"] / bound) > 1e-9 * c["vs_disk"]:
+                    fail(f"vs_disk is not step_ms / disk_bound_ms in {c}", run)
+            elif "disk_bound_ms" in c:
+                fail(f"a disk bound in a cell that is not nvme: {c}", run)
         if abs(cells[0]["ratio_to_resident"] - 1) > 1e-12:
             fail(f"the reference's ratio is not 1: {cells[0]}", run)
+        if not any(l.startswith("[disk] ") for l in run.stderr.splitlines()):
+            fail("no [disk] line (the nvme cells' disk bound) on stderr", run)
         progress = [l for l in run.stderr.splitlines() if re.match(r"\[round [12]/2, \d+/10\] ", l)]
         if len(progress) != 20:
             fail(f"{len(progress)} progress lines on stderr, wanted 20 (10 cells x 2 rounds)", run)

@@ -56,7 +56,6 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int kStage = 3;
 constexpr const char* kKnownPlacements[] = {"device", "cpu", "nvme"};
-constexpr std::size_t kLimitBufferBytes = 64 * kMiB;
 
 // "cpu,nvme" -> {"cpu", "nvme"}; throws strata::Error naming --placements for anything else.
 std::vector<std::string> parse_placements(std::string_view text) {
@@ -76,41 +75,6 @@ std::vector<std::string> parse_placements(std::string_view text) {
 }
 
 // Note [The write limit]
-// The checkpoint streams its shard file through the run's I/O engine (tiers.io(), aio.* of the
-// config) in chunks, two buffers in turn, and fdatasyncs it. The limit gives the same engine the
-// easiest form of the same job: the file's bytes as requests of kLimitBufferBytes submitted at
-// once (the engine keeps aio.queue_depth pieces of aio.block_size in flight), into a new file in
-// the same folder, then fdatasync; the timer runs from the first submit to the end of the
-// fdatasync, as write_ms runs from the shard file's creation to its fdatasync. The buffer holds
-// random bytes: a virtual disk may store zeros without writing them (QEMU's detect-zeroes).
-// It is the disk's sequential write rate as strata's engine reaches it; with the nvme placement
-// the checkpoint also reads every state from that disk, which the limit does not.
-double write_limit_gbps(const offload::AioOptions& aio, const std::string& path, std::uint64_t bytes) {
-  bytes = (bytes + offload::kDirectIoAlignment - 1) / offload::kDirectIoAlignment * offload::kDirectIoAlignment;
-  offload::AioEngine engine(aio);
-  const offload::HostBuffer buffer = offload::HostBuffer::allocate(kLimitBufferBytes, "the write limit's buffer");
-  std::mt19937_64 rng(0x5eed);
-  auto* words = reinterpret_cast<std::uint64_t*>(buffer.data());
-  for (std::size_t i = 0; i < buffer.size() / 8; ++i) words[i] = rng();
-  double seconds = 0;
-  {
-    const offload::AioFile file =
-        offload::AioFile::open(path, O_WRONLY | O_CREAT | O_EXCL, offload::DirectIo::kAuto, 0644);
-    const offload::FileId id = engine.add_file(file);
-    const Clock::time_point t0 = Clock::now();
-    for (std::uint64_t offset = 0; offset < bytes; offset += buffer.size()) {
-      const std::uint64_t piece = std::min<std::uint64_t>(buffer.size(), bytes - offset);
-      engine.write(id, offset, buffer.data(), static_cast<std::size_t>(piece));
-    }
-    engine.wait_all();
-    file.sync();
-    seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-    engine.remove_file(id);
-  }
-  if (::unlink(path.c_str()) != 0) throw system_error(errno, "unlink", path);
-  return static_cast<double>(bytes) / seconds / 1e9;
-}
-
 struct Row {
   std::string placement;
   std::string error;                 // not empty: a run failed and the numbers are unset
@@ -225,12 +189,6 @@ Json row_json(const Row& r) {
 
 // The runs' I/O engine options: aio.* of the resolved config (the cell configs set none, so
 // DeepSpeed's defaults).
-offload::AioOptions run_aio_options(const Json& config, const models::GptConfig& model) {
-  runtime::config::ResolveInputs resolve;
-  resolve.hidden_size = static_cast<std::uint64_t>(model.n_embd);
-  return runtime::tiers::aio_options(runtime::config::resolve_config(
-      runtime::config::parse_config(config.dump(), "strata bench checkpoint").config, resolve));
-}
 
 // The bench; returns early, without the table, when `stop` caught a signal (Note [Stopping on a
 // signal], bench_children.h).
@@ -309,7 +267,8 @@ void run_bench(const CheckpointBenchOptions& o, const train::StopSignals& stop) 
         if (with) {
           const Json last = finished_checkpoint(run.rows.back());
           const double bytes = number(last, "bytes");
-          row.limit_gbps.push_back(write_limit_gbps(aio, scratch.file("limit.bin"), static_cast<std::uint64_t>(bytes)));
+          row.limit_gbps.push_back(
+              measure_disk_rates(aio, scratch.file("limit.bin"), static_cast<std::uint64_t>(bytes), false).write_gbps);
           line += fmt::format(", {} shard written at {:.3f} GB/s; the limit {:.3f} GB/s",
                               format_bytes(static_cast<std::uint64_t>(bytes)),
                               bytes / number(last, "write_ms") / 1e6, row.limit_gbps.back());

@@ -9,13 +9,18 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
+#include <chrono>
+#include <algorithm>
 
 #include <fmt/format.h>
 
 #include "core/error.h"
 #include "core/units.h"
 #include "offload/host_buffer.h"
+#include "runtime/config/config.h"
+#include "runtime/tiers/io_options.h"
 
 namespace strata::tools {
 namespace {
@@ -167,6 +172,55 @@ void ScratchFile::reserve(std::uint64_t bytes) const {
     throw system_error(rc, "posix_fallocate", path_ + " (" + format_bytes(bytes) + ")",
                        "give a smaller --size or a --dir with more free space");
   }
+}
+
+offload::AioOptions run_aio_options(const nlohmann::json& config, const models::GptConfig& model) {
+  runtime::config::ResolveInputs resolve;
+  resolve.hidden_size = static_cast<std::uint64_t>(model.n_embd);
+  return runtime::tiers::aio_options(runtime::config::resolve_config(
+      runtime::config::parse_config(config.dump(), "strata bench").config, resolve));
+}
+
+DiskRates measure_disk_rates(const offload::AioOptions& aio, const std::string& path, std::uint64_t bytes,
+                             bool read_back) {
+  using Clock = std::chrono::steady_clock;
+  constexpr std::size_t kRequestBytes = 64 * kMiB;
+  bytes = (bytes + offload::kDirectIoAlignment - 1) / offload::kDirectIoAlignment * offload::kDirectIoAlignment;
+  offload::AioEngine engine(aio);
+  const offload::HostBuffer buffer = offload::HostBuffer::allocate(kRequestBytes, "the disk limit's buffer");
+  std::mt19937_64 rng(0x5eed);
+  auto* words = reinterpret_cast<std::uint64_t*>(buffer.data());
+  for (std::size_t i = 0; i < buffer.size() / 8; ++i) words[i] = rng();
+  DiskRates rates;
+  {
+    const offload::AioFile file =
+        offload::AioFile::open(path, O_WRONLY | O_CREAT | O_EXCL, offload::DirectIo::kAuto, 0644);
+    const offload::FileId id = engine.add_file(file);
+    const Clock::time_point t0 = Clock::now();
+    for (std::uint64_t offset = 0; offset < bytes; offset += buffer.size()) {
+      const std::uint64_t piece = std::min<std::uint64_t>(buffer.size(), bytes - offset);
+      engine.write(id, offset, buffer.data(), static_cast<std::size_t>(piece));
+    }
+    engine.wait_all();
+    file.sync();
+    rates.write_gbps = static_cast<double>(bytes) / std::chrono::duration<double>(Clock::now() - t0).count() / 1e9;
+    engine.remove_file(id);
+  }
+  if (read_back) {
+    // One buffer for every request: the bytes read are not looked at, only timed.
+    const offload::AioFile file = offload::AioFile::open(path, O_RDONLY, offload::DirectIo::kAuto, 0);
+    const offload::FileId id = engine.add_file(file);
+    const Clock::time_point t0 = Clock::now();
+    for (std::uint64_t offset = 0; offset < bytes; offset += buffer.size()) {
+      const std::uint64_t piece = std::min<std::uint64_t>(buffer.size(), bytes - offset);
+      engine.read(id, offset, buffer.data(), static_cast<std::size_t>(piece));
+    }
+    engine.wait_all();
+    rates.read_gbps = static_cast<double>(bytes) / std::chrono::duration<double>(Clock::now() - t0).count() / 1e9;
+    engine.remove_file(id);
+  }
+  if (::unlink(path.c_str()) != 0) throw system_error(errno, "unlink", path);
+  return rates;
 }
 
 }  // namespace strata::tools

@@ -6,6 +6,10 @@
 #include <cstdio>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
+#include "models/gpt/gpt_config.h"
+#include "offload/aio_engine.h"
 #include "offload/aio_file.h"
 #include "offload/probe.h"
 
@@ -50,5 +54,23 @@ class ScratchFile {
   offload::AioFile file_;
   struct sigaction previous_[3] {};
 };
+
+// The I/O engine options of a bench child's config (a JSON object): aio.* of the resolved
+// config (the cell configs set none, so DeepSpeed's defaults).
+offload::AioOptions run_aio_options(const nlohmann::json& config, const models::GptConfig& model);
+
+// The disk's sequential rates as strata's engine reaches them. Writes `bytes` (rounded up to the
+// O_DIRECT alignment) into a new file at `path` with the engine's options: the bytes as requests
+// of 64 MiB submitted at once (the engine keeps aio.queue_depth pieces of aio.block_size in
+// flight), then fdatasync; the timer runs from the first submit to the end of the fdatasync. The
+// buffer holds random bytes: a virtual disk may store zeros without writing them (QEMU's
+// detect-zeroes). With `read_back`, then reads the file back the same way (O_DIRECT where the
+// file system allows it, so from the disk, not the page cache). Unlinks the file.
+struct DiskRates {
+  double write_gbps = 0;
+  double read_gbps = 0;  // 0 without read_back
+};
+DiskRates measure_disk_rates(const offload::AioOptions& aio, const std::string& path, std::uint64_t bytes,
+                             bool read_back);
 
 }  // namespace strata::tools

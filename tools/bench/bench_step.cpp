@@ -272,6 +272,9 @@ struct Cell {
   double forward_ms = 0, backward_ms = 0, optimizer_ms = 0;
   std::string busiest;    // the track most often busiest over the timed steps
   double busiest_ms = 0;  // median over the timed steps of the busiest track's busy time
+  // nvme cells: the disk's time for the step's bytes at the rates measured in the same run
+  // (reads and writes overlapped: the larger of the two; one after the other: their sum).
+  double disk_bound_ms = 0, disk_serial_ms = 0;
   double overlap = 0;     // step_ms / busiest_ms
   Json bytes;             // bytes moved in the last timed step, per link
   // The CPU Adam's busy time per step (the median over the timed steps of the "cpu optimizer"
@@ -353,6 +356,10 @@ void print_row(std::FILE* out, const Cell& c, const Cell& reference) {
                c.step_ms, c.forward_ms, c.backward_ms, c.optimizer_ms, c.tokens_per_s, c.tflops,
                fmt::format("{} {:.1f} ms", c.busiest, c.busiest_ms).c_str(), c.overlap,
                ratio.c_str());
+  if (c.disk_bound_ms > 0) {
+    std::fprintf(out, "%-8s the disk's time for the step's bytes: %.1f ms overlapped, %.1f ms one after the other "
+                 "(step / overlapped bound: %.2f)\n", "", c.disk_bound_ms, c.disk_serial_ms, c.step_ms / c.disk_bound_ms);
+  }
 }
 
 // What every JSON line of the run carries: the device, the model and the shapes.
@@ -396,6 +403,11 @@ Json cell_json(const StepBenchOptions& o, const Cell& c, const Cell& reference, 
   j["timed_steps"] = c.rows.size();
   j["cpu_adam_busy_ms"] = c.cpu_adam_busy_ms;
   if (c.cpu_adam_busy_ms.is_null()) j["cpu_adam_busy_ms_note"] = kCpuAdamNote;
+  if (c.disk_bound_ms > 0) {
+    j["disk_bound_ms"] = c.disk_bound_ms;
+    j["disk_serial_ms"] = c.disk_serial_ms;
+    j["vs_disk"] = c.step_ms / c.disk_bound_ms;
+  }
   return j;
 }
 
@@ -566,6 +578,30 @@ void run_bench(const StepBenchOptions& o, const train::StopSignals& stop) {
   if (stop.received() != 0) return;
   for (Cell& cell : cells) {
     if (cell.error.empty()) summarize(cell);
+  }
+  // The disk bound of the nvme cells: the I/O engine, with the cells' aio options, writing and
+  // reading back as many bytes as the busiest cell moves each way per step, in nvme_path.
+  std::uint64_t disk_bytes = 0;
+  for (const Cell& cell : cells) {
+    if (cell.placement != std::string("nvme") || !cell.error.empty()) continue;
+    disk_bytes = std::max({disk_bytes, cell.bytes.value("nvme_read", std::uint64_t{0}),
+                           cell.bytes.value("nvme_write", std::uint64_t{0})});
+  }
+  DiskRates disk;
+  if (disk_bytes > 0) {
+    disk_bytes = std::clamp<std::uint64_t>(disk_bytes, 64 * kMiB, 4 * kGiB);
+    disk = measure_disk_rates(run_aio_options(cell_config(o, "nvme", 3, nvme_path), model),
+                              nvme_path + "/disk-limit.bin", disk_bytes, /*read_back=*/true);
+    std::fprintf(stderr, "[disk] %s written at %.3f GB/s, read back at %.3f GB/s (the nvme cells' bound)\n",
+                 format_bytes(disk_bytes).c_str(), disk.write_gbps, disk.read_gbps);
+    for (Cell& cell : cells) {
+      if (cell.placement != std::string("nvme") || !cell.error.empty()) continue;
+      const double read_ms = static_cast<double>(cell.bytes.value("nvme_read", std::uint64_t{0})) / disk.read_gbps / 1e6;
+      const double write_ms =
+          static_cast<double>(cell.bytes.value("nvme_write", std::uint64_t{0})) / disk.write_gbps / 1e6;
+      cell.disk_bound_ms = std::max(read_ms, write_ms);
+      cell.disk_serial_ms = read_ms + write_ms;
+    }
   }
 
   // The peers, one child each, after every strata cell (the device is theirs alone).
