@@ -154,13 +154,3 @@ TEST(GptCuda, DeterministicFusedAndCheckpointingIsBitwiseIdentical) {
 
 }  // namespace
 }  // namespace strata::models
-
-int main(int argc, char** argv) {
-  const auto cuda = strata::runtime::device::cuda_availability();
-  if (cuda.devices.empty()) {
-    std::printf("test_gpt_cuda: skipped: no usable CUDA device: %s\n", cuda.why_not.c_str());
-    return 77;
-  }
-  testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
-}

@@ -111,13 +111,3 @@ TEST(CudaDevice, HostTaskOrderAndFailure) {
 
 }  // namespace
 }  // namespace strata::runtime
-
-int main(int argc, char** argv) {
-  auto cuda = strata::runtime::device::cuda_availability();
-  if (cuda.devices.empty()) {
-    std::printf("skipped: no usable CUDA device: %s\n", cuda.why_not.c_str());
-    return 77;
-  }
-  testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
-}

@@ -62,14 +62,3 @@ TEST(LlamaOpsDispatchCuda, CudaBackendTracksTheHostBackend) {
 
 }  // namespace
 }  // namespace strata::runtime::llama_test
-
-int main(int argc, char** argv) {
-  auto cuda = strata::runtime::device::cuda_availability();
-  if (cuda.devices.empty()) {
-    std::printf("test_llama_ops_dispatch_cuda: skipped: no usable CUDA device: %s\n",
-                cuda.why_not.c_str());
-    return 77;
-  }
-  testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
-}
