@@ -39,6 +39,7 @@ struct RopeLlama3Scaling {
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
   double original_max_position_embeddings = 8192.0;
+  bool operator==(const RopeLlama3Scaling&) const = default;
 };
 
 // The rotary frequencies, hs/2 of them: inv_freq[i] = 1 / theta^(2i / head_dim), then, with
