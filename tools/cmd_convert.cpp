@@ -9,7 +9,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "models/gpt/gpt_layout.h"
-#include "models/gpt/gpt_weights.h"
+#include "models/hf_weights.h"
 #include "runtime/checkpoint/checkpoint_loader.h"
 #include "tools/commands.h"
 #include "train/run_state.h"
@@ -35,7 +35,7 @@ void run_convert(const ConvertOptions& o) {
   const runtime::checkpoint::CheckpointFiles files = runtime::checkpoint::open_checkpoint(o.checkpoint);
   const train::RunState meta = train::RunState::from_json(files.meta_json, files.path + "/meta.json");
   runtime::checkpoint::CheckpointStates masters(files, parse_state(o.state));
-  const models::GptLayout layout = models::GptLayout::build(meta.model);
+  const models::ModelLayout layout = meta.model->layout();
   if (static_cast<std::size_t>(masters.module_count()) != layout.modules.size()) {
     throw Error("the checkpoint " + files.path + " holds " + std::to_string(masters.module_count()) +
                     " modules; its model has " + std::to_string(layout.modules.size()),
@@ -50,7 +50,7 @@ void run_convert(const ConvertOptions& o) {
                   files.path, "the checkpoint is damaged: convert an earlier one");
     }
   }
-  models::write_hf_weights(o.out, meta.model, [&](int m) { return masters.read(m); }, dtype);
+  models::write_hf_weights(o.out, *meta.model, [&](int m) { return masters.read(m); }, dtype);
   std::fprintf(stderr, "strata convert: %s (step %llu, %d shard(s)) -> %s (%s, %s)\n", files.path.c_str(),
                static_cast<unsigned long long>(files.manifest.step), files.manifest.shards, o.out.c_str(),
                o.state.c_str(), std::string(dtype_name(dtype)).c_str());

@@ -11,8 +11,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
-#include "models/gpt/gpt_init.h"
-#include "models/gpt/gpt_weights.h"
+#include "models/hf_weights.h"
 #include "offload/host_buffer.h"
 #include "runtime/checkpoint/checkpoint_loader.h"
 
@@ -49,7 +48,7 @@ StartPoint load_checkpoint(Session& s, const TrainOptions& o, const RunState& no
 // --init's weights, else GPT-2's initialization from --seed, module by module.
 void init_weights(Session& s, const TrainOptions& o) {
   std::unique_ptr<models::HfWeightsReader> reader;
-  if (!o.init_path.empty()) reader = std::make_unique<models::HfWeightsReader>(o.init_path, s.model_config);
+  if (!o.init_path.empty()) reader = std::make_unique<models::HfWeightsReader>(o.init_path, *s.spec);
   // One buffer for every module (both fill all of it, gaps included): its pages are faulted in
   // once, not once per module.
   std::size_t max_numel = 0;
@@ -60,7 +59,7 @@ void init_weights(Session& s, const TrainOptions& o) {
     if (reader) {
       reader->read_module(static_cast<int>(m), values);
     } else {
-      models::init_module(s.model_config, s.layout.modules[m], o.seed, values);
+      s.spec->init_module(s.layout.modules[m], o.seed, values);
     }
     s.engine->load_module(static_cast<int>(m), values);
   }
@@ -77,7 +76,7 @@ RunState start_state(const Session& s, const TrainOptions& o) {
   now.seq_len = s.T;
   now.seed = o.seed;
   now.shuffle = o.shuffle;
-  now.model = s.model_config;
+  now.model = s.spec;
   now.config_json = runtime::config::config_to_json(s.config);
   return now;
 }
@@ -105,9 +104,9 @@ StartPoint resume_or_init(Session& s, const TrainOptions& o, const RunState& now
 }
 
 void check_resume(const RunState& saved, const RunState& now, const std::string& where) {
-  if (!(saved.model == now.model)) {
-    throw Error("the checkpoint " + where + " is of another model: " + saved.model.to_json() + "; this run has " +
-                    now.model.to_json(),
+  if (!saved.model->same_model(*now.model)) {
+    throw Error("the checkpoint " + where + " is of another model: " + saved.model->to_json() + "; this run has " +
+                    now.model->to_json(),
                 "--resume", "give the --model / --preset it was trained with");
   }
   if (saved.world != now.world || saved.shards != now.shards) {

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "models/registry.h"
 
 namespace strata::train {
 namespace {
@@ -27,7 +28,7 @@ std::string RunState::to_json() const {
             {"seq_len", seq_len},
             {"seed", seed},
             {"shuffle", shuffle},
-            {"model", json::parse(model.to_json())},
+            {"model", json::parse(model->to_json())},
             {"engine", {{"adam_steps", engine.adam_steps}, {"loss_scaler", json::parse(engine.loss_scaler)}}},
             {"loader", json::parse(loader.to_json())},
             {"rng", "none"},
@@ -56,7 +57,7 @@ RunState RunState::from_json(const std::string& text, const std::string& where) 
     t.seq_len = j.at("seq_len").get<int>();
     t.seed = j.at("seed").get<std::uint64_t>();
     t.shuffle = j.at("shuffle").get<bool>();
-    t.model = models::GptConfig::from_json(j.at("model").dump(), where);
+    t.model = models::model_from_json(j.at("model").dump(), where);
     t.engine.adam_steps = j.at("engine").at("adam_steps").get<std::int64_t>();
     t.engine.loss_scaler = j.at("engine").at("loss_scaler").dump();
     t.loader = models::LoaderState::from_json(j.at("loader").dump(), where);

@@ -20,7 +20,7 @@
 #include <cstdint>
 #include <string>
 
-#include "models/gpt/gpt_config.h"
+#include "models/model_spec.h"
 #include "models/io/batch_loader.h"
 #include "runtime/config/config.h"
 #include "runtime/zero/engine.h"
@@ -37,7 +37,7 @@ struct RunState {
   int seq_len = 0;
   std::uint64_t seed = 0;
   bool shuffle = false;
-  models::GptConfig model;
+  models::ModelSpecPtr model;  // its config.json
   runtime::zero::ZeroEngine::TrainState engine;
   models::LoaderState loader;
   std::string config_json;  // runtime::config_to_json()

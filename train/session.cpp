@@ -11,17 +11,18 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "models/registry.h"
 
 namespace strata::train {
 namespace {
 
-models::GptConfig load_model_config(const TrainOptions& o) {
+models::ModelSpecPtr load_model(const TrainOptions& o) {
   if (!o.model_path.empty() && !o.preset.empty()) {
     throw Error("both --model and --preset were given", "--model", "give one of them");
   }
-  if (!o.model_path.empty()) return models::GptConfig::from_file(o.model_path);
-  if (!o.preset.empty()) return models::GptConfig::preset(o.preset);
-  throw Error("no model was given", "--model", "give --model config.json or --preset NAME");
+  if (!o.model_path.empty()) return models::model_from_path(o.model_path);
+  if (!o.preset.empty()) return models::model_preset(o.preset);
+  throw Error("no model was given", "--model", "give --model DIR (a Hugging Face model directory), --model config.json or --preset NAME");
 }
 
 models::TokenData load_data(const TrainOptions& o) {
@@ -66,11 +67,11 @@ std::unique_ptr<Session> make_session(const TrainOptions& o) {
   auto session = std::make_unique<Session>();
   Session& s = *session;
   s.launch = runtime::launch::detect_launch();
-  s.model_config = load_model_config(o);
+  s.spec = load_model(o);
   const runtime::config::ParsedConfig parsed = runtime::config::load_config_file(o.config_path);
   runtime::config::ResolveInputs resolve_inputs;
   resolve_inputs.world_size = static_cast<std::uint32_t>(s.launch.world);
-  resolve_inputs.hidden_size = static_cast<std::uint64_t>(s.model_config.n_embd);
+  resolve_inputs.hidden_size = static_cast<std::uint64_t>(s.spec->hidden_size());
   s.config = runtime::config::resolve_config(parsed.config, resolve_inputs);
   runtime::config::Config& config = s.config;
   if (!config.optimizer) {
@@ -99,12 +100,12 @@ std::unique_ptr<Session> make_session(const TrainOptions& o) {
 
   // Data and shapes.
   s.data = load_data(o);
-  s.data.validate(s.model_config.vocab_size);
-  s.T = o.seq_len > 0 ? o.seq_len : std::min(s.model_config.n_positions, 1024);
-  if (s.T > s.model_config.n_positions) {
-    throw Error("--seq-len " + std::to_string(s.T) + " is longer than the model's n_positions (" +
-                    std::to_string(s.model_config.n_positions) + ")",
-                "--seq-len", "give at most n_positions");
+  s.data.validate(s.spec->vocab_size());
+  s.T = o.seq_len > 0 ? o.seq_len : std::min(s.spec->max_positions(), 1024);
+  if (s.T > s.spec->max_positions()) {
+    throw Error("--seq-len " + std::to_string(s.T) + " is longer than the model's longest sequence (" +
+                    std::string(s.spec->max_positions_key()) + " " + std::to_string(s.spec->max_positions()) + ")",
+                "--seq-len", "give at most " + std::to_string(s.spec->max_positions()));
   }
   s.B = static_cast<int>(config.train_micro_batch_size_per_gpu->value());
   s.gas = static_cast<int>(config.gradient_accumulation_steps->value());
@@ -116,15 +117,15 @@ std::unique_ptr<Session> make_session(const TrainOptions& o) {
 
   // Engine and model.
   s.dtype = compute_dtype(config);
-  s.layout = models::GptLayout::build(s.model_config);
+  s.layout = s.spec->layout();
   s.setup.module_numels = s.layout.module_numels();
   s.setup.module_names = s.layout.module_names();
   s.setup.dtype = s.dtype;
-  models::GptOptions model_options;
+  models::ModelOptions model_options;
   model_options.dtype = s.dtype;
   model_options.checkpointing = o.activation_checkpointing;
   model_options.vocab_multiple = models::vocab_multiple_for(s.device->backend());
-  s.setup.activation_bytes = models::GptModel::activation_bytes(s.model_config, model_options, s.B, s.T);
+  s.setup.activation_bytes = s.spec->activation_bytes(model_options, s.B, s.T);
   const auto engine_start = std::chrono::steady_clock::now();
   s.engine = std::make_unique<runtime::zero::ZeroEngine>(config, s.setup, *s.device, *s.compute, *s.comm, *s.tracer);
   s.engine_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - engine_start).count();
@@ -137,13 +138,13 @@ std::unique_ptr<Session> make_session(const TrainOptions& o) {
                    start_ns, end_ns, bytes);
   });
   if (s.rank0) {
-    std::fprintf(stderr, "strata train: %s, %lld parameters, %s, ZeRO stage %d, %d rank(s), device %s\n",
-                 o.model_path.empty() ? o.preset.c_str() : o.model_path.c_str(),
-                 static_cast<long long>(s.model_config.num_params()), std::string(dtype_name(s.dtype)).c_str(),
+    std::fprintf(stderr, "strata train: %s (%s), %lld parameters, %s, ZeRO stage %d, %d rank(s), device %s\n",
+                 o.model_path.empty() ? o.preset.c_str() : o.model_path.c_str(), s.spec->describe().c_str(),
+                 static_cast<long long>(s.spec->num_params()), std::string(dtype_name(s.dtype)).c_str(),
                  config.zero_optimization.stage, s.comm->world(), s.device->name().c_str());
     std::fprintf(stderr, "plan:\n%s", s.engine->plan().table(s.engine->plan_inputs()).c_str());
   }
-  s.model = std::make_unique<models::GptModel>(s.model_config, model_options, *s.device, *s.compute, *s.engine);
+  s.model = s.spec->make_model(model_options, *s.device, *s.compute, *s.engine);
   s.model->reserve(s.B, s.T);
 
   s.schedule = std::make_unique<runtime::zero::LrSchedule>(config.scheduler, config.optimizer->lr.value());

@@ -1,7 +1,7 @@
 #pragma once
 // The setup of one training run: everything it is built from, made in order by
 // make_session() — the resolved config, the tracer and device, the communicator and compute
-// stream, the host tiers, the data and its loader, the ZeRO engine, the GPT model and the LR
+// stream, the host tiers, the data and its loader, the ZeRO engine, the model and the LR
 // schedule. The members are destroyed in the reverse order (the model before the engine before
 // the device). A Session does not move: the loader borrows the data, the engine the device.
 #include <cstdint>
@@ -9,9 +9,9 @@
 #include <string>
 
 #include "core/dtype.h"
-#include "models/gpt/gpt_config.h"
-#include "models/gpt/gpt_layout.h"
-#include "models/gpt/gpt_model.h"
+#include "models/model.h"
+#include "models/model_layout.h"
+#include "models/model_spec.h"
 #include "models/io/batch_loader.h"
 #include "models/io/token_file.h"
 #include "offload/aio_engine.h"
@@ -36,7 +36,7 @@ struct Session {
 
   runtime::launch::LaunchInfo launch;
   bool rank0 = false;
-  models::GptConfig model_config;
+  models::ModelSpecPtr spec;  // the model's family and shape
   runtime::config::Config config;  // resolved; strata.device_memory is the device's budget
   std::string trace_path;  // where the tracer writes: --trace, else strata.trace; empty = none
 
@@ -53,10 +53,10 @@ struct Session {
   std::unique_ptr<models::BatchLoader> loader;
 
   DType dtype = DType::f32;  // compute dtype
-  models::GptLayout layout;
+  models::ModelLayout layout;
   runtime::zero::EngineSetup setup;
   std::unique_ptr<runtime::zero::ZeroEngine> engine;
-  std::unique_ptr<models::GptModel> model;
+  std::unique_ptr<models::Model> model;
   std::unique_ptr<runtime::zero::LrSchedule> schedule;
 
   // Seconds spent constructing the engine: the tier store making every state (the pinned pool's

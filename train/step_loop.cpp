@@ -43,7 +43,7 @@ RunTotals run_steps(Session& s, const TrainOptions& o, StartPoint start, Checkpo
   runtime::telemetry::Progress progress(o.steps, std::cerr, s.rank0 && runtime::telemetry::stderr_is_terminal());
   runtime::telemetry::BusyTracker busy(*s.tracer);
   const double flops_per_token =
-      (o.activation_checkpointing ? 8.0 : 6.0) * static_cast<double>(s.model_config.num_params());
+      (o.activation_checkpointing ? 8.0 : 6.0) * static_cast<double>(s.spec->num_params());
   const std::uint64_t tokens_per_step = static_cast<std::uint64_t>(s.B) * s.T * s.gas * s.comm->world();
   const double theory = collective_theory_bytes(s);
   runtime::zero::ZeroEngine& engine = *s.engine;

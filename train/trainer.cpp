@@ -11,7 +11,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
-#include "models/gpt/gpt_weights.h"
+#include "models/hf_weights.h"
 #include "train/checkpointing.h"
 #include "train/report.h"
 #include "train/resume.h"
@@ -28,7 +28,7 @@ void save_weights(Session& s, const std::string& path) {
   std::vector<float> module_values;
   if (s.rank0) {
     models::write_hf_weights(
-        path, s.model_config,
+        path, *s.spec,
         [&](int m) {
           module_values.assign(s.layout.modules[static_cast<std::size_t>(m)].numel, 0.0f);
           s.engine->gather_module(m, module_values.data());

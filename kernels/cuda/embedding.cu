@@ -36,8 +36,9 @@ __global__ void embedding_fwd_kernel(T* __restrict__ out, const std::int32_t* __
     const int c = static_cast<int>(i - row * C);
     const int t = static_cast<int>(row % T_);
     const std::int64_t tok = tokens[row];
-    out[i] = from_f32<T>(to_f32(wte[tok * C + c]) +
-                         to_f32(wpe[static_cast<std::int64_t>(pos_offset + t) * C + c]));
+    out[i] = wpe == nullptr ? wte[tok * C + c]
+                            : from_f32<T>(to_f32(wte[tok * C + c]) +
+                                          to_f32(wpe[static_cast<std::int64_t>(pos_offset + t) * C + c]));
   }
 }
 
@@ -88,7 +89,7 @@ void embedding_fwd(void* out, const std::int32_t* tokens, const void* wte, const
   STRATA_ASSERT(B >= 0 && T >= 0 && C >= 0 && pos_offset >= 0);
   const std::int64_t n = static_cast<std::int64_t>(B) * T * C;
   if (n == 0) return;
-  STRATA_ASSERT(out != nullptr && tokens != nullptr && wte != nullptr && wpe != nullptr);
+  STRATA_ASSERT(out != nullptr && tokens != nullptr && wte != nullptr);  // wpe may be null
   detail::dispatch_dtype(dtype, [&](auto tag) {
     using E = typename decltype(tag)::type;
     embedding_fwd_kernel<E><<<detail::grid_stride_blocks(n, kThreads), kThreads, 0, stream>>>(

@@ -26,8 +26,10 @@ void embedding_fwd(void* out, const std::int32_t* tokens, const void* wte, const
       const std::int32_t tok = tokens[bt];
       STRATA_ASSERT(tok >= 0, "negative token");
       load_row(wte, dtype, static_cast<std::size_t>(tok) * Cs, Cs, a.data());
-      load_row(wpe, dtype, static_cast<std::size_t>(pos_offset + t) * Cs, Cs, p.data());
-      for (std::size_t c = 0; c < Cs; ++c) a[c] += p[c];
+      if (wpe != nullptr) {
+        load_row(wpe, dtype, static_cast<std::size_t>(pos_offset + t) * Cs, Cs, p.data());
+        for (std::size_t c = 0; c < Cs; ++c) a[c] += p[c];
+      }
       store_row(a.data(), out, dtype, static_cast<std::size_t>(bt) * Cs, Cs);
     }
   }
@@ -39,19 +41,22 @@ void embedding_bwd(void* dwte, void* dwpe, const void* dout, const std::int32_t*
   const std::int64_t BT = static_cast<std::int64_t>(B) * T;
 
   // dwpe[t] += dout[0,t] + dout[1,t] + ...: one position per iteration, b in order.
+  if (dwpe != nullptr) {
 #pragma omp parallel
-  {
-    std::vector<float> acc(Cs), row(Cs);
+    {
+      std::vector<float> acc(Cs), row(Cs);
 #pragma omp for schedule(static)
-    for (int t = 0; t < T; ++t) {
-      load_row(dwpe, dtype, static_cast<std::size_t>(t) * Cs, Cs, acc.data());
-      for (int b = 0; b < B; ++b) {
-        load_row(dout, dtype, (static_cast<std::size_t>(b) * T + t) * Cs, Cs, row.data());
-        for (std::size_t c = 0; c < Cs; ++c) acc[c] += row[c];
+      for (int t = 0; t < T; ++t) {
+        load_row(dwpe, dtype, static_cast<std::size_t>(t) * Cs, Cs, acc.data());
+        for (int b = 0; b < B; ++b) {
+          load_row(dout, dtype, (static_cast<std::size_t>(b) * T + t) * Cs, Cs, row.data());
+          for (std::size_t c = 0; c < Cs; ++c) acc[c] += row[c];
+        }
+        store_row(acc.data(), dwpe, dtype, static_cast<std::size_t>(t) * Cs, Cs);
       }
-      store_row(acc.data(), dwpe, dtype, static_cast<std::size_t>(t) * Cs, Cs);
     }
   }
+  if (dwte == nullptr) return;
 
   // dwte: positions grouped by token (a stable sort keeps them in (b, t) order), so that each
   // token's row is widened once, accumulated in fp32 in (b, t) order and rounded once; tokens

@@ -146,6 +146,7 @@ GptConfig GptConfig::from_file(const std::string& path) {
 
 std::string GptConfig::to_json() const {
   nlohmann::ordered_json j;
+  j["architectures"] = {"GPT2LMHeadModel"};
   j["model_type"] = "gpt2";
   j["vocab_size"] = vocab_size;
   j["n_positions"] = n_positions;

@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "models/gpt/gpt_config.h"
-#include "models/gpt/gpt_layout.h"
+#include "models/model_layout.h"
 
 namespace strata::models {
 

@@ -7,37 +7,12 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "models/model_parts.h"
 #include "runtime/ops/ops.h"
 
 namespace strata::models {
 namespace ops = runtime::ops;
 
-namespace {
-
-constexpr std::size_t kAlign = 256;  // bytes; every sub-buffer starts on the arena's alignment
-
-// Carves one allocation into sub-buffers. With base == nullptr it only measures.
-class Carver {
- public:
-  explicit Carver(std::byte* base) : base_(base) {}
-  void* take(std::size_t bytes) {
-    offset_ = (offset_ + kAlign - 1) / kAlign * kAlign;
-    void* p = base_ == nullptr ? nullptr : base_ + offset_;
-    offset_ += bytes;
-    return p;
-  }
-  std::size_t bytes() const { return (offset_ + kAlign - 1) / kAlign * kAlign; }
-
- private:
-  std::byte* base_;
-  std::size_t offset_ = 0;
-};
-
-std::byte* at(const runtime::params::ModuleView& v, const TensorSlot& t) {
-  return static_cast<std::byte*>(v.data) + t.offset * dtype_size(v.dtype);
-}
-
-}  // namespace
 
 // What one block's forward keeps for its backward. Shapes with BT = B*T.
 struct GptModel::BlockActs {
@@ -79,7 +54,7 @@ struct GptModel::Activations {
 
   // Lays out (or measures, with base == nullptr) the buffers for (B, T).
   static std::size_t carve(Activations* a, std::byte* base, const GptConfig& cfg,
-                           const GptOptions& options, int B, int T) {
+                           const ModelOptions& options, int B, int T) {
     Carver c(base);
     const DType dtype = options.dtype;
     const bool checkpointing = options.checkpointing;
@@ -148,58 +123,20 @@ struct GptModel::Activations {
   }
 };
 
-// ---- KV cache -------------------------------------------------------------------------------
-
-GptKvCache::GptKvCache(runtime::device::Device& device, const GptConfig& config, DType dtype, int batch,
-                       int max_T)
-    : batch_(batch), max_T_(max_T) {
-  config.validate();
-  if (batch <= 0 || max_T <= 0 || max_T > config.n_positions) {
-    throw Error(fmt::format("KV cache of batch {} and length {}: both must be positive and the "
-                            "length at most n_positions ({})",
-                            batch, max_T, config.n_positions));
-  }
-  const std::size_t bytes = static_cast<std::size_t>(batch) * static_cast<std::size_t>(max_T) *
-                            static_cast<std::size_t>(config.n_embd) * dtype_size(dtype);
-  for (int l = 0; l < config.n_layer; ++l) {
-    k_.push_back(device.allocate(bytes, fmt::format("KV cache keys of h.{}", l)));
-    v_.push_back(device.allocate(bytes, fmt::format("KV cache values of h.{}", l)));
-  }
-}
-
-std::uint64_t GptKvCache::bytes(const GptConfig& config, DType dtype, int batch, int max_T) {
-  return 2ull * static_cast<std::uint64_t>(config.n_layer) * static_cast<std::uint64_t>(batch) *
-         static_cast<std::uint64_t>(max_T) * static_cast<std::uint64_t>(config.n_embd) *
-         dtype_size(dtype);
-}
-
 // ---- model ----------------------------------------------------------------------------------
 
-GptModel::GptModel(const GptConfig& config, GptOptions options, runtime::device::Device& device,
+GptModel::GptModel(const GptConfig& config, ModelOptions options, runtime::device::Device& device,
                    runtime::device::Stream& compute, runtime::params::ParamProvider& params)
     : config_(config),
       options_(options),
-      layout_(GptLayout::build(config)),
+      layout_(gpt_layout(config)),
       device_(device),
       compute_(compute),
-      params_(params),
-      done_(device.create_event()) {
+      modules_(layout_, options.dtype, device, compute, params) {
   if (options_.vocab_multiple == 0) options_.vocab_multiple = vocab_multiple_for(device.backend());
   if (options_.vocab_multiple < 1) {
-    throw Error(fmt::format("GptOptions::vocab_multiple is {}: it must be 0 (the device's choice) or "
+    throw Error(fmt::format("ModelOptions::vocab_multiple is {}: it must be 0 (the device's choice) or "
                             "positive", options_.vocab_multiple));
-  }
-  if (params.module_count() != static_cast<int>(layout_.modules.size())) {
-    throw Error(fmt::format("the parameter provider has {} modules, the model {}",
-                            params.module_count(), layout_.modules.size()));
-  }
-  for (int m = 0; m < params.module_count(); ++m) {
-    if (params.module_numel(m) != layout_.modules[static_cast<std::size_t>(m)].numel) {
-      throw Error(fmt::format("module {} has {} elements in the provider, the model needs {}",
-                              layout_.modules[static_cast<std::size_t>(m)].name,
-                              params.module_numel(m),
-                              layout_.modules[static_cast<std::size_t>(m)].numel));
-    }
   }
 }
 
@@ -211,14 +148,10 @@ GptModel::~GptModel() {
   }
 }
 
-int vocab_multiple_for(runtime::device::Backend backend) {
-  return backend == runtime::device::Backend::cuda ? 128 : 1;
-}
-
-std::uint64_t GptModel::activation_bytes(const GptConfig& config, const GptOptions& options,
+std::uint64_t GptModel::activation_bytes(const GptConfig& config, const ModelOptions& options,
                                          int B, int T) {
   config.validate();
-  GptOptions counted = options;
+  ModelOptions counted = options;
   if (counted.vocab_multiple == 0) counted.vocab_multiple = vocab_multiple_for(runtime::device::Backend::cuda);
   return Activations::carve(nullptr, nullptr, config, counted, B, T);
 }
@@ -252,47 +185,11 @@ void GptModel::reserve(int B, int T) {
   reserved_T_ = T;
 }
 
-runtime::params::ModuleView GptModel::acquire(int module) {
-  runtime::params::ModuleView v = params_.acquire(module);
-  STRATA_ASSERT(v.dtype == options_.dtype && v.numel == layout_.modules[static_cast<std::size_t>(module)].numel,
-                "the provider's view does not match the layout");
-  if (v.ready != nullptr) compute_.wait(*v.ready);
-  return v;
-}
-
-void GptModel::release(int module) {
-  done_->record(compute_);
-  params_.release(module, *done_);
-}
-
-runtime::params::ModuleView GptModel::acquire_grads(int module) {
-  runtime::params::ModuleView v = params_.acquire_grads(module);
-  STRATA_ASSERT(v.dtype == options_.dtype && v.numel == layout_.modules[static_cast<std::size_t>(module)].numel,
-                "the provider's gradient view does not match the layout");
-  if (v.ready != nullptr) compute_.wait(*v.ready);
-  return v;
-}
-
-void GptModel::grads_ready(int module) {
-  done_->record(compute_);
-  params_.grads_ready(module, *done_);
-}
-
 GptModel::BlockParams GptModel::block_params(const runtime::params::ModuleView& view) const {
   const ModuleLayout& m = layout_.modules[1];  // every block has the same offsets
   BlockParams p{};
-  for (int i = 0; i < kBlockTensors; ++i) p.t[i] = at(view, m.tensors[static_cast<std::size_t>(i)]);
+  for (int i = 0; i < kBlockTensors; ++i) p.t[i] = tensor_at(view, m.tensors[static_cast<std::size_t>(i)]);
   return p;
-}
-
-void GptModel::check_tokens(const std::int32_t* tokens, std::size_t n, const char* what) const {
-  for (std::size_t i = 0; i < n; ++i) {
-    if (tokens[i] < 0 || tokens[i] >= config_.vocab_size) {
-      throw Error(fmt::format("{} token {} at position {} is outside the vocabulary [0, {})",
-                              what, tokens[i], i, config_.vocab_size),
-                  "", "the data was made for another vocabulary: check --data / --model");
-    }
-  }
 }
 
 // res_out = block(res_in). Shapes: res (BT, C).
@@ -352,54 +249,49 @@ float GptModel::forward(const std::int32_t* inputs, const std::int32_t* targets,
   if (backward_ready_) {
     // A forward for backward whose backward never came: give the head back first.
     backward_ready_ = false;
-    release(layout_.embedding_module());
+    modules_.release(layout_.embedding_module());
   }
   reserve(B, T);
   const std::size_t BT = static_cast<std::size_t>(B) * static_cast<std::size_t>(T);
-  check_tokens(inputs, BT, "input");
-  if (targets != nullptr) check_tokens(targets, BT, "target");
+  check_tokens(inputs, BT, config_.vocab_size, "input");
+  if (targets != nullptr) check_tokens(targets, BT, config_.vocab_size, "target");
   const DType dt = options_.dtype;
   const int C = config_.n_embd, L = config_.n_layer;
   Activations& s = *acts_;
 
   // Tokens: staged in host memory that stays put until the copies have run (the stream is
   // synchronized before this function returns).
-  host_tokens_.assign(inputs, inputs + BT);
-  if (targets != nullptr) host_tokens_.insert(host_tokens_.end(), targets, targets + BT);
-  compute_.copy_async(s.inputs, host_tokens_.data(), BT * sizeof(std::int32_t));
-  if (targets != nullptr) {
-    compute_.copy_async(s.targets, host_tokens_.data() + BT, BT * sizeof(std::int32_t));
-  }
+  upload_tokens(compute_, host_tokens_, s.inputs, s.targets, inputs, targets, BT);
 
   const ModuleLayout& emb_layout = layout_.modules[0];
-  runtime::params::ModuleView emb = acquire(layout_.embedding_module());
-  ops::embedding_fwd(compute_, s.residual[0], s.inputs, at(emb, emb_layout.tensors[kWte]),
-                     at(emb, emb_layout.tensors[kWpe]), B, T, C, 0, dt);
-  release(layout_.embedding_module());
+  runtime::params::ModuleView emb = modules_.acquire(layout_.embedding_module());
+  ops::embedding_fwd(compute_, s.residual[0], s.inputs, tensor_at(emb, emb_layout.tensors[kWte]),
+                     tensor_at(emb, emb_layout.tensors[kWpe]), B, T, C, 0, dt);
+  modules_.release(layout_.embedding_module());
 
   for (int l = 0; l < L; ++l) {
     const int m = layout_.block_module(l);
-    runtime::params::ModuleView view = acquire(m);
+    runtime::params::ModuleView view = modules_.acquire(m);
     const BlockActs& a = s.blocks[options_.checkpointing ? 0 : static_cast<std::size_t>(l)];
     block_forward(block_params(view), a, s.residual[static_cast<std::size_t>(l)],
                   s.residual[static_cast<std::size_t>(l) + 1], B, T);
-    release(m);
+    modules_.release(m);
   }
 
   const ModuleLayout& lnf_layout = layout_.modules.back();
-  runtime::params::ModuleView lnf = acquire(layout_.final_norm_module());
+  runtime::params::ModuleView lnf = modules_.acquire(layout_.head_module());
   ops::layernorm_fwd(compute_, s.lnf, s.lnf_mean, s.lnf_rstd, s.residual.back(),
-                     at(lnf, lnf_layout.tensors[kLnfW]), at(lnf, lnf_layout.tensors[kLnfB]),
+                     tensor_at(lnf, lnf_layout.tensors[kLnfW]), tensor_at(lnf, lnf_layout.tensors[kLnfB]),
                      static_cast<std::int64_t>(BT), C, config_.layer_norm_epsilon, dt);
-  release(layout_.final_norm_module());
+  modules_.release(layout_.head_module());
 
   // LM head, tied to wte (V, C): logits (BT, V) = lnf @ wte^T, and the losses (lm_head.h).
-  head_ = acquire(layout_.embedding_module());
+  head_ = modules_.acquire(layout_.embedding_module());
   head_forward(compute_, head_geometry(static_cast<std::int64_t>(reserved_B_) * reserved_T_), s.head,
-               s.lnf, at(head_, emb_layout.tensors[kWte]), static_cast<std::int64_t>(BT),
+               s.lnf, tensor_at(head_, emb_layout.tensors[kWte]), static_cast<std::int64_t>(BT),
                targets != nullptr ? s.targets : nullptr, targets != nullptr ? s.losses : nullptr, dt,
                logits_out);
-  if (!for_backward) release(layout_.embedding_module());
+  if (!for_backward) modules_.release(layout_.embedding_module());
 
   float loss = std::numeric_limits<float>::quiet_NaN();
   if (targets != nullptr) {
@@ -407,11 +299,7 @@ float GptModel::forward(const std::int32_t* inputs, const std::int32_t* targets,
     compute_.copy_async(host_losses_.data(), s.losses, BT * sizeof(float));
   }
   compute_.synchronize();
-  if (targets != nullptr) {
-    double sum = 0.0;  // in token order: the same bits on every run
-    for (float x : host_losses_) sum += x;
-    loss = static_cast<float>(sum / static_cast<double>(BT));
-  }
+  if (targets != nullptr) loss = mean_loss(host_losses_);
   B_ = B;
   T_ = T;
   backward_ready_ = for_backward;
@@ -430,28 +318,28 @@ void GptModel::backward(float loss_scale) {
   Activations& s = *acts_;
 
   const ModuleLayout& emb_layout = layout_.modules[0];
-  runtime::params::ModuleView gemb = acquire_grads(layout_.embedding_module());
+  runtime::params::ModuleView gemb = modules_.acquire_grads(layout_.embedding_module());
   // LM head: dlnf (BT, C) = dlogits @ wte; dwte += dlogits^T @ lnf. Mean loss: d(mean)/d(loss_n)
   // = 1 / BT.
   head_backward(compute_, head_geometry(static_cast<std::int64_t>(reserved_B_) * reserved_T_), s.head,
-                s.lnf, at(head_, emb_layout.tensors[kWte]), s.dbtc, at(gemb, emb_layout.tensors[kWte]),
+                s.lnf, tensor_at(head_, emb_layout.tensors[kWte]), s.dbtc, tensor_at(gemb, emb_layout.tensors[kWte]),
                 BT, s.targets, loss_scale / static_cast<float>(BT), dt);
-  release(layout_.embedding_module());
+  modules_.release(layout_.embedding_module());
 
   const ModuleLayout& lnf_layout = layout_.modules.back();
-  runtime::params::ModuleView lnf = acquire(layout_.final_norm_module());
-  runtime::params::ModuleView glnf = acquire_grads(layout_.final_norm_module());
+  runtime::params::ModuleView lnf = modules_.acquire(layout_.head_module());
+  runtime::params::ModuleView glnf = modules_.acquire_grads(layout_.head_module());
   compute_.memset_async(s.dres, 0, static_cast<std::size_t>(BT) * static_cast<std::size_t>(C) * dtype_size(dt));
-  ops::layernorm_bwd(compute_, s.dres, at(glnf, lnf_layout.tensors[kLnfW]),
-                     at(glnf, lnf_layout.tensors[kLnfB]), s.dbtc, s.residual.back(),
-                     at(lnf, lnf_layout.tensors[kLnfW]), s.lnf_mean, s.lnf_rstd, BT, C, dt);
-  release(layout_.final_norm_module());
-  grads_ready(layout_.final_norm_module());
+  ops::layernorm_bwd(compute_, s.dres, tensor_at(glnf, lnf_layout.tensors[kLnfW]),
+                     tensor_at(glnf, lnf_layout.tensors[kLnfB]), s.dbtc, s.residual.back(),
+                     tensor_at(lnf, lnf_layout.tensors[kLnfW]), s.lnf_mean, s.lnf_rstd, BT, C, dt);
+  modules_.release(layout_.head_module());
+  modules_.grads_ready(layout_.head_module());
 
   for (int l = L - 1; l >= 0; --l) {
     const int m = layout_.block_module(l);
-    runtime::params::ModuleView view = acquire(m);
-    runtime::params::ModuleView grad = acquire_grads(m);
+    runtime::params::ModuleView view = modules_.acquire(m);
+    runtime::params::ModuleView grad = modules_.acquire_grads(m);
     const BlockParams p = block_params(view);
     const BlockActs& a = s.blocks[options_.checkpointing ? 0 : static_cast<std::size_t>(l)];
     if (options_.checkpointing) {
@@ -460,16 +348,24 @@ void GptModel::backward(float loss_scale) {
                     s.residual[static_cast<std::size_t>(l) + 1], B, T);
     }
     block_backward(p, block_params(grad), a, s.residual[static_cast<std::size_t>(l)], B, T);
-    release(m);
-    grads_ready(m);
+    modules_.release(m);
+    modules_.grads_ready(m);
   }
 
-  ops::embedding_bwd(compute_, at(gemb, emb_layout.tensors[kWte]),
-                     at(gemb, emb_layout.tensors[kWpe]), s.dres, s.inputs, B, T, C, dt);
-  grads_ready(layout_.embedding_module());
+  ops::embedding_bwd(compute_, tensor_at(gemb, emb_layout.tensors[kWte]),
+                     tensor_at(gemb, emb_layout.tensors[kWpe]), s.dres, s.inputs, B, T, C, dt);
+  modules_.grads_ready(layout_.embedding_module());
 }
 
-void GptModel::forward_decode(GptKvCache& cache, const std::int32_t* tokens, int B, int T_new,
+KvCache GptModel::make_kv_cache(int batch, int max_T) {
+  if (max_T > config_.n_positions) {
+    throw Error(fmt::format("a KV cache of {} positions is longer than the model's n_positions ({})", max_T,
+                            config_.n_positions));
+  }
+  return KvCache(device_, config_.n_layer, config_.n_embd, options_.dtype, batch, max_T);
+}
+
+void GptModel::forward_decode(KvCache& cache, const std::int32_t* tokens, int B, int T_new,
                               float* logits_out) {
   if (B != cache.batch()) {
     throw Error(fmt::format("decoding a batch of {} with a KV cache made for {}", B, cache.batch()));
@@ -480,7 +376,7 @@ void GptModel::forward_decode(GptKvCache& cache, const std::int32_t* tokens, int
                 "", "make a longer cache (at most n_positions)");
   }
   const std::size_t BT = static_cast<std::size_t>(B) * static_cast<std::size_t>(T_new);
-  check_tokens(tokens, BT, "input");
+  check_tokens(tokens, BT, config_.vocab_size, "input");
   const DType dt = options_.dtype;
   const int C = config_.n_embd, NH = config_.n_head;
   const std::size_t Cs = static_cast<std::size_t>(C);
@@ -510,20 +406,19 @@ void GptModel::forward_decode(GptKvCache& cache, const std::int32_t* tokens, int
   head_buffers.weight = g.padded() ? c.take(sizes[7]) : nullptr;
   auto* tok = static_cast<std::int32_t*>(c.take(sizes[8]));
 
-  host_tokens_.assign(tokens, tokens + BT);
-  compute_.copy_async(tok, host_tokens_.data(), BT * sizeof(std::int32_t));
+  upload_tokens(compute_, host_tokens_, tok, nullptr, tokens, nullptr, BT);
   const ModuleLayout& emb_layout = layout_.modules[0];
-  runtime::params::ModuleView emb = acquire(layout_.embedding_module());
-  ops::embedding_fwd(compute_, x, tok, at(emb, emb_layout.tensors[kWte]),
-                     at(emb, emb_layout.tensors[kWpe]), B, T_new, C, cache.length(), dt);
-  release(layout_.embedding_module());
+  runtime::params::ModuleView emb = modules_.acquire(layout_.embedding_module());
+  ops::embedding_fwd(compute_, x, tok, tensor_at(emb, emb_layout.tensors[kWte]),
+                     tensor_at(emb, emb_layout.tensors[kWpe]), B, T_new, C, cache.length(), dt);
+  modules_.release(layout_.embedding_module());
   for (int l = 0; l < config_.n_layer; ++l) {
     const int m = layout_.block_module(l);
-    const BlockParams p = block_params(acquire(m));
+    const BlockParams p = block_params(modules_.acquire(m));
     ops::layernorm_fwd(compute_, ln, nullptr, nullptr, x, p.t[kLn1W], p.t[kLn1B], N, C, eps, dt);
     ops::matmul_fwd(compute_, qkv, ln, p.t[kQkvW], p.t[kQkvB], N, C, 3 * C, dt);
-    ops::attention_decode(compute_, atty, cache.k_[static_cast<std::size_t>(l)].data(),
-                          cache.v_[static_cast<std::size_t>(l)].data(), qkv, B, T_new,
+    ops::attention_decode(compute_, atty, cache.keys(l),
+                          cache.values(l), qkv, B, T_new,
                           cache.length(), cache.max_T(), NH, NH, C / NH, dt);
     ops::matmul_fwd(compute_, proj, atty, p.t[kAttProjW], p.t[kAttProjB], N, C, C, dt);
     ops::residual_fwd(compute_, x, x, proj, N * C, dt);
@@ -532,18 +427,18 @@ void GptModel::forward_decode(GptKvCache& cache, const std::int32_t* tokens, int
     ops::gelu_fwd(compute_, fc, fc, N * 4 * C, dt);
     ops::matmul_fwd(compute_, proj, fc, p.t[kFcProjW], p.t[kFcProjB], N, 4 * C, C, dt);
     ops::residual_fwd(compute_, x, x, proj, N * C, dt);
-    release(m);
+    modules_.release(m);
   }
   const ModuleLayout& lnf_layout = layout_.modules.back();
-  runtime::params::ModuleView lnf = acquire(layout_.final_norm_module());
-  ops::layernorm_fwd(compute_, ln, nullptr, nullptr, x, at(lnf, lnf_layout.tensors[kLnfW]),
-                     at(lnf, lnf_layout.tensors[kLnfB]), N, C, eps, dt);
-  release(layout_.final_norm_module());
-  runtime::params::ModuleView head = acquire(layout_.embedding_module());
-  head_forward(compute_, g, head_buffers, ln, at(head, emb_layout.tensors[kWte]), N, nullptr, nullptr,
+  runtime::params::ModuleView lnf = modules_.acquire(layout_.head_module());
+  ops::layernorm_fwd(compute_, ln, nullptr, nullptr, x, tensor_at(lnf, lnf_layout.tensors[kLnfW]),
+                     tensor_at(lnf, lnf_layout.tensors[kLnfB]), N, C, eps, dt);
+  modules_.release(layout_.head_module());
+  runtime::params::ModuleView head = modules_.acquire(layout_.embedding_module());
+  head_forward(compute_, g, head_buffers, ln, tensor_at(head, emb_layout.tensors[kWte]), N, nullptr, nullptr,
                dt, logits_out);  // synchronizes
-  release(layout_.embedding_module());
-  cache.length_ += T_new;
+  modules_.release(layout_.embedding_module());
+  cache.advance(T_new);
 }
 
 }  // namespace strata::models

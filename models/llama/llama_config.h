@@ -52,10 +52,15 @@ struct LlamaConfig {
   // "model_type" llama / mistral / qwen2). Keys that would change the math are refused with an
   // Error naming the key: hidden_act other than "silu", mlp_bias true, a rope_scaling type other
   // than llama3 (linear, dynamic, yarn, longrope, ...), Qwen2's use_sliding_window true,
-  // pretraining_tp > 1. The result is validated.
+  // pretraining_tp > 1 (and attention_dropout other than 0). vocab_size, hidden_size,
+  // intermediate_size, num_hidden_layers and num_attention_heads are required; other absent keys
+  // take the defaults of the architecture's transformers config class (table in
+  // llama_config.cpp). The result is validated.
   static LlamaConfig from_json(std::string_view json_text, std::string_view where = "config.json");
   // config.json as transformers writes it for this architecture (architectures, model_type, every
-  // field above; torch_dtype "float32"). from_json(to_json()) == *this.
+  // field above; keys sorted; torch_dtype "float32"). The classes' own keys only: Qwen2 and
+  // Mistral write no attention_bias (fixed by the class), Qwen2 head_dim only when it is not
+  // hidden_size / NH. Validates first. from_json(to_json()) == *this.
   std::string to_json() const;
 
   // Presets with the published shapes (random init): llama-3.2-1b, llama-3.2-3b, llama-3-8b,

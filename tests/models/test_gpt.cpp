@@ -16,7 +16,9 @@
 #include "models/gpt/gpt_init.h"
 #include "models/gpt/gpt_layout.h"
 #include "models/gpt/gpt_model.h"
-#include "models/gpt/gpt_weights.h"
+#include "models/gpt/gpt_spec.h"
+#include "models/hf_weights.h"
+#include "models/model_parts.h"
 #include "models/io/safetensors.h"
 #include "runtime/device/device.h"
 #include "runtime/params/resident_params.h"
@@ -43,9 +45,9 @@ std::vector<std::int32_t> random_tokens(std::size_t n, int vocab, std::uint32_t 
 
 // A host device, resident parameters initialized with `seed`, and a model over them.
 struct Rig {
-  Rig(const GptConfig& config, GptOptions options, std::uint64_t seed = 1,
+  Rig(const GptConfig& config, ModelOptions options, std::uint64_t seed = 1,
       std::uint64_t memory_bytes = 256ull << 20)
-      : layout(GptLayout::build(config)) {
+      : layout(gpt_layout(config)) {
     device = runtime::device::Device::create({.kind = "host", .memory_bytes = memory_bytes});
     stream = device->create_stream("compute");
     params = std::make_unique<runtime::params::ResidentParams>(*device, layout.module_numels(),
@@ -63,7 +65,7 @@ struct Rig {
     copy_from_device(*stream, g.data(), params->grads(m), model->options().dtype, g.size());
     return g;
   }
-  GptLayout layout;
+  ModelLayout layout;
   std::unique_ptr<runtime::device::Device> device;
   std::unique_ptr<runtime::device::Stream> stream;
   std::unique_ptr<runtime::params::ResidentParams> params;
@@ -78,7 +80,7 @@ TEST(GptConfig, PresetsAndParameterCounts) {
     c.validate();
     // The layout holds every parameter once (the gaps are alignment only).
     std::size_t n = 0;
-    for (const ModuleLayout& m : GptLayout::build(c).modules) {
+    for (const ModuleLayout& m : gpt_layout(c).modules) {
       for (const TensorSlot& t : m.tensors) n += t.numel;
     }
     EXPECT_EQ(static_cast<std::int64_t>(n), c.num_params()) << name;
@@ -113,7 +115,7 @@ TEST(GptConfig, JsonRoundTripAndRefusals) {
 
 TEST(GptInit, DeterministicWithGpt2Statistics) {
   const GptConfig c = GptConfig::preset("tiny");
-  const GptLayout layout = GptLayout::build(c);
+  const ModelLayout layout = gpt_layout(c);
   const ModuleLayout& block = layout.modules[1];
   std::vector<float> a(block.numel), b(block.numel), other(block.numel);
   init_module(c, block, 7, a.data());
@@ -265,7 +267,7 @@ TEST(GptModel, CheckpointingNeedsLessMemory) {
 
 TEST(GptModel, TooSmallADeviceIsAClearError) {
   const GptConfig c = GptConfig::preset("tiny");
-  const GptLayout layout = GptLayout::build(c);
+  const ModelLayout layout = gpt_layout(c);
   const std::uint64_t params_bytes = 2 * layout.total_numel() * sizeof(float);
   Rig rig(c, {}, 1, params_bytes + (1 << 20));  // room for params and grads, not activations
   auto in = random_tokens(8 * 128, c.vocab_size, 5);
@@ -299,7 +301,7 @@ TEST(GptModel, KvCacheDecodingMatchesTheFullForward) {
   std::vector<float> full(static_cast<std::size_t>(B * T * V));
   rig.model->forward(in.data(), nullptr, B, T, false, full.data());
 
-  GptKvCache cache(*rig.device, c, DType::f32, B, T);
+  KvCache cache = rig.model->make_kv_cache(B, T);
   std::vector<std::int32_t> chunk;
   std::vector<float> out;
   double max_diff = 0;
@@ -380,7 +382,7 @@ class TempDir {
   std::string path_;
 };
 
-std::vector<std::vector<float>> init_all(const GptConfig& c, const GptLayout& layout) {
+std::vector<std::vector<float>> init_all(const GptConfig& c, const ModelLayout& layout) {
   std::vector<std::vector<float>> modules;
   for (const ModuleLayout& m : layout.modules) {
     modules.emplace_back(m.numel);
@@ -391,18 +393,18 @@ std::vector<std::vector<float>> init_all(const GptConfig& c, const GptLayout& la
 
 TEST(GptWeights, HfRoundTripInEveryDtype) {
   const GptConfig c = small_config();
-  const GptLayout layout = GptLayout::build(c);
+  const ModelLayout layout = gpt_layout(c);
   const auto modules = init_all(c, layout);
   TempDir dir;
   for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
     const std::string path = dir.file(std::string(dtype_name(dtype)) + ".safetensors");
-    write_hf_weights(path, c, [&](int m) { return modules[static_cast<std::size_t>(m)].data(); }, dtype);
+    write_hf_weights(path, GptSpec(c), [&](int m) { return modules[static_cast<std::size_t>(m)].data(); }, dtype);
     // HF's layout on disk: Conv1D weights (in, out).
     const SafetensorsFile file = SafetensorsFile::open(path);
     const TensorInfo* qkv = file.find("h.0.attn.c_attn.weight");
     ASSERT_NE(qkv, nullptr);
     EXPECT_EQ(qkv->shape, (std::vector<std::int64_t>{c.n_embd, 3 * c.n_embd}));
-    const HfWeightsReader reader(path, c);
+    const HfWeightsReader reader(path, GptSpec(c));
     for (std::size_t m = 0; m < layout.modules.size(); ++m) {
       std::vector<float> back(layout.modules[m].numel), want(modules[m]);
       reader.read_module(static_cast<int>(m), back.data());
@@ -424,7 +426,7 @@ TEST(GptWeights, HfRoundTripInEveryDtype) {
 TEST(GptWeights, PrefixIgnorablesAndRefusals) {
   GptConfig c = small_config();
   c.n_layer = 1;
-  const GptLayout layout = GptLayout::build(c);
+  const ModelLayout layout = gpt_layout(c);
   const auto modules = init_all(c, layout);
   TempDir dir;
   struct Extra {
@@ -456,14 +458,14 @@ TEST(GptWeights, PrefixIgnorablesAndRefusals) {
   write(good, "transformer.", "", "",
         {{"transformer.h.0.attn.bias", {1, 1, c.n_positions, c.n_positions}, mask},
          {"lm_head.weight", wte.shape, wte_values}});
-  const HfWeightsReader reader(good, c);
+  const HfWeightsReader reader(good, GptSpec(c));
   std::vector<float> block(layout.modules[1].numel);
   reader.read_module(1, block.data());
   EXPECT_EQ(std::memcmp(block.data(), modules[1].data(), block.size() * sizeof(float)), 0);
 
   auto refusal = [&](const std::string& path) {
     try {
-      HfWeightsReader r(path, c);
+      HfWeightsReader r(path, GptSpec(c));
     } catch (const Error& e) {
       return std::string(e.what());
     }
@@ -482,8 +484,8 @@ TEST(GptWeights, PrefixIgnorablesAndRefusals) {
   untied[0] += 1.0f;
   const std::string head = dir.file("head.safetensors");
   write(head, "", "", "", {{"lm_head.weight", wte.shape, untied}});
-  EXPECT_NE(refusal(head).find("untied"), std::string::npos) << refusal(head);
-  EXPECT_THROW(HfWeightsReader(dir.file("absent.safetensors"), c), Error);
+  EXPECT_NE(refusal(head).find("ties them"), std::string::npos) << refusal(head);
+  EXPECT_THROW(HfWeightsReader(dir.file("absent.safetensors"), GptSpec(c)), Error);
 }
 
 }  // namespace

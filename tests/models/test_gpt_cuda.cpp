@@ -25,7 +25,9 @@
 #include "models/gpt/gpt_init.h"
 #include "models/gpt/gpt_layout.h"
 #include "models/gpt/gpt_model.h"
-#include "models/gpt/gpt_weights.h"
+#include "models/gpt/gpt_spec.h"
+#include "models/hf_weights.h"
+#include "models/model_parts.h"
 #include "runtime/device/device.h"
 #include "runtime/params/resident_params.h"
 
@@ -60,7 +62,7 @@ struct Result {
 Result run(const std::string& kind, DType dtype, bool checkpointing, int B, int T,
            const std::vector<std::int32_t>& in, const std::vector<std::int32_t>& tg) {
   const GptConfig c = config();
-  const GptLayout layout = GptLayout::build(c);
+  const ModelLayout layout = gpt_layout(c);
   auto device = runtime::device::Device::create({.kind = kind, .memory_bytes = 256ull << 20});
   auto stream = device->create_stream("compute");
   runtime::params::ResidentParams params(*device, layout.module_numels(), layout.module_names(),

@@ -1,14 +1,14 @@
 #!/usr/bin/python3
-"""strata's GPT-2 (gpt_reference_driver) against a PyTorch GPT-2 (gpt2_torch.py).
+"""strata's GPT-2 (model_reference_driver) against a PyTorch GPT-2 (gpt2_torch.py).
 
-Usage: /usr/bin/python3 gpt_vs_torch.py --driver PATH/gpt_reference_driver [--keep DIR]
+Usage: /usr/bin/python3 gpt_vs_torch.py --driver PATH/model_reference_driver [--keep DIR]
 
 Debian's interpreter (/usr/bin/python3 with python3-torch 1.13 and python3-numpy, from
 scripts/setup.sh); exits 77 (skipped) when torch or numpy cannot be imported. Files go through
 st_io.py (safetensors on numpy; Debian has no `safetensors` package).
 
 The driver's contract:
-  gpt_reference_driver --config CONFIG.json --weights W.safetensors --batch BATCH.safetensors
+  model_reference_driver --config CONFIG.json --weights W.safetensors --batch BATCH.safetensors
       --steps S --lr LR --weight-decay WD --beta1 B1 --beta2 B2 --eps EPS --out OUT.safetensors
       [--checkpointing]
   CONFIG.json: the HF GPT-2 keys vocab_size, n_positions, n_embd, n_layer, n_head,
@@ -245,7 +245,7 @@ def check_torch_model(c, weights, inputs, ref, failures):
 # ---- main -------------------------------------------------------------------------------------
 
 def main():
-    args = ref_util.start(__doc__, "driver", path_help="path to gpt_reference_driver",
+    args = ref_util.start(__doc__, "driver", path_help="path to model_reference_driver",
                           keep_help="keep the driver's input/output files in this directory")
     print(f"{STEPS} AdamW steps, lr {LR:g}, weight decay {WEIGHT_DECAY:g}, betas {BETAS}, "
           f"eps {EPS:g}; rel = ||ours - torch|| / ||torch|| per tensor; bounds: "

@@ -195,7 +195,7 @@ Json row_json(const Row& r) {
 void run_bench(const CheckpointBenchOptions& o, const train::StopSignals& stop) {
   const std::vector<std::string> placements = parse_placements(o.placements);
   const int last_timed = o.steps - 1;
-  const models::GptConfig model = child_model(
+  const models::ModelSpecPtr model = child_model(
       o, kWarmupSteps + 1,
       fmt::format("the first {} are warm-up and the last waits for its checkpoint", kWarmupSteps));
   const std::string self = self_executable();
@@ -216,7 +216,7 @@ void run_bench(const CheckpointBenchOptions& o, const train::StopSignals& stop) 
     rows[p].placement = placements[p];
     write_config(scratch.file(placements[p] + ".json"), cell_config(o, placements[p], kStage, nvme_path));
   }
-  const offload::AioOptions aio = run_aio_options(cell_config(o, placements[0], kStage, nvme_path), model);
+  const offload::AioOptions aio = run_aio_options(cell_config(o, placements[0], kStage, nvme_path), *model);
 
   std::FILE* text_out = o.json ? stderr : stdout;
   const CpuInfo cpu = cpu_info();
@@ -227,7 +227,7 @@ void run_bench(const CheckpointBenchOptions& o, const train::StopSignals& stop) 
                "start\n  scratch %s (%s)\n  checkpoints: --checkpoint-every 1 (a save every step); limit: the I/O "
                "engine (aio block %s, QD %u, %u thread(s)) writing as many bytes into the same folder, then "
                "fdatasync\n",
-               o.model.empty() ? o.preset.c_str() : o.model.c_str(), static_cast<long long>(model.num_params()),
+               o.model.empty() ? o.preset.c_str() : o.model.c_str(), static_cast<long long>(model->num_params()),
                o.batch, o.seq_len, o.dtype.c_str(), kStage, o.gradient_clipping, o.steps, kWarmupSteps + 1,
                last_timed, kWarmupSteps, o.rounds, o.device.c_str(),
                o.device_memory.empty() ? "" : (", device memory " + o.device_memory).c_str(), cpu.model_name.c_str(),

@@ -20,6 +20,7 @@
 
 #include "core/error.h"
 #include "core/units.h"
+#include "models/registry.h"
 
 extern char** environ;
 
@@ -159,13 +160,12 @@ std::vector<Json> timed_rows(const std::string& path, int first, int last, std::
 
 }  // namespace
 
-models::GptConfig child_model(const TrainChildOptions& o, int untimed_steps, const std::string& untimed_text) {
-  const models::GptConfig model =
-      o.model.empty() ? models::GptConfig::preset(o.preset) : models::GptConfig::from_file(o.model);
-  if (o.seq_len > model.n_positions) {
-    throw Error(fmt::format("--seq-len {} is longer than the model's n_positions ({})", o.seq_len,
-                            model.n_positions),
-                "--seq-len", "give at most n_positions");
+models::ModelSpecPtr child_model(const TrainChildOptions& o, int untimed_steps, const std::string& untimed_text) {
+  const models::ModelSpecPtr model = o.model.empty() ? models::model_preset(o.preset) : models::model_from_path(o.model);
+  if (o.seq_len > model->max_positions()) {
+    throw Error(fmt::format("--seq-len {} is longer than the model's longest sequence ({} {})", o.seq_len,
+                            model->max_positions_key(), model->max_positions()),
+                "--seq-len", fmt::format("give at most {}", model->max_positions()));
   }
   if (o.steps <= untimed_steps) {
     throw Error(fmt::format("--steps {} leaves no timed step: {}", o.steps, untimed_text), "--steps",

@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "models/gpt/gpt_config.h"
+#include "models/model_spec.h"
 #include "tools/bench/bench.h"
 #include "train/stop_signals.h"
 
@@ -25,7 +25,7 @@ constexpr int kWarmupSteps = 2;
 // The model of --preset / --model. Throws strata::Error naming the flag when --seq-len is longer
 // than its n_positions, or when --steps leaves no timed step after the `untimed_steps` that the
 // bench leaves out (`untimed_text` says which).
-models::GptConfig child_model(const TrainChildOptions& o, int untimed_steps, const std::string& untimed_text);
+models::ModelSpecPtr child_model(const TrainChildOptions& o, int untimed_steps, const std::string& untimed_text);
 
 // The config of a run (Note [The cell configs]). placement: "device", "cpu" or "nvme".
 Json cell_config(const TrainChildOptions& o, const std::string& placement, int stage, const std::string& nvme_path);

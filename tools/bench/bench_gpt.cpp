@@ -30,9 +30,9 @@
 
 #include "core/error.h"
 #include "core/units.h"
-#include "models/gpt/gpt_init.h"
-#include "models/gpt/gpt_model.h"
-#include "models/gpt/gpt_weights.h"
+#include "models/gpt/gpt_spec.h"
+#include "models/model_parts.h"
+#include "models/registry.h"
 #include "runtime/ops/op_profiler.h"
 #include "runtime/ops/ops.h"
 #include "runtime/params/resident_params.h"
@@ -109,21 +109,20 @@ void print_profile(const std::vector<runtime::ops::OpTime>& profile, double step
 }  // namespace
 
 void bench_gpt(const GptBenchOptions& o) {
-  const models::GptConfig config =
-      o.model.empty() ? models::GptConfig::preset(o.preset) : models::GptConfig::from_file(o.model);
+  const models::ModelSpecPtr spec = o.model.empty() ? models::model_preset(o.preset) : models::model_from_path(o.model);
   const DType dtype = parse_dtype(o.dtype);
   const int B = o.batch, T = o.seq_len;
-  if (T > config.n_positions) {
-    throw Error(fmt::format("--seq-len {} is longer than the model's n_positions ({})", T,
-                            config.n_positions));
+  if (T > spec->max_positions()) {
+    throw Error(fmt::format("--seq-len {} is longer than the model's longest sequence ({} {})", T,
+                            spec->max_positions_key(), spec->max_positions()));
   }
-  const models::GptLayout layout = models::GptLayout::build(config);
+  const models::ModelLayout layout = spec->layout();
   const std::uint64_t es = dtype_size(dtype);
   const std::uint64_t BT = static_cast<std::uint64_t>(B) * static_cast<std::uint64_t>(T);
-  const std::uint64_t C = static_cast<std::uint64_t>(config.n_embd);
+  const std::uint64_t C = static_cast<std::uint64_t>(spec->hidden_size());
   const std::uint64_t params_bytes = 2 * layout.total_numel() * es;  // params + grads
   const std::uint64_t act_bytes =
-      models::GptModel::activation_bytes(config, {.dtype = dtype, .checkpointing = o.checkpointing}, B, T);
+      spec->activation_bytes({.dtype = dtype, .checkpointing = o.checkpointing}, B, T);
   const std::uint64_t gemm_bytes = (BT * C + 4 * C * C + BT * 4 * C) * es * 2;
   runtime::device::DeviceOptions device_options = resolve_device_options(o.device);
   if (o.device.device_memory.empty()) {
@@ -138,7 +137,7 @@ void bench_gpt(const GptBenchOptions& o) {
                "strata bench gpt: %s (%lld params), B=%d T=%d %s%s on %s; params+grads %s, "
                "activations %s\n",
                o.model.empty() ? o.preset.c_str() : o.model.c_str(),
-               static_cast<long long>(config.num_params()), B, T,
+               static_cast<long long>(spec->num_params()), B, T,
                std::string(dtype_name(dtype)).c_str(), o.checkpointing ? " checkpointed" : "",
                device->name().c_str(), format_bytes(params_bytes).c_str(),
                format_bytes(act_bytes).c_str());
@@ -150,16 +149,17 @@ void bench_gpt(const GptBenchOptions& o) {
                                    true);
     for (std::size_t m = 0; m < layout.modules.size(); ++m) {
       std::vector<float> host(layout.modules[m].numel);
-      models::init_module(config, layout.modules[m], 1234, host.data());
+      spec->init_module(layout.modules[m], 1234, host.data());
       models::copy_to_device(*stream, params.params(static_cast<int>(m)), dtype, host.data(),
                              host.size());
     }
-    models::GptModel model(config, {.dtype = dtype, .checkpointing = o.checkpointing}, *device,
-                           *stream, params);
+    const std::unique_ptr<models::Model> model_ptr =
+        spec->make_model({.dtype = dtype, .checkpointing = o.checkpointing}, *device, *stream, params);
+    models::Model& model = *model_ptr;
     std::mt19937 rng(7);
     std::vector<std::int32_t> in(BT), tg(BT);
-    for (auto& x : in) x = static_cast<std::int32_t>(rng() % static_cast<unsigned>(config.vocab_size));
-    for (auto& x : tg) x = static_cast<std::int32_t>(rng() % static_cast<unsigned>(config.vocab_size));
+    for (auto& x : in) x = static_cast<std::int32_t>(rng() % static_cast<unsigned>(spec->vocab_size()));
+    for (auto& x : tg) x = static_cast<std::int32_t>(rng() % static_cast<unsigned>(spec->vocab_size()));
     std::vector<double> times;
     for (int s = 0; s <= o.steps; ++s) {
       const auto t0 = Clock::now();
@@ -192,7 +192,7 @@ void bench_gpt(const GptBenchOptions& o) {
     runtime::device::DeviceBuffer dw = device->allocate(4 * C * C * es, "gemm dweight");
     for (runtime::device::DeviceBuffer* b : {&x, &w, &y, &dx, &dw}) stream->memset_async(b->data(), 0, b->bytes());
     const auto N = static_cast<std::int64_t>(BT);
-    const int c = config.n_embd;
+    const int c = spec->hidden_size();
     auto gemm_round = [&] {
       runtime::ops::matmul_fwd(*stream, y.data(), x.data(), w.data(), nullptr, N, c, 4 * c, dtype);
       runtime::ops::matmul_bwd(*stream, dx.data(), dw.data(), nullptr, y.data(), x.data(), w.data(),
@@ -213,19 +213,24 @@ void bench_gpt(const GptBenchOptions& o) {
 
   std::optional<double> torch_ms;
   if (o.torch) {
-    torch_ms = torch_step_ms(o, config, device->backend() == runtime::device::Backend::cuda,
-                             omp_get_max_threads());
+    if (const auto* gpt = dynamic_cast<const models::GptSpec*>(spec.get())) {
+      torch_ms = torch_step_ms(o, gpt->config(), device->backend() == runtime::device::Backend::cuda,
+                               omp_get_max_threads());
+    } else {
+      std::fprintf(stderr, "torch: gpt_torch.py builds GPT-2 models only; skipped for %s\n",
+                   spec->architecture().c_str());
+    }
   }
 
-  const double flops_per_token = 6.0 * static_cast<double>(config.num_params()) +
-                                 12.0 * config.n_layer * static_cast<double>(C) * T;
+  const double layers = static_cast<double>(layout.modules.size() - 2);
+  const double flops_per_token = 6.0 * static_cast<double>(spec->num_params()) + 12.0 * layers * static_cast<double>(C) * T;
   const double tokens_per_s = static_cast<double>(BT) / (step_ms / 1e3);
   const double tflops = flops_per_token * tokens_per_s / 1e12;
   const double ratio = tflops / gemm_tflops;
   if (o.json) {
     nlohmann::ordered_json j;
     j["model"] = o.model.empty() ? o.preset : o.model;
-    j["params"] = config.num_params();
+    j["params"] = spec->num_params();
     j["device"] = device->name();
     j["dtype"] = std::string(dtype_name(dtype));
     j["batch"] = B;

@@ -174,9 +174,9 @@ void ScratchFile::reserve(std::uint64_t bytes) const {
   }
 }
 
-offload::AioOptions run_aio_options(const nlohmann::json& config, const models::GptConfig& model) {
+offload::AioOptions run_aio_options(const nlohmann::json& config, const models::ModelSpec& model) {
   runtime::config::ResolveInputs resolve;
-  resolve.hidden_size = static_cast<std::uint64_t>(model.n_embd);
+  resolve.hidden_size = static_cast<std::uint64_t>(model.hidden_size());
   return runtime::tiers::aio_options(runtime::config::resolve_config(
       runtime::config::parse_config(config.dump(), "strata bench").config, resolve));
 }

@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "models/gpt/gpt_config.h"
+#include "models/model_spec.h"
 #include "offload/aio_engine.h"
 #include "offload/aio_file.h"
 #include "offload/probe.h"
@@ -57,7 +57,7 @@ class ScratchFile {
 
 // The I/O engine options of a bench child's config (a JSON object): aio.* of the resolved
 // config (the cell configs set none, so DeepSpeed's defaults).
-offload::AioOptions run_aio_options(const nlohmann::json& config, const models::GptConfig& model);
+offload::AioOptions run_aio_options(const nlohmann::json& config, const models::ModelSpec& model);
 
 // The disk's sequential rates as strata's engine reaches them. Writes `bytes` (rounded up to the
 // O_DIRECT alignment) into a new file at `path` with the engine's options: the bytes as requests

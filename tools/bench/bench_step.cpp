@@ -44,7 +44,7 @@
 #include "core/units.h"
 #include "models/gpt/gpt_config.h"
 #include "models/gpt/gpt_layout.h"
-#include "models/gpt/gpt_model.h"
+#include "models/gpt/gpt_spec.h"
 #include "runtime/config/config.h"
 #include "runtime/tiers/plan.h"
 #include "tools/bench/bench.h"
@@ -63,20 +63,20 @@ constexpr const char* kReference = "resident";
 
 // The reference's device budget: what the plan needs for stage 0 with nothing offloaded, plus
 // headroom, rounded up to MiB; --device-memory instead when it is larger.
-std::uint64_t resident_device_bytes(const StepBenchOptions& o, const models::GptConfig& model,
+std::uint64_t resident_device_bytes(const StepBenchOptions& o, const models::ModelSpec& model,
                                     Json config) {
   config["strata"].erase("device_memory");
   runtime::config::ResolveInputs resolve;
-  resolve.hidden_size = static_cast<std::uint64_t>(model.n_embd);
+  resolve.hidden_size = static_cast<std::uint64_t>(model.hidden_size());
   const runtime::config::Config resolved = runtime::config::resolve_config(
       runtime::config::parse_config(config.dump(), "strata bench step (reference)").config, resolve);
-  const models::GptLayout layout = models::GptLayout::build(model);
+  const models::ModelLayout layout = model.layout();
   runtime::tiers::PlanInputs inputs;
   inputs.module_numels = layout.module_numels();
   inputs.module_names = layout.module_names();
   inputs.dtype = o.dtype == "bf16" ? DType::bf16 : DType::f32;
   inputs.activation_bytes =
-      models::GptModel::activation_bytes(model, {.dtype = inputs.dtype}, o.batch, o.seq_len);
+      model.activation_bytes({.dtype = inputs.dtype}, o.batch, o.seq_len);
   inputs.device_budget_bytes = std::uint64_t{1} << 60;  // ask for the need, not the fit
   inputs.pinned_budget_bytes = std::uint64_t{1} << 60;
   const std::uint64_t need = runtime::tiers::make_plan(resolved, inputs).needed(runtime::tiers::Tier::device);
@@ -468,10 +468,15 @@ void print_peers(std::FILE* out, const std::vector<Peer>& peers, const std::vect
 // The bench; returns early, without the tables, when `stop` caught a signal (Note [Stopping on a
 // signal], bench_children.h).
 void run_bench(const StepBenchOptions& o, const train::StopSignals& stop) {
-  const models::GptConfig model =
+  const models::ModelSpecPtr model =
       child_model(o, kWarmupSteps, fmt::format("the first {} are warm-up", kWarmupSteps));
   const std::string self = self_executable();
   const std::vector<const PeerSpec*> peer_specs = select_peers(o);
+  if (!peer_specs.empty() && model->family() != "gpt2") {
+    throw Error(fmt::format("--peers builds GPT-2 models only; {} is a {}", o.model.empty() ? o.preset : o.model,
+                            model->architecture()),
+                "--peers", "drop --peers, or compare on a GPT-2 preset");
+  }
   std::string python, peer_script, reference_dir;
   if (!peer_specs.empty()) {
     python = !o.python.empty() ? o.python : o.device == "cuda" ? "python3" : "/usr/bin/python3";
@@ -507,7 +512,7 @@ void run_bench(const StepBenchOptions& o, const train::StopSignals& stop) {
     }
   }
   Json reference_config = cell_config(o, "device", 0, nvme_path);
-  const std::uint64_t reference_bytes = resident_device_bytes(o, model, reference_config);
+  const std::uint64_t reference_bytes = resident_device_bytes(o, *model, reference_config);
   reference_config["strata"]["device_memory"] = reference_bytes;
 
   std::FILE* text_out = o.json ? stderr : stdout;
@@ -521,7 +526,7 @@ void run_bench(const StepBenchOptions& o, const train::StopSignals& stop) {
       "reference: stage 0, nothing offloaded, device memory %s; vs resident = tokens/s / the "
       "reference's; overlap = step ms / busiest ms\n",
       o.model.empty() ? o.preset.c_str() : o.model.c_str(),
-      static_cast<long long>(model.num_params()), o.batch, o.seq_len, o.dtype.c_str(),
+      static_cast<long long>(model->num_params()), o.batch, o.seq_len, o.dtype.c_str(),
       o.gradient_clipping, o.checkpointing ? "" : "no ", o.steps, kWarmupSteps, o.rounds, o.device.c_str(),
       o.device_memory.empty() ? "" : (", device memory " + o.device_memory).c_str(),
       cpu.model_name.c_str(), cpu.logical_cores_in_affinity_mask, load_start,
@@ -590,7 +595,7 @@ void run_bench(const StepBenchOptions& o, const train::StopSignals& stop) {
   DiskRates disk;
   if (disk_bytes > 0) {
     disk_bytes = std::clamp<std::uint64_t>(disk_bytes, 64 * kMiB, 4 * kGiB);
-    disk = measure_disk_rates(run_aio_options(cell_config(o, "nvme", 3, nvme_path), model),
+    disk = measure_disk_rates(run_aio_options(cell_config(o, "nvme", 3, nvme_path), *model),
                               nvme_path + "/disk-limit.bin", disk_bytes, /*read_back=*/true);
     std::fprintf(stderr, "[disk] %s written at %.3f GB/s, read back at %.3f GB/s (the nvme cells' bound)\n",
                  format_bytes(disk_bytes).c_str(), disk.write_gbps, disk.read_gbps);
@@ -608,7 +613,7 @@ void run_bench(const StepBenchOptions& o, const train::StopSignals& stop) {
   std::vector<Peer> peers;
   for (std::size_t i = 0; i < peer_specs.size(); ++i) {
     const PeerSpec& spec = *peer_specs[i];
-    const Peer& p = peers.emplace_back(run_peer(o, model, spec, python, peer_script, reference_dir, ds_nvme_path,
+    const Peer& p = peers.emplace_back(run_peer(o, static_cast<const models::GptSpec&>(*model).config(), spec, python, peer_script, reference_dir, ds_nvme_path,
                                                 scratch.file(fmt::format("peer-{}.log", spec.name))));
     if (stop.received() != 0) return;
     const std::string where = fmt::format("[peer {}/{}] {}", i + 1, peer_specs.size(), spec.name);

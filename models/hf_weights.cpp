@@ -1,8 +1,8 @@
-#include "models/gpt/gpt_weights.h"
+#include "models/hf_weights.h"
 
-#include <algorithm>
 #include <cstring>
 #include <set>
+#include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
@@ -13,9 +13,7 @@
 namespace strata::models {
 namespace {
 
-constexpr const char* kPrefix = "transformer.";
-
-// HF's shape of a tensor: Conv1D weights are (in, out), ours (out, in).
+// HF's shape of a tensor: transposed ones are (in, out), ours (out, in).
 std::vector<std::int64_t> hf_shape(const TensorSlot& t) {
   if (!t.hf_transposed) return t.shape;
   return {t.shape[1], t.shape[0]};
@@ -27,16 +25,11 @@ std::string shape_text(const std::vector<std::int64_t>& shape) {
   return s + (shape.size() == 1 ? ",)" : ")");
 }
 
-bool ignorable(const std::string& name) {
-  // Old GPT-2 checkpoints carry the causal mask as buffers.
-  auto ends_with = [&](std::string_view suffix) {
-    return name.size() >= suffix.size() &&
-           name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
-  };
-  return ends_with(".attn.bias") || ends_with(".attn.masked_bias");
+bool ends_with(std::string_view name, std::string_view suffix) {
+  return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// Element i of a tensor of `dtype` at `data`, widened to fp32.
+// `n` elements of `dtype` at `data`, widened to fp32.
 void widen(const std::byte* data, TensorDType dtype, std::size_t n, float* out) {
   switch (dtype) {
     case TensorDType::f32: std::memcpy(out, data, n * sizeof(float)); return;
@@ -49,17 +42,18 @@ void widen(const std::byte* data, TensorDType dtype, std::size_t n, float* out) 
 
 }  // namespace
 
-HfWeightsReader::HfWeightsReader(const std::string& path, const GptConfig& config)
-    : config_(config), layout_(GptLayout::build(config)) {
+HfWeightsReader::HfWeightsReader(const std::string& path, const ModelSpec& spec)
+    : path_(path), layout_(spec.layout()) {
+  const HfNaming& naming = spec.hf_naming();
   file_ = std::make_unique<SafetensorsFile>(SafetensorsFile::open(path));
-  // The prefix: whichever form names wte.
-  if (file_->find("wte.weight") != nullptr) {
+  // The prefix: whichever form names the embedding.
+  if (file_->find(naming.embedding) != nullptr) {
     prefix_.clear();
-  } else if (file_->find(std::string(kPrefix) + "wte.weight") != nullptr) {
-    prefix_ = kPrefix;
+  } else if (!naming.optional_prefix.empty() && file_->find(naming.optional_prefix + naming.embedding) != nullptr) {
+    prefix_ = naming.optional_prefix;
   } else {
-    throw Error("no wte.weight (or transformer.wte.weight): not a GPT-2 checkpoint", path,
-                "give the model.safetensors of a GPT-2 (GPT2LMHeadModel) checkpoint");
+    throw Error(fmt::format("no {} : not the weights of a {}", naming.embedding, spec.architecture()), path,
+                fmt::format("give the safetensors of a {} checkpoint", spec.architecture()));
   }
   std::set<std::string> expected;
   for (const ModuleLayout& m : layout_.modules) {
@@ -68,12 +62,11 @@ HfWeightsReader::HfWeightsReader(const std::string& path, const GptConfig& confi
       const TensorInfo* info = file_->find(prefix_ + t.name);
       if (info == nullptr) {
         throw Error(fmt::format("tensor {}{} is missing", prefix_, t.name), path,
-                    "the file does not hold a GPT-2 of this config (check n_layer)");
+                    "the file does not hold this model: check the config (num layers, tied embeddings)");
       }
-      if (info->dtype != TensorDType::f32 && info->dtype != TensorDType::bf16 &&
-          info->dtype != TensorDType::f16) {
-        throw Error(fmt::format("tensor {} is {}; GPT-2 weights must be F32, BF16 or F16",
-                                info->name, tensor_dtype_name(info->dtype)),
+      if (info->dtype != TensorDType::f32 && info->dtype != TensorDType::bf16 && info->dtype != TensorDType::f16) {
+        throw Error(fmt::format("tensor {} is {}; weights must be F32, BF16 or F16", info->name,
+                                tensor_dtype_name(info->dtype)),
                     path);
       }
       if (info->shape != hf_shape(t)) {
@@ -86,20 +79,23 @@ HfWeightsReader::HfWeightsReader(const std::string& path, const GptConfig& confi
   for (const TensorInfo& info : file_->tensors()) {
     std::string name = info.name;
     if (!prefix_.empty() && name.rfind(prefix_, 0) == 0) name = name.substr(prefix_.size());
-    if (expected.count(name) != 0 || ignorable(name)) continue;
-    if (info.name == "lm_head.weight") {
-      const TensorInfo* wte = file_->find(prefix_ + "wte.weight");
+    if (expected.count(name) != 0) continue;
+    bool ignored = false;
+    for (const std::string& suffix : naming.ignored_suffixes) ignored = ignored || ends_with(name, suffix);
+    if (ignored) continue;
+    if (!naming.tied_head.empty() && info.name == naming.tied_head) {
+      const TensorInfo* emb = file_->find(prefix_ + naming.embedding);
       const auto a = file_->bytes(info);
-      const auto b = file_->bytes(*wte);
-      if (info.dtype != wte->dtype || info.shape != wte->shape || a.size() != b.size() ||
+      const auto b = file_->bytes(*emb);
+      if (info.dtype != emb->dtype || info.shape != emb->shape || a.size() != b.size() ||
           std::memcmp(a.data(), b.data(), a.size()) != 0) {
-        throw Error("lm_head.weight differs from wte.weight: an untied LM head is not supported",
-                    path);
+        throw Error(fmt::format("{} differs from {}, but the config ties them", info.name, naming.embedding), path,
+                    "set \"tie_word_embeddings\": false in config.json if the model has its own LM head");
       }
       continue;
     }
-    throw Error(fmt::format("unexpected tensor {} (not part of a GPT-2 of this config)", info.name),
-                path, "check n_layer in the config, or the architecture of the checkpoint");
+    throw Error(fmt::format("unexpected tensor {} (not part of a {} of this config)", info.name, spec.architecture()),
+                path, "check the config (num layers, tied embeddings, biases) or the checkpoint's architecture");
   }
 }
 
@@ -143,14 +139,12 @@ std::vector<float> to_hf_layout(const TensorSlot& t, const float* module_data) {
   return out;
 }
 
-void write_hf_weights(const std::string& path, const GptConfig& config,
+void write_hf_weights(const std::string& path, const ModelSpec& spec,
                       const std::function<const float*(int module)>& module, DType out_dtype) {
-  const GptLayout layout = GptLayout::build(config);
+  const ModelLayout layout = spec.layout();
   SafetensorsWriter writer;
   writer.metadata("format", "pt");
-  const TensorDType st = out_dtype == DType::f32    ? TensorDType::f32
-                         : out_dtype == DType::bf16 ? TensorDType::bf16
-                                                    : TensorDType::f16;
+  const TensorDType st = to_tensor_dtype(out_dtype);
   // The writer borrows the data until write(): keep every converted tensor alive.
   std::vector<std::vector<std::byte>> keep;
   for (std::size_t m = 0; m < layout.modules.size(); ++m) {
@@ -164,32 +158,6 @@ void write_hf_weights(const std::string& path, const GptConfig& config,
     }
   }
   writer.write(path);
-}
-
-void copy_to_device(runtime::device::Stream& stream, void* dst, DType dtype, const float* src,
-                    std::size_t n) {
-  if (dtype == DType::f32) {
-    stream.copy_async(dst, src, n * sizeof(float));
-    stream.synchronize();
-    return;
-  }
-  std::vector<std::uint16_t> half(n);
-  convert(src, DType::f32, half.data(), dtype, n);
-  stream.copy_async(dst, half.data(), n * sizeof(std::uint16_t));
-  stream.synchronize();
-}
-
-void copy_from_device(runtime::device::Stream& stream, float* dst, const void* src, DType dtype,
-                      std::size_t n) {
-  if (dtype == DType::f32) {
-    stream.copy_async(dst, src, n * sizeof(float));
-    stream.synchronize();
-    return;
-  }
-  std::vector<std::uint16_t> half(n);
-  stream.copy_async(half.data(), src, n * sizeof(std::uint16_t));
-  stream.synchronize();
-  convert(half.data(), dtype, dst, DType::f32, n);
 }
 
 }  // namespace strata::models

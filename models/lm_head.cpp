@@ -1,4 +1,4 @@
-#include "models/gpt/lm_head.h"
+#include "models/lm_head.h"
 
 #include <algorithm>
 #include <cstddef>

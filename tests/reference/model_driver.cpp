@@ -1,11 +1,12 @@
-// gpt_reference_driver: strata's GPT-2 (models/gpt) on the host backend, driven by
-// gpt_vs_torch.py, which runs the same model in PyTorch (gpt2_torch.py) and compares.
+// model_reference_driver: a strata model of any family (models/registry.h) on the host backend,
+// driven by gpt_vs_torch.py and llama_vs_torch.py, which run the same model in PyTorch
+// (gpt2_torch.py, llama_torch.py) and compare.
 //
-//   gpt_reference_driver --config CONFIG.json --weights W.safetensors --batch BATCH.safetensors
+//   model_reference_driver --config CONFIG.json --weights W.safetensors --batch BATCH.safetensors
 //       --steps S --lr LR --weight-decay WD --beta1 B1 --beta2 B2 --eps EPS
 //       --out OUT.safetensors [--checkpointing] [--dtype fp32|bf16|fp16]
 //
-// CONFIG: HF config.json names. W: HF GPT-2 weights (any prefix, F32/BF16/F16). BATCH: "inputs"
+// CONFIG: an HF config.json of any supported architecture. W: its HF weights (F32/BF16/F16). BATCH: "inputs"
 // and "targets", I32 (B, T). The run: forward at the initial weights (mean cross-entropy over
 // all B*T tokens), backward, then S AdamW steps (torch.optim.AdamW semantics, one group with
 // every parameter, fp32 master weights in host memory, the CPU Adam of cpu_adam/), each on the
@@ -24,9 +25,9 @@
 
 #include "core/error.h"
 #include "cpu_adam/adam.h"
-#include "models/gpt/gpt_config.h"
-#include "models/gpt/gpt_model.h"
-#include "models/gpt/gpt_weights.h"
+#include "models/hf_weights.h"
+#include "models/registry.h"
+#include "models/model_parts.h"
 #include "models/io/safetensors.h"
 #include "runtime/device/device.h"
 #include "runtime/params/resident_params.h"
@@ -57,10 +58,10 @@ std::vector<std::int32_t> read_tokens(const SafetensorsFile& file, const char* n
 }
 
 int run(const Args& a) {
-  const GptConfig config = GptConfig::from_file(a.config);
+  const ModelSpecPtr spec = model_from_path(a.config);
   const DType dtype = parse_dtype(a.dtype);
-  const HfWeightsReader reader(a.weights, config);
-  const GptLayout& layout = reader.layout();
+  const HfWeightsReader reader(a.weights, *spec);
+  const ModelLayout& layout = reader.layout();
   const SafetensorsFile batch = SafetensorsFile::open(a.batch);
   int B = 0, T = 0, B2 = 0, T2 = 0;
   const auto inputs = read_tokens(batch, "inputs", &B, &T);
@@ -82,8 +83,9 @@ int run(const Args& a) {
     reader.read_module(static_cast<int>(m), master[m].data());
     copy_to_device(*stream, params.params(static_cast<int>(m)), dtype, master[m].data(), n);
   }
-  GptModel model(config, {.dtype = dtype, .checkpointing = a.checkpointing}, *device, *stream,
-                 params);
+  const std::unique_ptr<Model> model_ptr =
+      spec->make_model({.dtype = dtype, .checkpointing = a.checkpointing}, *device, *stream, params);
+  Model& model = *model_ptr;
 
   // The CPU Adam as the engine drives it: adam_step with the 1-based step, the best variant
   // of this CPU, the threads of the affinity mask.
@@ -91,7 +93,7 @@ int run(const Args& a) {
                                   .weight_decay = a.weight_decay,
                                   .mode = cpu_adam::AdamMode::adamw};
   std::vector<float> logits(static_cast<std::size_t>(B) * static_cast<std::size_t>(T) *
-                            static_cast<std::size_t>(config.vocab_size));
+                            static_cast<std::size_t>(spec->vocab_size()));
   std::vector<float> losses;
   for (int step = 0; step < a.steps; ++step) {
     params.zero_grads(*stream);
@@ -127,7 +129,7 @@ int run(const Args& a) {
 
   SafetensorsWriter out;
   std::vector<std::vector<float>> keep;  // the writer borrows until write()
-  out.add("logits", TensorDType::f32, {B, T, config.vocab_size}, logits.data());
+  out.add("logits", TensorDType::f32, {B, T, spec->vocab_size()}, logits.data());
   out.add("losses", TensorDType::f32, {static_cast<std::int64_t>(losses.size())}, losses.data());
   for (std::size_t m = 0; m < M; ++m) {
     for (const TensorSlot& t : layout.modules[m].tensors) {
@@ -147,7 +149,7 @@ int run(const Args& a) {
 
 int main(int argc, char** argv) {
   Args a;
-  CLI::App app("strata's GPT-2 for the PyTorch comparison (tests/reference/gpt_vs_torch.py)");
+  CLI::App app("a strata model for the PyTorch comparisons (tests/reference/*_vs_torch.py)");
   app.add_option("--config", a.config)->required();
   app.add_option("--weights", a.weights)->required();
   app.add_option("--batch", a.batch)->required();
@@ -164,7 +166,7 @@ int main(int argc, char** argv) {
   try {
     return run(a);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "gpt_reference_driver: %s\n", e.what());
+    std::fprintf(stderr, "model_reference_driver: %s\n", e.what());
     return 1;
   }
 }

@@ -2,11 +2,11 @@
 // The LM head and its loss: logits = x @ W^T, softmax cross-entropy, and their backward, over a
 // vocabulary padded to an aligned width and in chunks of rows.
 //
-// Padding. W is the (V, C) embedding (tied head). A vocabulary such as GPT-2's 50257 is not a
+// Padding. W is the (V, C) head weight (the embedding when tied). A vocabulary such as GPT-2's 50257 is not a
 // multiple of 8, and cuBLAS then falls back to its slowest, unaligned kernels for all three of
 // the head's GEMMs (measured on an H100: 11 % of a GPT-2 step). So the head runs on a copy of W
 // padded with zero rows to Vp = a multiple of `vocab_multiple` (128 on CUDA; the host backend
-// does not pad by default, see GptOptions): the logits are (rows, Vp),
+// does not pad by default, see ModelOptions): the logits are (rows, Vp),
 // their V..Vp columns are zero and take no part in the softmax (softmax_xent's `ld`), their
 // gradient is written as zero, so the padded rows of dW are zero and only the first V rows are
 // added to the real gradient. Weights in and out of strata stay (V, C).

@@ -1,0 +1,56 @@
+#pragma once
+// A model's weights in Hugging Face safetensors files, for any family (models/model_spec.h):
+// read module by module into strata's flat buffers, and written from them.
+//
+// Names are the layout's (HF's), optionally with the family's prefix ("transformer." for
+// GPT-2); a tensor HF stores transposed (GPT-2's Conv1D) is transposed on the way. Values are
+// widened exactly to fp32 on the way in, and rounded to nearest even on the way out.
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "models/model_layout.h"
+#include "models/model_spec.h"
+
+namespace strata::models {
+
+class SafetensorsFile;  // models/io/safetensors.h
+
+class HfWeightsReader {
+ public:
+  // Opens the weights at `path` (a .safetensors file, by mmap) and checks them against `spec`
+  // before anything is read: every parameter present exactly once, in HF's shape, as F32, BF16
+  // or F16. Ignored: the family's non-parameter buffers, and the tied LM head, which must then
+  // equal the embedding. Any other tensor is an Error naming it (another architecture, or a
+  // config that does not match).
+  HfWeightsReader(const std::string& path, const ModelSpec& spec);
+  ~HfWeightsReader();
+  HfWeightsReader(HfWeightsReader&&) noexcept;
+  HfWeightsReader& operator=(HfWeightsReader&&) noexcept;
+
+  const ModelLayout& layout() const { return layout_; }
+  // Fills out[0, layout().modules[module].numel) with the module's values as fp32 (exact
+  // widening; transposed tensors turned to (out, in); alignment gaps zero).
+  void read_module(int module, float* out) const;
+
+ private:
+  std::string path_;
+  ModelLayout layout_;
+  std::unique_ptr<SafetensorsFile> file_;
+  std::string prefix_;  // "" or the family's optional prefix, whichever the file uses
+};
+
+// Writes the weights as one HF safetensors file (names without prefix, HF's orientation, no
+// tied head: HF ties it on load) in out_dtype (f32, bf16 or f16). module(m) returns module m's
+// fp32 values (layout order); it is called once per module, in order. Atomic: written next to
+// `path`, fsynced, renamed into place.
+void write_hf_weights(const std::string& path, const ModelSpec& spec,
+                      const std::function<const float*(int module)>& module, DType out_dtype);
+
+// A tensor of a module in HF's orientation, fp32.
+std::vector<float> to_hf_layout(const TensorSlot& tensor, const float* module_data);
+
+}  // namespace strata::models

@@ -1,0 +1,101 @@
+#pragma once
+// A model of any family (models/registry.h) on a runtime device: forward, backward and KV-cached
+// decoding over parameters reached only through a runtime::ParamProvider
+// (runtime/params/param_provider.h), so that the model never knows where its states live.
+//
+// Every family follows the same protocol, on one compute stream (every op enqueued through
+// runtime/ops), over the modules of its ModelLayout (models/model_layout.h):
+//   forward:  embedding -> blocks 1..L -> head (final norm, LM head) -> softmax cross-entropy
+//   backward: cross-entropy -> head -> blocks L..1 -> embedding; grads_ready(m) after each
+//             module's last contribution (module 0's last when the head is tied to it).
+// Activations (and, with checkpointing, the one block being recomputed), logits and scratch live
+// in one device-arena allocation made by reserve(); ModelSpec::activation_bytes says how big it
+// is, so that a plan can count it before anything is allocated.
+//
+// Threading: a Model is used by one thread at a time.
+#include <cstdint>
+#include <vector>
+
+#include "core/dtype.h"
+#include "models/model_layout.h"
+#include "runtime/device/device.h"
+
+namespace strata::models {
+
+struct ModelOptions {
+  DType dtype = DType::f32;    // storage of parameters, activations and gradients
+  bool checkpointing = false;  // keep only each block's input; recompute the block in backward
+  // The LM head (models/lm_head.h) pads the vocabulary to a multiple of this on the device
+  // (aligned GEMMs); 0 = the device's choice (vocab_multiple_for), resolved by the model. It
+  // holds at most head_chunk_bytes of logits at once.
+  int vocab_multiple = 0;
+  std::uint64_t head_chunk_bytes = std::uint64_t{1} << 30;
+};
+
+// 128 on CUDA, where cuBLAS runs the head's GEMMs on its fast kernels only for aligned sizes; 1
+// on the host backend, where padding buys nothing and its copy of the head costs ~4 % of a GPT-2
+// step (docs/benchmarks.md). The padded path is tested on the host with vocab_multiple = 128.
+int vocab_multiple_for(runtime::device::Backend backend);
+
+// Keys and values of every layer for incremental decoding: (B, max_T, width) per layer, in the
+// model's dtype, from the device arena; width = the key/value heads times the head size.
+class KvCache {
+ public:
+  KvCache(runtime::device::Device& device, int layers, int width, DType dtype, int batch, int max_T);
+  int batch() const { return batch_; }
+  int max_T() const { return max_T_; }
+  int length() const { return length_; }  // positions filled so far
+  void reset() { length_ = 0; }
+  void advance(int n) { length_ += n; }
+  void* keys(int layer) { return k_[static_cast<std::size_t>(layer)].data(); }
+  void* values(int layer) { return v_[static_cast<std::size_t>(layer)].data(); }
+  static std::uint64_t bytes(int layers, int width, DType dtype, int batch, int max_T);
+
+ private:
+  int batch_;
+  int max_T_;
+  int length_ = 0;
+  std::vector<runtime::device::DeviceBuffer> k_, v_;  // one per layer
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  virtual const ModelLayout& layout() const = 0;
+  virtual const ModelOptions& options() const = 0;
+
+  // Allocates the activations for micro-batches up to (B, T) (OutOfMemory naming them when the
+  // arena is too small). forward() reserves on first use.
+  virtual void reserve(int B, int T) = 0;
+
+  // Runs the forward pass on host token ids `inputs` (B*T, values in [0, vocab_size)), and
+  // returns the mean cross-entropy over `targets` (B*T), or NaN without targets. With
+  // `for_backward`, the state backward() needs is kept (targets required). `logits_out`, when
+  // given, receives the (B, T, V) logits as fp32. Blocks until the loss is known. Throws
+  // strata::Error for tokens out of range or T longer than the model allows.
+  virtual float forward(const std::int32_t* inputs, const std::int32_t* targets, int B, int T,
+                        bool for_backward, float* logits_out = nullptr) = 0;
+
+  // Backward of the last forward (which had for_backward): accumulates (+=) into the gradient
+  // views of the provider. d(loss)/d(logits) is scaled by loss_scale (fp16 loss scaling; 1
+  // otherwise). Returns after enqueueing; the provider's grads_ready events say when each
+  // module's gradient is final.
+  virtual void backward(float loss_scale = 1.0f) = 0;
+
+  // A KV cache for `batch` sequences of up to max_T positions (at most the model's longest).
+  virtual KvCache make_kv_cache(int batch, int max_T) = 0;
+
+  // Incremental decoding: runs `tokens` (B, T_new) at positions [cache.length(), +T_new),
+  // appends their keys / values to the cache and writes the (B, T_new, V) logits as fp32 to
+  // logits_out. B must equal cache.batch(). Blocks until the logits are copied.
+  virtual void forward_decode(KvCache& cache, const std::int32_t* tokens, int B, int T_new,
+                              float* logits_out) = 0;
+
+ protected:
+  Model() = default;
+};
+
+}  // namespace strata::models

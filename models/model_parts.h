@@ -1,0 +1,82 @@
+#pragma once
+// Pieces every family's Model is made of (models/model.h): module access through the parameter
+// provider, the carving of one activation allocation, and the token staging of a step.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/dtype.h"
+#include "models/model_layout.h"
+#include "runtime/device/device.h"
+#include "runtime/params/param_provider.h"
+
+namespace strata::models {
+
+inline constexpr std::size_t kCarveAlign = 256;  // bytes; every sub-buffer starts on the arena's alignment
+
+// Carves one allocation into sub-buffers. With base == nullptr it only measures.
+class Carver {
+ public:
+  explicit Carver(std::byte* base) : base_(base) {}
+  void* take(std::size_t bytes) {
+    offset_ = (offset_ + kCarveAlign - 1) / kCarveAlign * kCarveAlign;
+    void* p = base_ == nullptr ? nullptr : base_ + offset_;
+    offset_ += bytes;
+    return p;
+  }
+  std::size_t bytes() const { return (offset_ + kCarveAlign - 1) / kCarveAlign * kCarveAlign; }
+
+ private:
+  std::byte* base_;
+  std::size_t offset_ = 0;
+};
+
+// The device address of tensor `t` inside a module view.
+inline std::byte* tensor_at(const runtime::params::ModuleView& v, const TensorSlot& t) {
+  return static_cast<std::byte*>(v.data) + t.offset * dtype_size(v.dtype);
+}
+
+// The provider's protocol (param_provider.h) on the model's compute stream: every acquire waits
+// on the view's event; every release / grads_ready records where the compute stream is.
+class ModuleAccess {
+ public:
+  // Checks that the provider has the layout's modules; throws strata::Error otherwise.
+  ModuleAccess(const ModelLayout& layout, DType dtype, runtime::device::Device& device,
+               runtime::device::Stream& compute, runtime::params::ParamProvider& params);
+
+  runtime::params::ModuleView acquire(int module);
+  void release(int module);
+  runtime::params::ModuleView acquire_grads(int module);
+  void grads_ready(int module);
+
+ private:
+  const ModelLayout& layout_;
+  DType dtype_;
+  runtime::device::Stream& compute_;
+  runtime::params::ParamProvider& params_;
+  std::unique_ptr<runtime::device::Event> done_;  // recorded before each release / grads_ready
+};
+
+// Throws strata::Error when a token is outside [0, vocab).
+void check_tokens(const std::int32_t* tokens, std::size_t n, int vocab, const char* what);
+
+// Copies the step's tokens to the device: inputs (and targets, when given) staged in `host`,
+// which must stay unchanged until the stream has run the copies.
+void upload_tokens(runtime::device::Stream& stream, std::vector<std::int32_t>& host, std::int32_t* inputs,
+                   std::int32_t* targets, const std::int32_t* host_inputs, const std::int32_t* host_targets,
+                   std::size_t n);
+
+// The mean of per-token losses, summed in token order in double (the same bits on every run).
+float mean_loss(const std::vector<float>& losses);
+
+}  // namespace strata::models
+
+namespace strata::models {
+
+// Blocking copies between host fp32 and device memory in `dtype` (converted on the host): for
+// tests and tools that fill or read a model's buffers directly.
+void copy_to_device(runtime::device::Stream& stream, void* dst, DType dtype, const float* src, std::size_t n);
+void copy_from_device(runtime::device::Stream& stream, float* dst, const void* src, DType dtype, std::size_t n);
+
+}  // namespace strata::models

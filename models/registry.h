@@ -1,0 +1,26 @@
+#pragma once
+// The model families strata knows, and how a model is named on the command line: a Hugging Face
+// config.json (or the directory holding it) or a preset. Adding a family is a folder under
+// models/ with a ModelSpec and a Family, and one line in registry.cpp.
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "models/model_spec.h"
+
+namespace strata::models {
+
+const std::vector<Family>& families();
+
+// The family of a config.json: its "architectures" (first entry), else its "model_type", else a
+// GPT-2 config without either (strata's own older files); throws strata::Error naming `where`
+// and listing the supported architectures when none matches.
+ModelSpecPtr model_from_json(std::string_view json_text, std::string_view where = "config.json");
+// `path` is a config.json, or a directory holding one (a Hugging Face model directory).
+ModelSpecPtr model_from_path(const std::string& path);
+// The config.json of a model path: `path` itself, or path/config.json for a directory.
+std::string config_json_path(const std::string& path);
+ModelSpecPtr model_preset(std::string_view name);  // throws listing every preset when unknown
+std::vector<std::string> preset_names();           // of every family
+
+}  // namespace strata::models
