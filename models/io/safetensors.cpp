@@ -434,6 +434,19 @@ std::span<const std::byte> SafetensorsFile::bytes(const TensorInfo& tensor) cons
   return {data_ + tensor.begin, static_cast<std::size_t>(tensor.end - tensor.begin)};
 }
 
+void SafetensorsFile::release_pages(const TensorInfo& tensor) const {
+  const std::span<const std::byte> b = bytes(tensor);
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto first = reinterpret_cast<std::uintptr_t>(b.data());
+  const std::uintptr_t lo = (first + page - 1) / page * page;  // round the start up
+  const std::uintptr_t hi = (first + b.size()) / page * page;  // and the end down
+  if (lo >= hi) return;  // no whole page inside the tensor
+  if (::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED) != 0) {
+    throw system_error(errno, "madvise(MADV_DONTNEED)", where_of(path_, tensor.name),
+                       "the tensor's pages stay resident; this is harmless but unexpected");
+  }
+}
+
 // ---- writing ----------------------------------------------------------------------------------
 
 void SafetensorsWriter::add(std::string name, TensorDType dtype, std::vector<std::int64_t> shape,

@@ -71,6 +71,15 @@ class SafetensorsFile {
   std::span<const std::byte> bytes(const TensorInfo& tensor) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
+  // Tells the kernel this process no longer needs the tensor's mapped pages (madvise
+  // MADV_DONTNEED on the whole pages inside its byte range; the pages at either end may hold a
+  // neighbour's bytes and are kept). The mapping is read-only and MAP_PRIVATE, so no page was
+  // ever copied: dropping them only unmaps page-cache pages, which stay cached (clean,
+  // reclaimable) until the kernel needs the memory. bytes() stays valid: a later read faults
+  // the pages back in from the cache or the file. Reading a model tensor by tensor and calling
+  // this after each keeps the resident set near one tensor. Throws Error if madvise fails.
+  void release_pages(const TensorInfo& tensor) const;
+
  private:
   SafetensorsFile() = default;
   void unmap() noexcept;
