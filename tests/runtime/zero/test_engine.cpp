@@ -3,6 +3,7 @@
 // the pieces (FetchTrace, DevicePool).
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -17,7 +18,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/error.h"
 #include "core/units.h"
+#include "offload/aio_engine.h"
 #include "runtime/comm/comm.h"
 #include "runtime/config/config.h"
 #include "runtime/device/device.h"
@@ -283,5 +286,39 @@ TEST(ZeroEngine, SpeculationStaysUnderItsMemoryBudget) {
     }
     EXPECT_EQ(run.engine->counters().speculative_updates, 2u * 2u);
     EXPECT_TRUE(same_bits(reference, run.weights()));
+  }
+}
+
+// Parameter writes go on behind the next modules' updates (Note [Parameter writes behind],
+// updater.h); one that fails is never lost: it is thrown, naming the swap file, at the next step
+// (its begin_step, or the first acquire, which waits for module 0's update and its writes), and
+// again at finish_updates(). The first write the updates issue fails with EIO.
+TEST(ZeroEngine, AFailedParameterWriteIsReportedNamingTheFile) {
+  TempDir dir;
+  config::Config c = make_config(3, config::OffloadDevice::kNvme, config::OffloadDevice::kCpu, dir.path());
+  c.strata.speculative_updates = false;  // the updates after the norm, in forward order
+  std::atomic<bool> armed{false};
+  std::atomic<int> writes{0};
+  EngineRun run(c, nullptr, 0, 1, [&](const offload::Completion& done) {
+    if (!armed.load() || done.op != offload::IoOp::kWrite) return done.result;
+    return writes.fetch_add(1) == 0 ? -EIO : done.result;
+  });
+  armed = true;  // the initial parameters are on disk: from here on, the updates' writes
+  run.step(0);
+  std::string error;
+  try {
+    run.engine->begin_step(1e-2);
+    run.engine->acquire(0);
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("swap.bin"), std::string::npos) << "not reported at the next step, or not naming the file: "
+                                                       << error;
+  EXPECT_NE(error.find("EIO"), std::string::npos) << error;
+  try {
+    run.engine->finish_updates();
+    ADD_FAILURE() << "finish_updates() did not report the failed write";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("swap.bin"), std::string::npos) << e.what();
   }
 }
