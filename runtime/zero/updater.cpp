@@ -102,27 +102,26 @@ void Updater::queue(int module, std::function<void()> task) {
 }
 
 void Updater::finish(int module) {
-  if (task_writes_.empty()) {
+  if (!std::exchange(task_wrote_, false)) {
     gate_.finished(module);
     return;
   }
-  write_watcher_.post([this, writes = std::exchange(task_writes_, {})] { wait_writes(writes); },
-                      [this, module] { gate_.finished(module); });
+  // Behind the task's writes on the watcher (it runs its tasks in order). As a `finally`, so that
+  // it runs whatever happened before.
+  write_watcher_.post({}, [this, module] { gate_.finished(module); });
 }
 
-// On the write watcher: every write, even after one failed (a staging buffer is reused only once
-// its write is over); the first failure is kept for check() before the gate opens.
-void Updater::wait_writes(const std::vector<PendingWrite>& writes) {
-  for (const PendingWrite& w : writes) {
-    try {
-      store_.io().wait(w.io);  // throws the write's error, naming its file
-    } catch (...) {
-      std::lock_guard lock(write_error_mutex_);
-      if (!write_error_) write_error_ = std::current_exception();
-    }
-    w.staging->written.store(w.count, std::memory_order_release);
-    w.staging->written.notify_all();
+// On the write watcher, for every write, even after one failed (a staging buffer is reused only
+// once its write is over); the first failure is kept for check() before the gate opens.
+void Updater::wait_write(const PendingWrite& w) {
+  try {
+    store_.io().wait(w.io);  // throws the write's error, naming its file
+  } catch (...) {
+    std::lock_guard lock(write_error_mutex_);
+    if (!write_error_) write_error_ = std::current_exception();
   }
+  w.staging->written.store(w.count, std::memory_order_release);
+  w.staging->written.notify_all();
 }
 
 void Updater::post(int module, const UpdateArgs& args) {
@@ -261,8 +260,8 @@ void Updater::update(int module, const UpdateArgs& args, Mode mode) {
   }
   // The accumulator is not zeroed: the next step's first micro-batch overwrites it.
   // New parameters on their way to the device (resident modules, device shards) or to NVMe:
-  // the fetcher reads them after this event, or once the gate opens (NVMe: once the writes in
-  // task_writes_ are over; Note [Parameter writes behind]).
+  // the fetcher reads them after this event, or once the gate opens (NVMe: once the writes
+  // handed to the write watcher are over; Note [Parameter writes behind]).
   gate_.updated(module).record(*streams_.copy_in);
 }
 
@@ -315,7 +314,9 @@ void Updater::deliver(int module, std::size_t offset, std::size_t n, const float
   if (staging == nullptr) return;                               // written in place (pinned shard)
   offload::AioHandle io = param.write_from_staging(offset, n, host, *streams_.copy_in);
   if (io) {
-    task_writes_.push_back({std::move(io), staging, ++staging->writes});
+    // Waited for on the write watcher: a later window of this module may reuse the buffer.
+    write_watcher_.post([this, w = PendingWrite{std::move(io), staging, ++staging->writes}] { wait_write(w); });
+    task_wrote_ = true;
   } else {
     staging->done->record(*streams_.copy_in);
   }

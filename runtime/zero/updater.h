@@ -12,18 +12,19 @@
 //
 // Note [Parameter writes behind]. New parameters bound for NVMe leave through the pinned staging
 // buffers (two, used in turn) as asynchronous writes, and the worker does not wait for them at
-// the end of the module: it goes on to the next module's Adam while they run. The writes a task
-// issued go, when the task ends, to the parameter write watcher (a HostWorker of the updater's
-// own, like the fetcher's read watcher), the only thread that waits on their AIO handles. For
-// each write it waits for, in issue order, it then raises its staging buffer's `written` count,
-// which params_out waits on before reusing the buffer; after the last one it signals the gate's
-// `finished` for the module. So the gate opens module m (the next step's NVMe read of its
-// parameters, the reuse of its gradient accumulator) only once its update AND its parameter
-// writes are complete; a task that wrote nothing signals `finished` at once. A failed write is
-// kept (the first one, naming its file) and rethrown by check() and drain() (so by the next
-// gate wait), before the gate opens; the watcher still waits for every other write, so no
-// buffer is reused under a write in flight. drain(), flush_swaps() and every run_after task
-// start only once the watcher has no write left.
+// the end of the module: it goes on to the next module's Adam while they run. Each write, as it
+// is issued, is handed to the parameter write watcher (a HostWorker of the updater's own, like
+// the fetcher's read watcher), the only thread that waits on their AIO handles: in issue order,
+// it waits for the write, then raises its staging buffer's `written` count, which params_out
+// waits on before reusing the buffer (also for a later window of the same module). When a task
+// that wrote ends, the worker queues the gate's `finished` for its module on the watcher, behind
+// those writes. So the gate opens module m (the next step's NVMe read of its parameters, the
+// reuse of its gradient accumulator) only once its update AND its parameter writes are
+// complete; a task that wrote nothing signals `finished` at once. A failed write is kept (the
+// first one, naming its file) before the gate opens, and rethrown by check() and drain() (so by
+// the next gate wait); the watcher still waits for every other write, so no buffer is reused
+// under a write in flight. drain(), flush_swaps() and every run_after task start only once the
+// watcher has no write left.
 //
 // post() queues module m's update (its hyper-parameters, Adam step and gradient scale by value);
 // run_after() queues any task behind the updates posted so far (checkpoints). Both run in
@@ -111,7 +112,7 @@ class Updater {
     std::uint64_t writes = 0;             // NVMe writes started from it (worker)
     std::atomic<std::uint64_t> written{0};  // of which finished, failed or not (write watcher)
   };
-  // An NVMe write of new parameters that the write watcher is to wait for.
+  // An NVMe write of new parameters, for the write watcher to wait for.
   struct PendingWrite {
     offload::AioHandle io;
     Staging* staging = nullptr;
@@ -132,7 +133,7 @@ class Updater {
   // On the worker, once a task of `module` has ended (done or failed): the gate's `finished`,
   // at once or after the task's parameter writes (Note [Parameter writes behind]).
   void finish(int module);
-  void wait_writes(const std::vector<PendingWrite>& writes);  // on the write watcher
+  void wait_write(const PendingWrite& w);  // on the write watcher
   void wait_for_writes();  // every write posted to the watcher so far; rethrows a failed one
   void check_writes();
   int upcoming(std::size_t k);
@@ -147,7 +148,7 @@ class Updater {
   std::vector<std::string> adam_span_names_;  // "adam <module>", per module
   std::deque<Staging> out_staging_;  // updated parameters on their way to their tier
   std::size_t out_next_ = 0;
-  std::vector<PendingWrite> task_writes_;  // the writes of the task running on the worker
+  bool task_wrote_ = false;  // the task running on the worker has handed writes to the watcher
   std::mutex write_error_mutex_;
   std::exception_ptr write_error_;  // the first failed parameter write (write watcher)
   SwapRing ring_;
