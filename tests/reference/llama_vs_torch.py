@@ -59,7 +59,6 @@ Self-checks, so that a pass means something:
    and by > 100 x the fp32-vs-float64 yardstick.
 """
 import json
-import math
 import os
 import sys
 import time
@@ -70,7 +69,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import llama_torch  # noqa: E402
 import st_io  # noqa: E402
-from ref_util import f32, nan_max, rel, worst, worst_ratio  # noqa: E402
+from ref_util import f32, rel, worst, worst_ratio  # noqa: E402
 
 BOUNDS = {"logits": 1e-5, "loss": 1e-4, "grad": 1e-4, "param": 1e-4}
 STEPS = 5
