@@ -123,6 +123,21 @@ def rope_inv_freq(cfg):
     return np.where(medium, (1 - smooth) * out / factor + smooth * out, out)
 
 
+def slow_key_bias(cfg, T, min_angle):
+    """{k_proj.bias name: bool mask (NKV hs)} of the key-bias entries whose RoPE pair (i,
+    i + hs/2) turns less than `min_angle` radians over T tokens ((T - 1) inv_freq[i]); {} without
+    biases. Such entries have a gradient only as large as that angle: q . R_s b_k is nearly the
+    same for every key s of a softmax row, which the softmax ignores (GPT-2's key bias is the
+    limit, angle 0: no gradient at all). Their AdamW steps are then rounding-decided; the tests
+    compare them by the size of their steps instead of their values."""
+    if not cfg.attention_bias:
+        return {}
+    slow = np.tile(np.concatenate([rope_inv_freq(cfg) * (T - 1) < min_angle] * 2),
+                   cfg.num_key_value_heads)
+    return {f"model.layers.{i}.self_attn.k_proj.bias": slow
+            for i in range(cfg.num_hidden_layers)}
+
+
 class RmsNorm(nn.Module):
     def __init__(self, C, eps):
         super().__init__()

@@ -190,7 +190,7 @@ def read_output(path, c):
 # ---- comparison -------------------------------------------------------------------------------
 
 def compare(ours, ref, slow):
-    """[(kind, what, rel)] for every compared quantity; `slow` (slow_key_channels) masks out of
+    """[(kind, what, rel)] for every compared quantity; `slow` (llama_torch.slow_key_bias) masks out of
     the parameter comparison."""
     fast = {n: ~m for n, m in slow.items()}
     rows = [("logits", "logits", rel(ours["logits"], ref["logits"]))]
@@ -201,17 +201,6 @@ def compare(ours, ref, slow):
               rel(ours["params"][n][fast.get(n, slice(None))], p[fast.get(n, slice(None))]))
              for n, p in ref["params"].items()]
     return rows
-
-
-def slow_key_channels(cfg, T):
-    """{k_proj.bias name: bool mask (NKV hs)} of the key-bias entries whose RoPE pair turns less
-    than SLOW_ANGLE over T tokens (see the docstring); {} without biases."""
-    if not cfg.attention_bias:
-        return {}
-    slow = np.tile(np.concatenate([llama_torch.rope_inv_freq(cfg) * (T - 1) < SLOW_ANGLE] * 2),
-                   cfg.num_key_value_heads)
-    return {f"model.layers.{i}.self_attn.k_proj.bias": slow
-            for i in range(cfg.num_hidden_layers)}
 
 
 def slow_key_step(ours, weights, slow):
@@ -295,7 +284,7 @@ def main():
             continue
         ref = run_torch(c, weights, inputs, targets)
         ref32 = run_torch(c, weights, inputs, targets, dtype=torch.float32)
-        slow = slow_key_channels(cfg, c["T"])
+        slow = llama_torch.slow_key_bias(cfg, c["T"], SLOW_ANGLE)
         rows = compare(ours, ref, slow)
         yardstick = worst_ratio(compare(ref32, ref, slow), BOUNDS)
         kb_step = slow_key_step(ours, weights, slow)
