@@ -1,14 +1,20 @@
 #include "models/hf_weights.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <set>
 #include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "models/io/safetensors.h"
+#include "models/io/hf_checkpoint.h"
 
 namespace strata::models {
 namespace {
@@ -45,7 +51,7 @@ void widen(const std::byte* data, TensorDType dtype, std::size_t n, float* out) 
 HfWeightsReader::HfWeightsReader(const std::string& path, const ModelSpec& spec)
     : path_(path), layout_(spec.layout()) {
   const HfNaming& naming = spec.hf_naming();
-  file_ = std::make_unique<SafetensorsFile>(SafetensorsFile::open(path));
+  file_ = std::make_unique<HfCheckpoint>(HfCheckpoint::open(path));
   // The prefix: whichever form names the embedding.
   if (file_->find(naming.embedding) != nullptr) {
     prefix_.clear();
@@ -76,7 +82,8 @@ HfWeightsReader::HfWeightsReader(const std::string& path, const ModelSpec& spec)
       }
     }
   }
-  for (const TensorInfo& info : file_->tensors()) {
+  for (const std::string& file_name : file_->names()) {
+    const TensorInfo& info = *file_->find(file_name);
     std::string name = info.name;
     if (!prefix_.empty() && name.rfind(prefix_, 0) == 0) name = name.substr(prefix_.size());
     if (expected.count(name) != 0) continue;
@@ -87,8 +94,10 @@ HfWeightsReader::HfWeightsReader(const std::string& path, const ModelSpec& spec)
       const TensorInfo* emb = file_->find(prefix_ + naming.embedding);
       const auto a = file_->bytes(info);
       const auto b = file_->bytes(*emb);
-      if (info.dtype != emb->dtype || info.shape != emb->shape || a.size() != b.size() ||
-          std::memcmp(a.data(), b.data(), a.size()) != 0) {
+      const bool same = info.dtype == emb->dtype && info.shape == emb->shape && a.size() == b.size() &&
+                        std::memcmp(a.data(), b.data(), a.size()) == 0;
+      file_->done_with(info);
+      if (!same) {
         throw Error(fmt::format("{} differs from {}, but the config ties them", info.name, naming.embedding), path,
                     "set \"tie_word_embeddings\": false in config.json if the model has its own LM head");
       }
@@ -113,6 +122,7 @@ void HfWeightsReader::read_module(int module, float* out) const {
     const std::byte* data = file_->bytes(*info).data();
     if (!t.hf_transposed) {
       widen(data, info->dtype, t.numel, out + t.offset);
+      file_->done_with(*info);
       continue;
     }
     // HF (in, out) -> ours (out, in).
@@ -124,6 +134,7 @@ void HfWeightsReader::read_module(int module, float* out) const {
     for (std::size_t i = 0; i < cols; ++i) {
       for (std::size_t o = 0; o < rows; ++o) dst[o * cols + i] = tmp[i * rows + o];
     }
+    file_->done_with(*info);
   }
 }
 
@@ -139,25 +150,82 @@ std::vector<float> to_hf_layout(const TensorSlot& t, const float* module_data) {
   return out;
 }
 
-void write_hf_weights(const std::string& path, const ModelSpec& spec,
-                      const std::function<const float*(int module)>& module, DType out_dtype) {
-  const ModelLayout layout = spec.layout();
+namespace {
+
+// One tensor in HF's orientation, rounded to out_dtype.
+std::vector<std::byte> hf_bytes(const TensorSlot& t, const float* module_data, DType out_dtype) {
+  const std::vector<float> hf = to_hf_layout(t, module_data);
+  std::vector<std::byte> bytes(hf.size() * dtype_size(out_dtype));
+  convert(hf.data(), DType::f32, bytes.data(), out_dtype, hf.size());
+  return bytes;
+}
+
+void write_single_file(const std::string& path, const ModelLayout& layout,
+                       const std::function<const float*(int module)>& module, DType out_dtype) {
   SafetensorsWriter writer;
   writer.metadata("format", "pt");
-  const TensorDType st = to_tensor_dtype(out_dtype);
   // The writer borrows the data until write(): keep every converted tensor alive.
   std::vector<std::vector<std::byte>> keep;
   for (std::size_t m = 0; m < layout.modules.size(); ++m) {
     const float* data = module(static_cast<int>(m));
     for (const TensorSlot& t : layout.modules[m].tensors) {
-      const std::vector<float> hf = to_hf_layout(t, data);
-      std::vector<std::byte> bytes(hf.size() * dtype_size(out_dtype));
-      convert(hf.data(), DType::f32, bytes.data(), out_dtype, hf.size());
-      keep.push_back(std::move(bytes));
-      writer.add(t.name, st, hf_shape(t), keep.back().data());
+      keep.push_back(hf_bytes(t, data, out_dtype));
+      writer.add(t.name, to_tensor_dtype(out_dtype), hf_shape(t), keep.back().data());
     }
   }
   writer.write(path);
+}
+
+// config.json with "torch_dtype" naming the dtype the weights were written in.
+std::string config_json(const ModelSpec& spec, DType out_dtype) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(spec.to_json());
+  j["torch_dtype"] = out_dtype == DType::f32 ? "float32" : out_dtype == DType::bf16 ? "bfloat16" : "float16";
+  return j.dump(2) + "\n";
+}
+
+void write_text_atomic(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw system_error(errno, "open", tmp, "check that the folder is writable");
+  std::size_t done = 0;
+  int err = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      err = errno;
+      break;
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  if (err == 0 && ::fsync(fd) != 0) err = errno;
+  ::close(fd);
+  if (err == 0 && ::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
+  if (err != 0) {
+    ::unlink(tmp.c_str());
+    throw system_error(err, "write", path, "check the free space and permissions of the folder");
+  }
+}
+
+}  // namespace
+
+void write_hf_model(const std::string& path, const ModelSpec& spec,
+                    const std::function<const float*(int module)>& module, DType out_dtype,
+                    std::uint64_t max_shard_bytes) {
+  const ModelLayout layout = spec.layout();
+  if (ends_with(path, ".safetensors")) {
+    write_single_file(path, layout, module, out_dtype);
+    return;
+  }
+  HfCheckpointWriter writer(path, max_shard_bytes);
+  for (std::size_t m = 0; m < layout.modules.size(); ++m) {
+    const float* data = module(static_cast<int>(m));
+    for (const TensorSlot& t : layout.modules[m].tensors) {
+      writer.add(t.name, to_tensor_dtype(out_dtype), hf_shape(t), hf_bytes(t, data, out_dtype));
+    }
+  }
+  writer.finish();
+  write_text_atomic((std::filesystem::path(path) / "config.json").string(), config_json(spec, out_dtype));
 }
 
 }  // namespace strata::models

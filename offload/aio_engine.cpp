@@ -381,6 +381,10 @@ void AioEngine::wait_all() {
   std::rethrow_exception(error);
 }
 
+void AioEngine::set_emulated_write_bytes_per_s(std::uint64_t bytes_per_s) {
+  impl_->shared.emulated_write_bytes_per_s.store(bytes_per_s, std::memory_order_relaxed);
+}
+
 void AioEngine::set_activity_hook(IoActivityHook hook) {
   std::lock_guard lock(impl_->shared.mutex);
   // Note [Disk activity]: a stretch under way is reported from now on, not from its start.

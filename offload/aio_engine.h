@@ -186,6 +186,13 @@ class AioEngine {
 
   AioStats stats() const;
 
+  // Tests only: a slower disk for writes. With bytes_per_s > 0 the engine thread that reaps a
+  // write's completion holds it for (bytes transferred) / bytes_per_s before acting on it, so
+  // that each write lasts at least that long (on one engine thread, writes complete one after
+  // another, as on a disk of that speed). 0 (the default): off, one relaxed load per
+  // completion. May be called at any time, from any thread.
+  void set_emulated_write_bytes_per_s(std::uint64_t bytes_per_s);
+
   // Installs (or, with an empty hook, removes) the activity hook; may be called at any time,
   // from any thread. A stretch already under way when the hook is installed is reported from
   // the installation on.

@@ -20,6 +20,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -92,6 +93,7 @@ struct AioRequest {
 struct EngineShared {
   CompletionHook hook;
   AioCounters counters;
+  std::atomic<std::uint64_t> emulated_write_bytes_per_s{0};  // tests only: 0 = off
 
   std::mutex mutex;
   std::condition_variable idle;   // notified when in_flight drops
@@ -179,6 +181,13 @@ inline Error piece_error(const Piece& p, IoOp op, std::string what, int errnum,
 inline PieceAction on_piece_result(Piece& p, int result, EngineShared& shared) {
   const IoOp op = p.request->op;
   const std::size_t want = p.bytes - p.done;
+  if (op == IoOp::kWrite && result > 0) {
+    // AioEngine::set_emulated_write_bytes_per_s (tests): a slower disk.
+    if (const std::uint64_t rate = shared.emulated_write_bytes_per_s.load(std::memory_order_relaxed)) {
+      std::this_thread::sleep_for(std::chrono::nanoseconds(
+          static_cast<std::int64_t>(static_cast<double>(result) * 1e9 / static_cast<double>(rate))));
+    }
+  }
   if (shared.hook) {
     Completion c{op, p.file->path, p.offset + p.done, p.buffer + p.done, want, result, p.attempt};
     result = shared.hook(c);
@@ -265,9 +274,11 @@ inline void finish_piece(Piece& p, EngineShared& shared) noexcept {
       }
       shared.failed.push_back(keep);
     }
+    // The activity report first: its stretch ends before any waiter of the request can wake,
+    // so what a waiter does next starts after it in a trace.
+    shared.request_finished_locked(req.op, req.bytes);
     req.done.store(true, std::memory_order_release);
     req.done.notify_all();
-    shared.request_finished_locked(req.op, req.bytes);
     shared.idle.notify_all();  // under the lock: the engine may be destroyed right after
   }
 }

@@ -1,18 +1,22 @@
-// strata convert CHECKPOINT OUT.safetensors [--dtype fp32|bf16|fp16]: a checkpoint of
-// `strata train` (any world size, states saved from any tier) to one HF GPT-2 safetensors file
-// of the fp32 master weights, shards joined (DeepSpeed's zero_to_fp32.py). The reverse, HF
-// weights into a run, is `strata train --init FILE`.
+// strata convert CHECKPOINT OUT [--dtype fp32|bf16|fp16] [--shard-size SIZE]: a checkpoint of
+// `strata train` (any world size, states saved from any tier) to the Hugging Face layout — a
+// model folder transformers loads, or one safetensors file — of the fp32 master weights, shards
+// joined (DeepSpeed's zero_to_fp32.py). The reverse, HF weights into a run, is
+// `strata train --model DIR` (or --init).
+#include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <memory>
 #include <string>
 
 #include "core/dtype.h"
 #include "core/error.h"
-#include "models/gpt/gpt_layout.h"
+#include "core/units.h"
 #include "models/hf_weights.h"
 #include "runtime/checkpoint/checkpoint_loader.h"
 #include "tools/commands.h"
 #include "train/run_state.h"
+#include "train/train_options.h"
 
 namespace strata::tools {
 namespace {
@@ -22,6 +26,7 @@ struct ConvertOptions {
   std::string out;
   std::string dtype = "fp32";
   std::string state = "master";
+  std::uint64_t shard_bytes = models::kDefaultShardBytes;
 };
 
 runtime::tiers::OptimState parse_state(const std::string& s) {
@@ -50,7 +55,8 @@ void run_convert(const ConvertOptions& o) {
                   files.path, "the checkpoint is damaged: convert an earlier one");
     }
   }
-  models::write_hf_weights(o.out, *meta.model, [&](int m) { return masters.read(m); }, dtype);
+  train::check_save_path(o.out);
+  models::write_hf_model(o.out, *meta.model, [&](int m) { return masters.read(m); }, dtype, o.shard_bytes);
   std::fprintf(stderr, "strata convert: %s (step %llu, %d shard(s)) -> %s (%s, %s)\n", files.path.c_str(),
                static_cast<unsigned long long>(files.manifest.step), files.manifest.shards, o.out.c_str(),
                o.state.c_str(), std::string(dtype_name(dtype)).c_str());
@@ -61,10 +67,22 @@ void run_convert(const ConvertOptions& o) {
 void add_convert_command(CLI::App& app) {
   auto o = std::make_shared<ConvertOptions>();
   CLI::App* cmd = app.add_subcommand(
-      "convert", "a strata train checkpoint (any world size and tiers) to HF GPT-2 safetensors (the fp32 masters)");
+      "convert",
+      "a strata train checkpoint (any world size and tiers) to the Hugging Face layout (the fp32 masters)");
   cmd->add_option("checkpoint", o->checkpoint, "a checkpoint folder, or the --checkpoint-dir holding `latest`")
       ->required();
-  cmd->add_option("out", o->out, "the safetensors file to write")->required();
+  cmd->add_option("out", o->out,
+                  "a folder to write in the Hugging Face layout (config.json, model.safetensors or shards with an "
+                  "index; loadable by transformers), or one file if the name ends in .safetensors")
+      ->required();
+  cmd->add_option_function<std::string>(
+      "--shard-size",
+      [o](const std::string& text) {
+        const std::optional<std::uint64_t> bytes = parse_bytes(text);
+        if (!bytes || *bytes == 0) throw CLI::ValidationError("--shard-size", "not a size: " + text);
+        o->shard_bytes = *bytes;
+      },
+      "the largest safetensors shard of a folder (default 5GB)");
   cmd->add_option("--dtype", o->dtype, "fp32 (default), bf16 or fp16 (rounded to nearest even)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   cmd->add_option("--state", o->state,

@@ -1,27 +1,55 @@
 // strata train: its flags into a train::TrainOptions (train/train_options.h), then
 // train::run_training (train/trainer.h).
+#include <cstdint>
 #include <memory>
+#include <optional>
+#include <string>
 
+#include "core/units.h"
+#include "models/registry.h"
 #include "tools/commands.h"
 #include "tools/device_flags.h"
 #include "train/trainer.h"
 
 namespace strata::tools {
+namespace {
+
+std::string presets_text() {
+  std::string text;
+  for (const std::string& name : models::preset_names()) text += (text.empty() ? "" : ", ") + name;
+  return text;
+}
+
+}  // namespace
 
 void add_train_command(CLI::App& app) {
   auto o = std::make_shared<train::TrainOptions>();
   auto device = std::make_shared<DeviceFlags>();
-  CLI::App* cmd = app.add_subcommand("train", "train a GPT with ZeRO stages 1-3 and states tiered over "
-                                              "device, pinned host and NVMe");
+  CLI::App* cmd = app.add_subcommand("train", "train a GPT-2 or LLaMA-family model with ZeRO stages 1-3 and "
+                                              "states tiered over device, pinned host and NVMe");
   add_device_flags(*cmd, *device);
-  cmd->add_option("--model", o->model_path, "HF GPT-2 config.json");
-  cmd->add_option("--preset", o->preset, "a built-in model: gpt2, gpt2-medium, gpt2-large, gpt2-xl, tiny, bytes-30m");
-  cmd->add_option("--init", o->init_path, "initial weights: HF GPT-2 safetensors (default: GPT-2 init from --seed)");
+  cmd->add_option("--model", o->model_path,
+                  "a Hugging Face model folder (config.json; its weights, when present, are the initial weights) or "
+                  "a config.json: GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM");
+  cmd->add_option("--preset", o->preset, "a built-in model (random init): " + presets_text());
+  cmd->add_option("--init", o->init_path,
+                  "initial weights: a safetensors file or an HF model folder (default: the --model folder's, "
+                  "else the family's init from --seed)");
   cmd->add_option("--data", o->data_path, "training tokens: an llm.c token file");
   cmd->add_option("--text", o->text_path, "training text: any file, its bytes as tokens (vocabulary 256)");
   cmd->add_option("--steps", o->steps, "optimizer steps")->required();
-  cmd->add_option("--seq-len", o->seq_len, "tokens per sequence (default: min(n_positions, 1024))");
-  cmd->add_option("--save", o->save_path, "write the trained weights here (HF GPT-2 safetensors, fp32)");
+  cmd->add_option("--seq-len", o->seq_len, "tokens per sequence (default: min(the model's longest, 1024))");
+  cmd->add_option("--save", o->save_path,
+                  "write the trained weights (fp32) here: a folder in the Hugging Face layout (config.json, "
+                  "model.safetensors or shards with an index), or one file if the name ends in .safetensors");
+  cmd->add_option_function<std::string>(
+      "--save-shard-size",
+      [o](const std::string& text) {
+        const std::optional<std::uint64_t> bytes = parse_bytes(text);
+        if (!bytes || *bytes == 0) throw CLI::ValidationError("--save-shard-size", "not a size: " + text);
+        o->save_shard_bytes = *bytes;
+      },
+      "the largest safetensors shard --save writes in a folder (default 5GB, as transformers)");
   cmd->add_option("--trace", o->trace_path,
                   "write a Chrome trace here: every stream (on cuda the GPU's), CPU Adam, the disk "
                   "(overrides strata.trace)");

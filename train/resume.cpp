@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "models/hf_weights.h"
+#include "models/io/hf_checkpoint.h"
 #include "offload/host_buffer.h"
 #include "runtime/checkpoint/checkpoint_loader.h"
 
@@ -45,10 +47,29 @@ StartPoint load_checkpoint(Session& s, const TrainOptions& o, const RunState& no
   return StartPoint{saved.step, saved.applied_steps};
 }
 
-// --init's weights, else GPT-2's initialization from --seed, module by module.
+// Where the initial weights come from: --init, else the --model folder when it holds weights
+// (model.safetensors or an index); "" = the family's initialization from --seed.
+std::string weights_path(const TrainOptions& o) {
+  if (!o.init_path.empty()) return o.init_path;
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!o.model_path.empty() && fs::is_directory(o.model_path, ec) &&
+      (fs::exists(fs::path(o.model_path) / models::kHfSingleFile, ec) ||
+       fs::exists(fs::path(o.model_path) / models::kHfIndexFile, ec))) {
+    return o.model_path;
+  }
+  return {};
+}
+
+// The initial weights (weights_path), else the family's initialization from --seed, module by
+// module: one module's fp32 values in memory at a time (plus one tensor's mapped file pages).
 void init_weights(Session& s, const TrainOptions& o) {
   std::unique_ptr<models::HfWeightsReader> reader;
-  if (!o.init_path.empty()) reader = std::make_unique<models::HfWeightsReader>(o.init_path, *s.spec);
+  const std::string path = weights_path(o);
+  if (!path.empty()) {
+    reader = std::make_unique<models::HfWeightsReader>(path, *s.spec);
+    if (s.rank0) log::info("initial weights from {}", path);
+  }
   // One buffer for every module (both fill all of it, gaps included): its pages are faulted in
   // once, not once per module.
   std::size_t max_numel = 0;

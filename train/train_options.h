@@ -1,5 +1,5 @@
 #pragma once
-// What one training run is asked to do: a GPT trained by the ZeRO engine (runtime/zero/engine.h),
+// What one training run is asked to do: a model (models/registry.h) trained by the ZeRO engine (runtime/zero/engine.h),
 // with its states in the tiers the config names. One process per rank (mpirun for several).
 // `strata train` (tools/cmd_train.cpp) fills this from its flags; a test may fill it directly
 // and call train::run_training (train/trainer.h).
@@ -13,14 +13,15 @@ struct TrainOptions {
   std::string config_path;        // --config ds.json (required)
   std::string device_kind;        // --device auto|host|cuda; "" = strata.device
   std::optional<std::uint64_t> device_memory_bytes;  // --device-memory; nullopt = strata.device_memory
-  std::string model_path;         // --model config.json (HF names)
+  std::string model_path;         // --model DIR (HF model folder: config.json, weights if any) or config.json
   std::string preset;             // --preset NAME (when no --model)
-  std::string init_path;          // --init weights.safetensors (else GPT-2 init from --seed)
+  std::string init_path;          // --init weights (file or HF folder); else --model DIR's, else init from --seed
   std::string data_path;          // --data tokens.bin (llm.c format)
   std::string text_path;          // --text FILE (bytes as tokens, vocabulary 256)
   std::uint64_t steps = 0;        // optimizer steps
   int seq_len = 0;                // T; 0 = min(n_positions, 1024)
-  std::string save_path;          // --save out.safetensors (HF GPT-2, fp32 masters)
+  std::string save_path;          // --save DIR (HF model folder) or out.safetensors (one file); fp32 masters
+  std::uint64_t save_shard_bytes = 5'000'000'000ull;  // --save-shard-size: the largest shard of a folder
   std::string trace_path;         // --trace t.json (Chrome trace of every stream); "" = strata.trace
   std::string metrics_path;       // --metrics m.jsonl (one object per step)
   std::uint64_t seed = 0;         // --seed: initial weights (without --init)
@@ -44,5 +45,8 @@ void check_options(const TrainOptions& o);
 // folder exists and is writable, and it is not a folder itself. Throws strata::Error naming
 // `flag` (a flag or config key). An empty path passes.
 void check_output_path(const std::string& path, const char* flag);
+// --save: a name ending in .safetensors is a file (check_output_path); anything else a folder
+// that is new, or empty of model weights, and writable.
+void check_save_path(const std::string& path);
 
 }  // namespace strata::train

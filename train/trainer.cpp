@@ -23,18 +23,18 @@
 namespace strata::train {
 namespace {
 
-// --save: every rank gathers, rank 0 writes (HF GPT-2 safetensors, fp32).
-void save_weights(Session& s, const std::string& path) {
+// --save: every rank gathers, rank 0 writes (the HF layout, fp32).
+void save_weights(Session& s, const std::string& path, std::uint64_t shard_bytes) {
   std::vector<float> module_values;
   if (s.rank0) {
-    models::write_hf_weights(
+    models::write_hf_model(
         path, *s.spec,
         [&](int m) {
           module_values.assign(s.layout.modules[static_cast<std::size_t>(m)].numel, 0.0f);
           s.engine->gather_module(m, module_values.data());
           return static_cast<const float*>(module_values.data());
         },
-        DType::f32);
+        DType::f32, shard_bytes);
   } else {
     for (std::size_t m = 0; m < s.layout.modules.size(); ++m) {
       module_values.assign(s.layout.modules[m].numel, 0.0f);
@@ -81,7 +81,7 @@ int run_training(const TrainOptions& o) {
   const RunTotals totals = run_steps(s, o, start, checkpoints ? &*checkpoints : nullptr, now);
 
   s.engine->finish_updates();
-  if (!o.save_path.empty()) save_weights(s, o.save_path);
+  if (!o.save_path.empty()) save_weights(s, o.save_path, o.save_shard_bytes);
   s.device->synchronize();
   s.device->flush_trace();  // the GPU's last spans (cuda records them from a reader thread)
   s.tracer->flush();

@@ -55,11 +55,21 @@ std::string label(const std::string& module, StateKind kind) {
 
 }  // namespace
 
-TierStore::Backing::Backing(const config::Config& config, device::Device& device)
+namespace {
+
+offload::AioOptions with_hook(offload::AioOptions o, const offload::CompletionHook& hook) {
+  o.completion_hook = hook;
+  return o;
+}
+
+}  // namespace
+
+TierStore::Backing::Backing(const config::Config& config, device::Device& device,
+                            const offload::CompletionHook& io_hook)
     : cpu_threads(static_cast<int>(config.strata.cpu_threads)),
       pinned(config.strata.pinned_memory_bytes, pin_hook(device, cpu_threads, touch_window_numel), "pinned host",
              "strata.pinned_memory"),
-      io(aio_options(config), &pinned) {
+      io(with_hook(aio_options(config), io_hook), &pinned) {
   STRATA_ASSERT(config.strata.pinned_memory_bytes > 0,
                 "the tier store needs a resolved config (strata.pinned_memory is still 0)");
   std::vector<std::string> paths = nvme_paths(config);
@@ -68,7 +78,7 @@ TierStore::Backing::Backing(const config::Config& config, device::Device& device
 
 TierStore::TierStore(const config::Config& config, const StoreSetup& setup, device::Device& device,
                      device::Stream& init)
-    : backing_(std::make_shared<Backing>(config, device)), dtype_(setup.dtype) {
+    : backing_(std::make_shared<Backing>(config, device, setup.io_completion_hook)), dtype_(setup.dtype) {
   register_usage(device);
   shard_rank_ = config.zero_optimization.stage >= 1 ? setup.rank : 0;
   // One NVMe block of elements: fp32 offsets (4 bytes each) and compute-dtype offsets (2 or 4)

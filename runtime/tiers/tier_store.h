@@ -43,6 +43,7 @@ struct StoreSetup {
   int world = 1;
   int rank = 0;
   bool optimizer = true;               // allocate the optimizer states and gradient accumulators
+  offload::CompletionHook io_completion_hook;  // tests only: the I/O engine's (aio_engine.h)
 };
 
 class TierStore {
@@ -85,7 +86,7 @@ class TierStore {
   // Shared with the usage reports the device holds, which may outlive the store: they see an
   // expired pointer and report nothing.
   struct Backing {
-    Backing(const config::Config& config, device::Device& device);
+    Backing(const config::Config& config, device::Device& device, const offload::CompletionHook& io_hook);
     // What the pool's touch hook partitions by (tier_store.cpp: touch_hook): the CPU Adam's
     // thread count and window, so each page is first touched by the thread that updates it.
     // The window is known once the plan is made (0 before: one window).

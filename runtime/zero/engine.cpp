@@ -31,6 +31,7 @@ tiers::StoreSetup ZeroEngine::Parts::store_setup(const EngineSetup& setup, const
   s.activation_bytes = setup.activation_bytes;
   s.world = comm.world();
   s.rank = comm.rank();
+  s.io_completion_hook = setup.io_completion_hook;
   return s;
 }
 

@@ -63,9 +63,15 @@ void HostWorker::loop() {
         error = std::current_exception();
       }
     }
+    // The error is stored before `finally` runs: whoever `finally` wakes (a gate waiter) and
+    // then calls check() sees it.
+    if (error) {
+      lock.lock();
+      if (!error_) error_ = error;
+      lock.unlock();
+    }
     if (task.finally) task.finally();
     lock.lock();
-    if (error && !error_) error_ = error;
     busy_ = false;
     if (queue_.empty()) idle_.notify_all();
   }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "core/cpu_features.h"
 #include "core/error.h"
@@ -34,7 +35,7 @@ Updater::Updater(const config::Config& config, tiers::TierStore& store, device::
   if (host_updates) {
     const std::size_t bytes = store.window_numel() * dtype_size(dtype_);
     for (int i = 0; i < 2; ++i) {
-      out_staging_.push_back({store.pinned().allocate(bytes, "updated parameter buffer"), device.create_event(), {}});
+      out_staging_.emplace_back(store.pinned().allocate(bytes, "updated parameter buffer"), device.create_event());
     }
   }
 }
@@ -46,6 +47,42 @@ Updater::~Updater() {
     worker_.drain();
   } catch (const std::exception&) {
   }
+  try {
+    write_watcher_.drain();  // its tasks keep their errors in write_error_ (reported by drain())
+  } catch (const std::exception&) {
+  }
+}
+
+void Updater::drain() {
+  // The worker first: its tasks hand their writes to the watcher as they end.
+  try {
+    worker_.drain();
+  } catch (...) {
+    write_watcher_.drain();
+    throw;
+  }
+  wait_for_writes();
+}
+
+void Updater::check() {
+  worker_.check();
+  check_writes();
+}
+
+void Updater::flush_swaps() {
+  write_watcher_.drain();
+  ring_.flush();
+  check_writes();
+}
+
+void Updater::wait_for_writes() {
+  write_watcher_.drain();
+  check_writes();
+}
+
+void Updater::check_writes() {
+  std::lock_guard lock(write_error_mutex_);
+  if (write_error_) std::rethrow_exception(write_error_);
 }
 
 void Updater::queue(int module, std::function<void()> task) {
@@ -60,8 +97,31 @@ void Updater::queue(int module, std::function<void()> task) {
   };
   worker_.post(std::move(task), [this, module, pop] {
     pop();
-    gate_.finished(module);
+    finish(module);
   });
+}
+
+void Updater::finish(int module) {
+  if (!std::exchange(task_wrote_, false)) {
+    gate_.finished(module);
+    return;
+  }
+  // Behind the task's writes on the watcher (it runs its tasks in order). As a `finally`, so that
+  // it runs whatever happened before.
+  write_watcher_.post({}, [this, module] { gate_.finished(module); });
+}
+
+// On the write watcher, for every write, even after one failed (a staging buffer is reused only
+// once its write is over); the first failure is kept for check() before the gate opens.
+void Updater::wait_write(const PendingWrite& w) {
+  try {
+    store_.io().wait(w.io);  // throws the write's error, naming its file
+  } catch (...) {
+    std::lock_guard lock(write_error_mutex_);
+    if (!write_error_) write_error_ = std::current_exception();
+  }
+  w.staging->written.store(w.count, std::memory_order_release);
+  w.staging->written.notify_all();
 }
 
 void Updater::post(int module, const UpdateArgs& args) {
@@ -116,7 +176,12 @@ void Updater::run_after(std::function<void()> task, std::function<void()> done) 
     std::lock_guard lock(queue_mutex_);
     queued_.push_back(-1);  // the swap ring reads ahead no further than this
   }
-  worker_.post(std::move(task), [this, done = std::move(done)] {
+  // Checkpoints read the states: after every parameter write too (a failed one fails the task).
+  auto after_writes = [this, task = std::move(task)] {
+    wait_for_writes();
+    if (task) task();
+  };
+  worker_.post(std::move(after_writes), [this, done = std::move(done)] {
     {
       std::lock_guard lock(queue_mutex_);
       queued_.pop_front();
@@ -195,12 +260,9 @@ void Updater::update(int module, const UpdateArgs& args, Mode mode) {
   }
   // The accumulator is not zeroed: the next step's first micro-batch overwrites it.
   // New parameters on their way to the device (resident modules, device shards) or to NVMe:
-  // the fetcher reads them after this event, or once the gate opens (NVMe: the writes below).
+  // the fetcher reads them after this event, or once the gate opens (NVMe: once the writes
+  // handed to the write watcher are over; Note [Parameter writes behind]).
   gate_.updated(module).record(*streams_.copy_in);
-  for (Staging& st : out_staging_) {
-    if (st.io) store_.io().wait(st.io);
-    st.io = {};
-  }
 }
 
 void Updater::update_on_device(int module, const UpdateArgs& args) {
@@ -234,8 +296,11 @@ void* Updater::params_out(int module, std::size_t offset, Staging** staging) {
   Staging& st = out_staging_[out_next_];
   out_next_ = (out_next_ + 1) % out_staging_.size();
   st.done->synchronize();  // its last H2D has finished
-  if (st.io) store_.io().wait(st.io);
-  st.io = {};
+  // and its last NVMe write (the write watcher counts them; it alone waits on their handles)
+  for (std::uint64_t w = st.written.load(std::memory_order_acquire); w != st.writes;
+       w = st.written.load(std::memory_order_acquire)) {
+    st.written.wait(w, std::memory_order_acquire);
+  }
   *staging = &st;
   return st.buffer.data();
 }
@@ -249,7 +314,9 @@ void Updater::deliver(int module, std::size_t offset, std::size_t n, const float
   if (staging == nullptr) return;                               // written in place (pinned shard)
   offload::AioHandle io = param.write_from_staging(offset, n, host, *streams_.copy_in);
   if (io) {
-    staging->io = io;
+    // Waited for on the write watcher: a later window of this module may reuse the buffer.
+    write_watcher_.post([this, w = PendingWrite{std::move(io), staging, ++staging->writes}] { wait_write(w); });
+    task_wrote_ = true;
   } else {
     staging->done->record(*streams_.copy_in);
   }

@@ -10,6 +10,22 @@
 // device (H2D) or to NVMe; then the accumulator is zeroed and the gate's `updated` event is
 // recorded after the module's device work.
 //
+// Note [Parameter writes behind]. New parameters bound for NVMe leave through the pinned staging
+// buffers (two, used in turn) as asynchronous writes, and the worker does not wait for them at
+// the end of the module: it goes on to the next module's Adam while they run. Each write, as it
+// is issued, is handed to the parameter write watcher (a HostWorker of the updater's own, like
+// the fetcher's read watcher), the only thread that waits on their AIO handles: in issue order,
+// it waits for the write, then raises its staging buffer's `written` count, which params_out
+// waits on before reusing the buffer (also for a later window of the same module). When a task
+// that wrote ends, the worker queues the gate's `finished` for its module on the watcher, behind
+// those writes. So the gate opens module m (the next step's NVMe read of its parameters, the
+// reuse of its gradient accumulator) only once its update AND its parameter writes are
+// complete; a task that wrote nothing signals `finished` at once. A failed write is kept (the
+// first one, naming its file) before the gate opens, and rethrown by check() and drain() (so by
+// the next gate wait); the watcher still waits for every other write, so no buffer is reused
+// under a write in flight. drain(), flush_swaps() and every run_after task start only once the
+// watcher has no write left.
+//
 // post() queues module m's update (its hyper-parameters, Adam step and gradient scale by value);
 // run_after() queues any task behind the updates posted so far (checkpoints). Both run in
 // posting order.
@@ -32,6 +48,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -77,18 +94,29 @@ class Updater {
   void cancel_speculation(std::uint64_t step) { cancelled_through_ = step; }
   void post_redo(int module, const UpdateArgs& args);
   void run_after(std::function<void()> task, std::function<void()> done);
-  // Waits until every posted task has finished; rethrows the first error.
-  void drain() { worker_.drain(); }
-  void check() { worker_.check(); }
-  // Every NVMe optimizer state on disk and no read ahead pending: call with the worker idle or
-  // from a task on it, before reading or writing those states elsewhere.
-  void flush_swaps() { ring_.flush(); }
+  // Waits until every posted task and its parameter writes have finished; rethrows the first
+  // error (an update's, then a write's).
+  void drain();
+  // Rethrows the first error of an update or of a parameter write, without waiting.
+  void check();
+  // Every NVMe optimizer state and parameter write on disk and no read ahead pending: call with
+  // the worker idle or from a task on it, before reading or writing those states elsewhere.
+  // Rethrows a failed parameter write.
+  void flush_swaps();
 
  private:
   struct Staging {
+    Staging(offload::HostBuffer b, std::unique_ptr<device::Event> e) : buffer(std::move(b)), done(std::move(e)) {}
     offload::HostBuffer buffer;
     std::unique_ptr<device::Event> done;  // the H2D from it
-    offload::AioHandle io;        // the NVMe write from it
+    std::uint64_t writes = 0;             // NVMe writes started from it (worker)
+    std::atomic<std::uint64_t> written{0};  // of which finished, failed or not (write watcher)
+  };
+  // An NVMe write of new parameters, for the write watcher to wait for.
+  struct PendingWrite {
+    offload::AioHandle io;
+    Staging* staging = nullptr;
+    std::uint64_t count = 0;  // staging->writes once it was started
   };
   enum class Mode { in_place, speculative, redo };
   struct Shadow {
@@ -102,6 +130,12 @@ class Updater {
   // staging buffer (returned in *staging) that deliver() sends on to the parameters' tier.
   void* params_out(int module, std::size_t offset, Staging** staging);
   void deliver(int module, std::size_t offset, std::size_t n, const float* master, Staging* staging);
+  // On the worker, once a task of `module` has ended (done or failed): the gate's `finished`,
+  // at once or after the task's parameter writes (Note [Parameter writes behind]).
+  void finish(int module);
+  void wait_write(const PendingWrite& w);  // on the write watcher
+  void wait_for_writes();  // every write posted to the watcher so far; rethrows a failed one
+  void check_writes();
   int upcoming(std::size_t k);
 
   tiers::TierStore& store_;
@@ -112,8 +146,11 @@ class Updater {
   DType dtype_;
   int threads_ = 1;
   std::vector<std::string> adam_span_names_;  // "adam <module>", per module
-  std::vector<Staging> out_staging_;  // updated parameters on their way to their tier
+  std::deque<Staging> out_staging_;  // updated parameters on their way to their tier
   std::size_t out_next_ = 0;
+  bool task_wrote_ = false;  // the task running on the worker has handed writes to the watcher
+  std::mutex write_error_mutex_;
+  std::exception_ptr write_error_;  // the first failed parameter write (write watcher)
   SwapRing ring_;
   std::vector<Shadow> shadows_;             // per module; empty until it first speculates (worker)
   std::vector<char> has_shadow_;            // per module: shadows_[m] allocated (trainer)
@@ -122,6 +159,7 @@ class Updater {
   std::atomic<std::uint64_t> cancelled_through_{0};
   std::mutex queue_mutex_;
   std::deque<int> queued_;  // modules of the posted tasks not finished, in order; -1: another task
+  HostWorker write_watcher_;  // waits for the parameter writes; stops after the worker, which posts to it
   HostWorker worker_;     // last: stops (after its queue) before the states it uses go away
 };
 

@@ -398,7 +398,7 @@ TEST(GptWeights, HfRoundTripInEveryDtype) {
   TempDir dir;
   for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
     const std::string path = dir.file(std::string(dtype_name(dtype)) + ".safetensors");
-    write_hf_weights(path, GptSpec(c), [&](int m) { return modules[static_cast<std::size_t>(m)].data(); }, dtype);
+    write_hf_model(path, GptSpec(c), [&](int m) { return modules[static_cast<std::size_t>(m)].data(); }, dtype);
     // HF's layout on disk: Conv1D weights (in, out).
     const SafetensorsFile file = SafetensorsFile::open(path);
     const TensorInfo* qkv = file.find("h.0.attn.c_attn.weight");

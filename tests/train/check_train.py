@@ -55,12 +55,19 @@ every run in its own folder of the case's temp dir):
   trace_config
       strata.trace in the config writes a valid Chrome trace of the run there; --trace overrides
       it.
+  llama_placement
+      llama-tiny at stage 3: the states on the device, in pinned memory, on NVMe, and with
+      activation checkpointing give the same bits.
+  llama_model_folder
+      --save DIR writes a sharded Hugging Face folder; --model DIR continues from it bit for bit;
+      a second --save into it is refused.
 """
 
 import sys
 
 from cases_limits import (case_bad_inputs, case_enospc_io, case_enospc_plan, case_memory,
                           case_memory_minimum, case_save_path_early)
+from cases_llama import case_llama_model_folder, case_llama_placement
 from cases_outputs import case_trace_config
 from cases_placement import (case_determinism, case_placement_bf16, case_placement_fp16,
                              case_placement_stage, case_stages)
@@ -84,6 +91,8 @@ CASES = {
     "save_path_early": case_save_path_early,
     "determinism": case_determinism,
     "trace_config": case_trace_config,
+    "llama_placement": case_llama_placement,
+    "llama_model_folder": case_llama_model_folder,
 }
 
 

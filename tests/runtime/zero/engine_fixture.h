@@ -12,9 +12,11 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/units.h"
+#include "offload/aio_engine.h"
 #include "runtime/comm/comm.h"
 #include "runtime/config/config.h"
 #include "runtime/device/device.h"
@@ -80,8 +82,9 @@ inline config::Config make_config(int stage, config::OffloadDevice params, confi
 struct EngineRun {
   // link_bytes_per_s: the host device's emulated PCIe (DeviceOptions::host_link_bytes_per_s).
   // numel_scale: every module is module_numel(m) * numel_scale elements.
+  // io_hook: the tier I/O engine's completion hook (fault injection, offload/aio_engine.h).
   EngineRun(const config::Config& config_in, trace::Tracer* tracer_in = nullptr, std::uint64_t link_bytes_per_s = 0,
-            std::size_t numel_scale = 1)
+            std::size_t numel_scale = 1, offload::CompletionHook io_hook = {})
       : config(config_in), own_tracer(tracer_in ? nullptr : std::make_unique<trace::Tracer>("")),
         tracer(tracer_in ? *tracer_in : *own_tracer), scale(numel_scale) {
     device::DeviceOptions o;
@@ -99,6 +102,7 @@ struct EngineRun {
       setup.module_numels.push_back(numel(m));
       setup.module_names.push_back("m" + std::to_string(m));
     }
+    setup.io_completion_hook = std::move(io_hook);
     engine = std::make_unique<zero::ZeroEngine>(config, setup, *device, *compute, *comm, tracer);
     done = device->create_event();
     for (int m = 0; m < kModules; ++m) {

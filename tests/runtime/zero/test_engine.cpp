@@ -3,6 +3,7 @@
 // the pieces (FetchTrace, DevicePool).
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -17,7 +18,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/error.h"
 #include "core/units.h"
+#include "offload/aio_engine.h"
 #include "runtime/comm/comm.h"
 #include "runtime/config/config.h"
 #include "runtime/device/device.h"
@@ -38,11 +41,18 @@ TEST(ZeroEngine, PlacementNeverChangesTheBits) {
   struct Case {
     int stage;
     config::OffloadDevice params, optimizer;
+    // NVMe optimizer states: windows of sub_group_size rounded up to aio.block_size / 2
+    // elements; 2 per module with these.
+    std::uint64_t sub_group_size = 20'000;
+    std::size_t aio_block_size = 65'536;
   };
   const Case cases[] = {
       {3, config::OffloadDevice::kNone, config::OffloadDevice::kNone},
       {3, config::OffloadDevice::kCpu, config::OffloadDevice::kCpu},
       {3, config::OffloadDevice::kNvme, config::OffloadDevice::kNvme},
+      // 3 windows per module: a module's third window reuses the staging buffer of its first,
+      // whose NVMe parameter write is still going behind (Note [Parameter writes behind]).
+      {3, config::OffloadDevice::kNvme, config::OffloadDevice::kNvme, 10'000, 16'384},
       {3, config::OffloadDevice::kCpu, config::OffloadDevice::kNvme},
       {2, config::OffloadDevice::kNone, config::OffloadDevice::kCpu},
       {1, config::OffloadDevice::kNone, config::OffloadDevice::kNvme},
@@ -51,7 +61,10 @@ TEST(ZeroEngine, PlacementNeverChangesTheBits) {
     TempDir dir;
     std::vector<std::vector<float>> reference;
     for (const Case& c : cases) {
-      EngineRun run(make_config(c.stage, c.params, c.optimizer, dir.path(), clipping));
+      config::Config config = make_config(c.stage, c.params, c.optimizer, dir.path(), clipping);
+      config.zero_optimization.sub_group_size = c.sub_group_size;
+      config.aio.block_size = c.aio_block_size;
+      EngineRun run(config);
       for (int s = 0; s < 3; ++s) run.step(0);
       std::vector<std::vector<float>> w = run.weights();
       if (reference.empty()) {
@@ -63,7 +76,7 @@ TEST(ZeroEngine, PlacementNeverChangesTheBits) {
       } else {
         EXPECT_TRUE(same_bits(reference, w))
             << "clipping " << clipping << ", stage " << c.stage << " params " << config::to_string(c.params)
-            << " optimizer " << config::to_string(c.optimizer);
+            << " optimizer " << config::to_string(c.optimizer) << " sub_group_size " << c.sub_group_size;
       }
     }
   }
@@ -283,5 +296,39 @@ TEST(ZeroEngine, SpeculationStaysUnderItsMemoryBudget) {
     }
     EXPECT_EQ(run.engine->counters().speculative_updates, 2u * 2u);
     EXPECT_TRUE(same_bits(reference, run.weights()));
+  }
+}
+
+// Parameter writes go on behind the next modules' updates (Note [Parameter writes behind],
+// updater.h); one that fails is never lost: it is thrown, naming the swap file, at the next step
+// (its begin_step, or the first acquire, which waits for module 0's update and its writes), and
+// again at finish_updates(). The first write the updates issue fails with EIO.
+TEST(ZeroEngine, AFailedParameterWriteIsReportedNamingTheFile) {
+  TempDir dir;
+  config::Config c = make_config(3, config::OffloadDevice::kNvme, config::OffloadDevice::kCpu, dir.path());
+  c.strata.speculative_updates = false;  // the updates after the norm, in forward order
+  std::atomic<bool> armed{false};
+  std::atomic<int> writes{0};
+  EngineRun run(c, nullptr, 0, 1, [&](const offload::Completion& done) {
+    if (!armed.load() || done.op != offload::IoOp::kWrite) return done.result;
+    return writes.fetch_add(1) == 0 ? -EIO : done.result;
+  });
+  armed = true;  // the initial parameters are on disk: from here on, the updates' writes
+  run.step(0);
+  std::string error;
+  try {
+    run.engine->begin_step(1e-2);
+    run.engine->acquire(0);
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("swap.bin"), std::string::npos) << "not reported at the next step, or not naming the file: "
+                                                       << error;
+  EXPECT_NE(error.find("EIO"), std::string::npos) << error;
+  try {
+    run.engine->finish_updates();
+    ADD_FAILURE() << "finish_updates() did not report the failed write";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("swap.bin"), std::string::npos) << e.what();
   }
 }

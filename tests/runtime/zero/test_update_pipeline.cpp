@@ -7,6 +7,10 @@
 //
 // Stage 2, optimizer states on the CPU, parameters on the device: each update's new parameters
 // go up with an H2D from a pinned staging buffer (two of them, used in turn).
+//
+// Stage 3, parameters on NVMe: the new parameters go to the disk from the staging buffers, and
+// the disk's writes are slowed instead (AioEngine::set_emulated_write_bytes_per_s), so that a
+// module's write lasts longer than the host work between two updates.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -16,6 +20,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "offload/aio_engine.h"
+#include "offload/swap_space.h"
 #include "runtime/trace/trace.h"
 #include "tests/runtime/zero/engine_fixture.h"
 
@@ -130,5 +136,88 @@ TEST(UpdatePipeline, AnUpdateOverlapsThePreviousModulesParameterCopy) {
     EXPECT_LT(s.adam[m - 1].front().end, previous.start) << "module " << m - 1 << "'s H2D before its update";
     EXPECT_LT(adam.start, previous.end) << "the update of module " << m << " waited for module " << m - 1
                                          << "'s parameter H2D";
+  }
+}
+
+namespace {
+
+constexpr std::size_t kWriteScale = 8;  // modules of ~320 K elements: 1.3 MB of fp32 parameters
+std::size_t write_bytes(int m) { return (module_numel(m) * kWriteScale + 63) / 64 * 64 * 4; }
+
+struct WriteSpans {
+  std::vector<std::vector<Span>> adam, write;  // per module, in time order
+};
+
+WriteSpans read_write_spans(const std::string& path) {
+  std::ifstream f(path);
+  const nlohmann::json trace = nlohmann::json::parse(f);
+  std::map<int, std::string> tracks;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] == "M" && e["name"] == "thread_name") tracks[e["tid"].get<int>()] = e["args"]["name"];
+  }
+  WriteSpans s;
+  s.adam.resize(kModules);
+  s.write.resize(kModules);
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] != "X") continue;
+    const std::string& track = tracks[e["tid"].get<int>()];
+    const Span span{e["ts"].get<double>(), e["ts"].get<double>() + e["dur"].get<double>()};
+    const std::uint64_t bytes = e.contains("args") ? e["args"]["bytes"].get<std::uint64_t>() : 0;
+    for (int m = 0; m < kModules; ++m) {
+      if (track == "cpu optimizer" && e["name"] == "adam m" + std::to_string(m)) s.adam[m].push_back(span);
+      // The disk's write track tiles the time writes were in flight, one span per finished
+      // request ending at its completion (Note [Disk activity]): the span with module m's shard
+      // bytes (rounded up to the O_DIRECT block on disk) ends when the write of its new
+      // parameters completed.
+      if (track == runtime::trace::kNvmeWriteTrack && bytes >= write_bytes(m) &&
+          bytes < write_bytes(m) + offload::kDirectIoAlignment) {
+        s.write[m].push_back(span);
+      }
+    }
+  }
+  return s;
+}
+
+}  // namespace
+
+// With clipping (and no speculation) the updates run back to back in forward order once the norm
+// is known. Module m's new parameters leave for NVMe as one write from a staging buffer, and the
+// optimizer worker goes on to module m+1's Adam without waiting for it (Note [Parameter writes
+// behind], updater.h): m+1's Adam starts while m's write is still in flight. An updater that
+// waited for the write at the end of module m would start m+1's Adam only after the write's
+// completion, which ends its span on the disk's track before any waiter wakes (finish_piece).
+TEST(UpdatePipeline, AnUpdateStartsWhileThePreviousModulesParameterWriteIsInFlight) {
+  TempDir dir;
+  config::Config c = make_config(3, config::OffloadDevice::kNvme, config::OffloadDevice::kCpu, dir.path(), 1.0);
+  c.zero_optimization.sub_group_size = 2'000'000;  // one Adam window, so one write, per module
+  c.strata.cpu_threads = 1;
+  c.strata.speculative_updates = false;
+  const std::string path = dir.path() + "/trace-writes.json";
+  {
+    trace::Tracer tracer(path);
+    EngineRun run(c, &tracer, 0, kWriteScale);
+    // The initial parameters are on disk already: from here on, the only writes are the updates'.
+    offload::AioEngine& io = run.engine->tiers().swap()->engine();
+    io.set_activity_hook([&tracer](offload::IoOp op, std::int64_t start_ns, std::int64_t end_ns, std::uint64_t bytes) {
+      if (op == offload::IoOp::kWrite) tracer.record("write", runtime::trace::kNvmeWriteTrack, start_ns, end_ns, bytes);
+    });
+    io.set_emulated_write_bytes_per_s(8'000'000);  // ~160 ms per module's 1.3 MB
+    run.step(0);
+    run.engine->finish_updates();
+    io.set_activity_hook({});
+    io.set_emulated_write_bytes_per_s(0);
+    tracer.flush();
+  }
+  const WriteSpans s = read_write_spans(path);
+  for (int m = 0; m < kModules; ++m) {
+    ASSERT_EQ(s.adam[m].size(), 1u) << "module " << m;
+    ASSERT_EQ(s.write[m].size(), 1u) << "module " << m;
+    EXPECT_LT(s.adam[m].front().end, s.write[m].front().end) << "module " << m << "'s write ended before its Adam";
+  }
+  for (int m = 0; m + 1 < kModules; ++m) {
+    const Span& next = s.adam[m + 1].front();
+    EXPECT_LT(s.adam[m].front().start, next.start) << "updates out of forward order";
+    EXPECT_LT(next.start, s.write[m].front().end)
+        << "the update of module " << m + 1 << " waited for module " << m << "'s parameter write";
   }
 }

@@ -1,0 +1,93 @@
+"""Cases of check_train.py: the LLaMA family through `strata train`, and the Hugging Face model
+folder in and out (--save DIR, --model DIR)."""
+import json
+import os
+
+from train_util import Run, check, compare_bitwise, ds_config, tail
+
+# llama-tiny (GQA 4:2, untied head, ~0.8M parameters) on a text file of exactly one window
+# (micro-batch 2 x 32 tokens + 1): every micro-batch of every step is the same batch, so the
+# loss at a step depends on the weights only.
+LLAMA = ["--preset", "llama-tiny", "--seq-len", "32", "--seed", "5"]
+
+
+def one_window_text(root):
+    path = os.path.join(root, "one-window.txt")
+    with open(path, "wb") as f:
+        f.write(bytes((i * 37 + 11) % 251 for i in range(2 * 32 + 1)))
+    return path
+
+
+def case_llama_placement(strata, root):
+    """llama-tiny at ZeRO stage 3 with parameters and optimizer states on the device, in pinned
+    host memory and on NVMe (and activation checkpointing with the states in pinned memory)
+    gives bit-identical saved weights, losses and gradient norms: the engine's invariant holds for
+    the LLaMA family's modules (packed q/k/v, an untied head module) as for GPT-2's."""
+    text = one_window_text(root)
+    runs = []
+    for name, opt, param, extra in (("device", "none", "none", []), ("cpu", "cpu", "cpu", []),
+                                    ("nvme", "nvme", "nvme", []),
+                                    ("cpu_ckpt", "cpu", "cpu", ["--activation-checkpointing"])):
+        run = Run(root, name)
+        os.makedirs(run.nvme, exist_ok=True)
+        run.write_config(ds_config(3, opt=opt, param=param, nvme=run.nvme))
+        run.start(strata, LLAMA + ["--text", text, "--steps", "4"] + extra)
+        run.expect_ok()
+        runs.append(run)
+    losses = runs[0].losses()
+    check(len(losses) == 4 and losses[-1] < losses[0], f"losses should fall: {losses}")
+    for other in runs[1:]:
+        print(f"  device vs {other.name}: {compare_bitwise(runs[0], other)}")
+        check(not other.swap_leftovers(), f"{other.name}: swap files left: {other.swap_leftovers()}")
+
+
+def case_llama_model_folder(strata, root):
+    """--save DIR writes a Hugging Face model folder (config.json naming LlamaForCausalLM, and
+    safetensors shards of at most --save-shard-size with model.safetensors.index.json); --model
+    DIR reads the architecture from its config.json and starts from its weights: the first loss
+    of a run from the folder saved after 3 steps is, bit for bit, the 4th loss of a straight run
+    (the same weights on the same batch). A second --save into the folder is refused at start."""
+    text = one_window_text(root)
+    config = ds_config(3, opt="cpu", param="cpu")
+    straight = Run(root, "straight")
+    straight.write_config(config)
+    straight.start(strata, LLAMA + ["--text", text, "--steps", "4"])
+    straight.expect_ok()
+
+    first = Run(root, "first")
+    folder = os.path.join(first.dir, "model")
+    first.save = folder
+    first.write_config(config)
+    first.start(strata, LLAMA + ["--text", text, "--steps", "3", "--save-shard-size", "200KB"])
+    first.expect_ok()
+    files = sorted(os.listdir(folder))
+    shards = [f for f in files if f.startswith("model-") and f.endswith(".safetensors")]
+    check("config.json" in files and "model.safetensors.index.json" in files and len(shards) >= 2,
+          f"--save {folder}: expected config.json, an index and shards; got {files}")
+    with open(os.path.join(folder, "config.json")) as f:
+        saved = json.load(f)
+    check(saved.get("architectures") == ["LlamaForCausalLM"] and saved.get("num_key_value_heads") == 2,
+          f"config.json: {saved}")
+    with open(os.path.join(folder, "model.safetensors.index.json")) as f:
+        index = json.load(f)
+    names = index["weight_map"]
+    check("lm_head.weight" in names and "model.layers.3.self_attn.k_proj.weight" in names,
+          f"index weight_map lacks LLaMA names: {sorted(names)[:6]}")
+    print(f"  --save: {len(shards)} shards, {len(names)} tensors, {index['metadata']['total_size']} bytes")
+
+    resumed = Run(root, "from_folder")
+    resumed.write_config(config)
+    resumed.start(strata, ["--model", folder, "--seq-len", "32", "--text", text, "--steps", "1"])
+    resumed.expect_ok()
+    check("initial weights from" in resumed.result.stderr, f"no 'initial weights from' line:\n"
+                                                           f"{tail(resumed.result.stderr)}")
+    want, got = straight.losses()[3], resumed.losses()[0]
+    check(want == got, f"the first loss from the folder {got!r} != the straight run's 4th {want!r}")
+    print(f"  --model DIR: first loss {got!r} == the straight run's 4th")
+
+    again = Run(root, "again")
+    again.save = folder
+    again.write_config(config)
+    again.start(strata, LLAMA + ["--text", text, "--steps", "1"])
+    check(again.result.returncode != 0 and "already holds model weights" in again.result.stderr,
+          f"a second --save into {folder} should be refused:\n{tail(again.result.stderr)}")
