@@ -23,7 +23,8 @@ The runs (RUNS), each model through each:
   stage3_nvme  ZeRO stage 3, parameters on "cpu", optimizer states on NVMe (a temp folder, aio
                block_size 64 KiB, sub_group_size small so every module is stepped in several
                swap tiles); WarmupLR linear 1e-4 -> 1e-3 over 3 steps; gradient_clipping
-               CLIP_NVME (some steps clipped, some not: checked)
+               the model's clip_nvme, between its gradient norms (some steps clipped, some
+               not: checked over all runs)
 Both: fp32, AdamW betas (0.9, 0.95), eps 1e-8, weight_decay 0.1 on every parameter, B 2, T 19,
 gas 2, one rank, the host device with a 64 MiB budget, an llm.c token file of skewed random
 tokens that the 40 micro-batches wrap around. `--save OUT` writes an HF folder (config.json,
@@ -36,6 +37,11 @@ Compared, strata against torch float64 (per quantity, float64):
   lr of each step           |ours - torch| / torch            <= 1e-12
   each saved tensor         ||ours - torch|| / ||torch||      <= 1e-4
 and the saved config.json must describe the same model (architecture, shapes, rope, tying).
+Measured (host device): losses <= 1.6e-7, gradient norms <= 1.1e-6, saved tensors <= 5.5e-6
+(llama_tied stage3_cpu, where 98% of the error is one element of L1.down_proj.weight and one of
+L0.o_proj.weight: elements whose gradients are small next to their rounding, which AdamW's
+division by sqrt(v) amplifies -- torch fp32's worst element is the same one, 3e-6 from float64);
+the other runs <= 5e-7. Torch fp32 is 3e-3..1e-2 x the bounds from float64.
 The key bias (Qwen2's k_proj.bias): the entries whose RoPE pair turns less than SLOW_ANGLE over
 T tokens have a gradient only as large as that angle (see llama_vs_torch.py), so AdamW's steps on
 them are rounding-decided; they are compared without those entries ("[fast]"), which are checked
@@ -71,7 +77,6 @@ WINDOWS, TAIL = 13, 5  # 13 < STEPS * GAS windows: the data wraps around; TAIL t
 MOVE = 10
 DISCRIMINATION = 5
 SLOW_ANGLE = 0.01
-CLIP_NVME = 2.0
 SHARD_BYTES = 40000  # --save-shard-size of the SHARDED run: several shards
 SHARDED = ("qwen2_bias", "stage3_cpu")
 STRATA_TIMEOUT_S = 300
@@ -84,19 +89,20 @@ MODELS = [
         "vocab_size": 83, "hidden_size": 48, "intermediate_size": 88, "num_hidden_layers": 2,
         "num_attention_heads": 6, "num_key_value_heads": 2, "max_position_embeddings": 64,
         "rope_theta": 500000.0, "rope_scaling": LLAMA3, "rms_norm_eps": 1e-5,
-        "tie_word_embeddings": True}),
+        "tie_word_embeddings": True}, clip_nvme=3.0),
     dict(name="qwen2_bias", hf={
         "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_act": "silu",
         "vocab_size": 97, "hidden_size": 40, "intermediate_size": 72, "num_hidden_layers": 2,
         "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64,
-        "rope_theta": 1000000.0, "rms_norm_eps": 1e-6, "tie_word_embeddings": False}),
+        "rope_theta": 1000000.0, "rms_norm_eps": 1e-6, "tie_word_embeddings": False},
+         clip_nvme=1.4),
 ]
 RUNS = [
     dict(name="stage3_cpu", schedule=None, max_norm=1.0,
          zero={"stage": 3, "offload_param": {"device": "cpu"},
                "offload_optimizer": {"device": "cpu"},
                "stage3_param_persistence_threshold": 0}),
-    dict(name="stage3_nvme", schedule=WARMUP, max_norm=CLIP_NVME,
+    dict(name="stage3_nvme", schedule=WARMUP, max_norm="clip_nvme",
          zero={"stage": 3, "offload_param": {"device": "cpu"},
                "offload_optimizer": {"device": "nvme", "nvme_path": "(a temp folder)"},
                "stage3_param_persistence_threshold": 0, "sub_group_size": 2000}),
@@ -231,6 +237,8 @@ def main():
         write_model_dir(model["dir"], model["hf"], weights)
         slow = llama_torch.slow_key_bias(cfg, T, SLOW_ANGLE)
         for run in RUNS:
+            if isinstance(run["max_norm"], str):  # the model's
+                run = {**run, "max_norm": model[run["max_norm"]]}
             name = f"{model['name']} {run['name']}"
             print(f"\n== {name}: {cfg.architecture} V {cfg.vocab_size} C {cfg.hidden_size} "
                   f"F {cfg.intermediate_size} L {cfg.num_hidden_layers} NH "

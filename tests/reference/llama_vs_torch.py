@@ -32,6 +32,9 @@ strata computes in fp32, so it can only agree with float64 to fp32 rounding ampl
 network (see gpt_vs_torch.py for why gradients and AdamW steps get 1e-4). The table's last
 column is the yardstick: torch fp32 against torch float64 on the same case (worst rel / bound
 over all quantities); a correct fp32 implementation should be near it.
+Measured (host backend): logits 3.6e-7..6.6e-7, losses <= 1.3e-7, gradients 8e-7..2e-6,
+parameters after 5 steps 2.5e-7..1.2e-5 (gqa_hs24's o_proj, where torch fp32 is 9.5e-6 from
+float64 too); the yardstick is 0.035..0.095 x the bounds.
 
 The key bias (k_proj.bias, where there is one): RoPE rotates it by a different angle at every key
 position, so unlike GPT-2's it has a gradient -- but only as large as the rotation: for a channel
