@@ -1,6 +1,8 @@
-"""What gpt_vs_torch.py and train_vs_torch.py share: the torch/numpy check, the start (command
-line, torch on one thread) and end (FAILED / PASSED) of main, the GPT-2 test weights, running
-the binary under test, the norm-wise comparison helpers and the sanity checks of torch's run.
+"""What the *_vs_torch.py scripts share: the torch/numpy check, the start (command line, torch on
+one thread) and end (FAILED / PASSED) of main, the GPT-2 test weights, running the binary under
+test, the norm-wise comparison helpers, the sanity checks of torch's run, and for the
+`strata train` comparisons (train_vs_torch.py, llama_train_vs_torch.py) the DeepSpeed config,
+the metrics and saved weights, and the torch side of strata's training loop.
 
 Import it before numpy and torch: without them (not Debian's /usr/bin/python3, or
 python3-torch missing; scripts/setup.sh installs both) the import prints why and exits 77,
@@ -11,6 +13,7 @@ Comparisons produce rows (kind, what, rel), rel = ||ours - torch|| / ||torch|| i
 a script's BOUNDS maps each kind to its bound.
 """
 import argparse
+import json
 import math
 import os
 import struct
@@ -119,6 +122,163 @@ def run_checked(cmd, timeout_s):
         tail = (r.stdout + r.stderr)[-3000:]
         raise RuntimeError(f"{' '.join(cmd)} exited {r.returncode}; its output ends:\n{tail}")
     return time.monotonic() - started
+
+
+# ---- `strata train` and its torch twin --------------------------------------------------------
+
+def ds_config(zero, max_norm, *, micro_batch, gas, lr, betas, eps, weight_decay, schedule=None,
+              nvme_dir=None):
+    """The DeepSpeed-style config of a `strata train` run: fp32, AdamW, `zero` (a
+    zero_optimization object; an offload_optimizer on "nvme" gets nvme_path = `nvme_dir`), the
+    host device with a 64 MiB budget, aio block_size 64 KiB, and DeepSpeed's WarmupLR (linear)
+    when `schedule` (its params) is given."""
+    zero = json.loads(json.dumps(zero))
+    if zero.get("offload_optimizer", {}).get("device") == "nvme":
+        zero["offload_optimizer"]["nvme_path"] = nvme_dir
+    c = {
+        "train_micro_batch_size_per_gpu": micro_batch,
+        "gradient_accumulation_steps": gas,
+        "gradient_clipping": max_norm,
+        "bf16": {"enabled": False},
+        "fp16": {"enabled": False},
+        "optimizer": {"type": "AdamW",
+                      "params": {"lr": lr, "betas": list(betas), "eps": eps,
+                                 "weight_decay": weight_decay}},
+        "zero_optimization": zero,
+        "aio": {"block_size": 65536},
+        "strata": {"device": "host", "device_memory": "64MiB"},
+    }
+    if schedule:
+        c["scheduler"] = {"type": "WarmupLR", "params": {**schedule, "warmup_type": "linear"}}
+    return c
+
+
+def read_metrics(path, steps):
+    """strata's --metrics JSONL as {"losses", "lrs", "grad_norms"} arrays (one per step);
+    raises unless it holds steps 1..`steps`, none skipped."""
+    with open(path) as f:
+        lines = [json.loads(line) for line in f if line.strip()]
+    if [m.get("step") for m in lines] != list(range(1, steps + 1)):
+        raise RuntimeError(f"{path}: steps {[m.get('step') for m in lines]}, expected "
+                           f"1..{steps}")
+    if any(m.get("skipped") for m in lines):
+        raise RuntimeError(f"{path}: a step was skipped (fp32 never skips)")
+    return {"losses": np.array([m["loss"] for m in lines]),
+            "lrs": np.array([m["lr"] for m in lines]),
+            "grad_norms": np.array([m["grad_norm"] for m in lines])}
+
+
+def load_saved(path):
+    """The tensors `strata train --save` wrote: one safetensors file, or an HF model folder
+    (model.safetensors, or the shards model.safetensors.index.json's weight_map names, each
+    tensor in the shard the map says). Returns ({name: ndarray}, what) with `what` saying which
+    form it was."""
+    import st_io  # noqa: E402  (a sibling; imported here so that ref_util stays first)
+    if not os.path.isdir(path):
+        return st_io.load(path), "file"
+    index = os.path.join(path, "model.safetensors.index.json")
+    if not os.path.exists(index):
+        return st_io.load(os.path.join(path, "model.safetensors")), "folder"
+    with open(index) as f:
+        weight_map = json.load(f)["weight_map"]
+    out = {}
+    for shard in sorted(set(weight_map.values())):
+        for name, a in st_io.load(os.path.join(path, shard)).items():
+            if weight_map.get(name) != shard:
+                raise RuntimeError(f"{path}/{shard} holds {name}, which the index puts in "
+                                   f"{weight_map.get(name)}")
+            out[name] = a
+    missing = sorted(set(weight_map) - set(out))
+    if missing:
+        raise RuntimeError(f"{index}: {', '.join(missing[:5])} in no shard")
+    return out, f"{len(set(weight_map.values()))} shards"
+
+
+def micro_batch(tokens, k, B, T, stride=None):
+    """Micro-batch k of a run (models/io/batch_loader.h, sequential order, one rank): window k
+    mod W, W = (ntokens - 1) // (B*T); inputs its first B*T tokens, targets the next B*T
+    (shifted by one), both (B, T). stride (default B*T) is the windows' starts: B*T + 1 is a bug
+    of the self-checks."""
+    n = B * T
+    stride = stride or n
+    windows = (len(tokens) - 1 - n) // stride + 1
+    w = k % windows
+    seg = tokens[w * stride: w * stride + n + 1].astype(np.int64)
+    return (torch.from_numpy(seg[:n].reshape(B, T).copy()),
+            torch.from_numpy(seg[1:].reshape(B, T).copy()))
+
+
+def lr_at(base_lr, schedule, k, late=False):
+    """The lr of optimizer step k (0-based): `base_lr` without a schedule, else DeepSpeed's
+    WarmupLR (linear) with last_batch_iteration -1 (step 0 uses warmup_min_lr, step k >= 1
+    f(k - 1), f(i) = min + (max - min) min(1, i / max(2, warmup_num_steps))); late=True is the
+    off-by-one bug (step k uses f(k))."""
+    if schedule is None:
+        return base_lr
+    lo, hi = schedule["warmup_min_lr"], schedule["warmup_max_lr"]
+    w = max(2, schedule["warmup_num_steps"])
+    i = k if late else k - 1
+    if i < 0:
+        return lo
+    return lo + (hi - lo) * (i / w if i < w else 1.0)
+
+
+def torch_train(model, tokens, *, steps, B, T, gas, lr_of_step, max_norm, betas, eps,
+                weight_decay, clip=True, decay_all=True, stride=None, loss_div=None,
+                optimizer="adamw"):
+    """`steps` optimizer steps of `model` (its forward(x, y) returns (logits, mean loss)) as
+    strata's trainer runs them: per step `gas` micro-batches (micro_batch), each one's loss / gas
+    backpropagated; the gradients clipped to `max_norm` (torch.nn.utils.clip_grad_norm_); one
+    AdamW group holding every parameter at lr_of_step(k). The reported loss is the mean of the
+    micro-batch losses. clip, decay_all (False: no decay on 1-d tensors), stride, loss_div and
+    optimizer ("adam": L2 decay) are the self-checks' bugs.
+    Returns {"losses", "lrs", "grad_norms", "params": {name: fp32 ndarray}}."""
+    named = list(model.named_parameters())
+    if decay_all:
+        groups = [{"params": [p for _, p in named], "weight_decay": f32(weight_decay)}]
+    else:
+        groups = [{"params": [p for _, p in named if p.dim() >= 2],
+                   "weight_decay": f32(weight_decay)},
+                  {"params": [p for _, p in named if p.dim() < 2], "weight_decay": 0.0}]
+    cls = {"adamw": torch.optim.AdamW, "adam": torch.optim.Adam}[optimizer]
+    opt = cls(groups, lr=lr_of_step(0), betas=(f32(betas[0]), f32(betas[1])), eps=f32(eps))
+    losses, lrs, norms = [], [], []
+    for step in range(steps):
+        lr = lr_of_step(step)
+        for g in opt.param_groups:
+            g["lr"] = f32(lr)
+        opt.zero_grad(set_to_none=True)
+        micro = []
+        for k in range(gas):
+            x, y = micro_batch(tokens, step * gas + k, B, T, stride)
+            _, loss = model(x, y)
+            (loss / (loss_div or gas)).backward()
+            micro.append(loss.item())
+        params = [p for _, p in named]
+        if clip:
+            norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+        else:
+            norm = torch.norm(torch.stack([p.grad.detach().norm() for p in params]))
+        opt.step()
+        losses.append(sum(micro) / gas)
+        lrs.append(lr)
+        norms.append(float(norm))
+    return {"losses": np.array(losses), "lrs": np.array(lrs), "grad_norms": np.array(norms),
+            "params": {n: p.detach().to(torch.float32).numpy().copy() for n, p in named}}
+
+
+def adam_max_move(lrs, betas):
+    """The most len(lrs) AdamW steps can move an element apart from weight decay:
+    sum_t lr_t max |m_hat_t / sqrt(v_hat_t)|, by Cauchy-Schwarz (w, u the bias-corrected EMA
+    weights of the betas: sqrt(sum_i w_i^2 / u_i))."""
+    b1, b2 = betas
+    total = 0.0
+    for t, lr in enumerate(lrs, start=1):
+        i = np.arange(1, t + 1)
+        w = (1 - b1) * b1 ** (t - i) / (1 - b1 ** t)
+        u = (1 - b2) * b2 ** (t - i) / (1 - b2 ** t)
+        total += lr * math.sqrt(float(np.sum(w * w / u)))
+    return total
 
 
 # ---- comparison -------------------------------------------------------------------------------

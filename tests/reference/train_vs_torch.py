@@ -65,7 +65,6 @@ Self-checks, so that a pass means something:
     of their norm in 10 steps, 7 to 10 x the bound; strata itself is ~1e-7 from torch).
 """
 import json
-import math
 import os
 import sys
 import time
@@ -107,26 +106,9 @@ RUNS = [
 # ---- inputs -----------------------------------------------------------------------------------
 
 def ds_config(run, nvme_dir):
-    zero = json.loads(json.dumps(run["zero"]))
-    if zero.get("offload_optimizer", {}).get("device") == "nvme":  # the placeholder
-        zero["offload_optimizer"]["nvme_path"] = nvme_dir
-    c = {
-        "train_micro_batch_size_per_gpu": B,
-        "gradient_accumulation_steps": GAS,
-        "gradient_clipping": run["max_norm"],
-        "bf16": {"enabled": False},
-        "fp16": {"enabled": False},
-        "optimizer": {"type": "AdamW",
-                      "params": {"lr": LR, "betas": list(BETAS), "eps": EPS,
-                                 "weight_decay": WEIGHT_DECAY}},
-        "zero_optimization": zero,
-        "aio": {"block_size": 65536},
-        "strata": {"device": "host", "device_memory": "64MiB"},
-    }
-    if run["schedule"]:
-        c["scheduler"] = {"type": "WarmupLR",
-                          "params": {**run["schedule"], "warmup_type": "linear"}}
-    return c
+    return ref_util.ds_config(run["zero"], run["max_norm"], micro_batch=B, gas=GAS, lr=LR,
+                              betas=BETAS, eps=EPS, weight_decay=WEIGHT_DECAY,
+                              schedule=run["schedule"], nvme_dir=nvme_dir)
 
 
 # ---- strata -----------------------------------------------------------------------------------
@@ -148,14 +130,8 @@ def run_strata(strata, workdir, run, weights, tokens):
            "--seq-len", str(T), "--save", p["out.safetensors"], "--metrics", p["m.jsonl"],
            "--report", "none"]
     seconds = ref_util.run_checked(cmd, STRATA_TIMEOUT_S)
-    with open(p["m.jsonl"]) as f:
-        lines = [json.loads(line) for line in f if line.strip()]
-    if [m.get("step") for m in lines] != list(range(1, STEPS + 1)):
-        raise RuntimeError(f"{p['m.jsonl']}: steps {[m.get('step') for m in lines]}, expected "
-                           f"1..{STEPS}")
-    if any(m.get("skipped") for m in lines):
-        raise RuntimeError(f"{p['m.jsonl']}: a step was skipped (fp32 never skips)")
-    saved = st_io.load(p["out.safetensors"])
+    metrics = ref_util.read_metrics(p["m.jsonl"], STEPS)
+    saved, _ = ref_util.load_saved(p["out.safetensors"])
     params, problems = {}, []
     for name, a in saved.items():
         key = name[len(gpt2_torch.HF_PREFIX):] if name.startswith(gpt2_torch.HF_PREFIX) else name
@@ -171,77 +147,20 @@ def run_strata(strata, workdir, run, weights, tokens):
                  if n in params and params[n].dtype != np.float32]
     if problems:
         raise RuntimeError(f"{p['out.safetensors']}: " + "; ".join(problems[:8]))
-    return {"losses": np.array([m["loss"] for m in lines]),
-            "lrs": np.array([m["lr"] for m in lines]),
-            "grad_norms": np.array([m["grad_norm"] for m in lines]),
-            "params": params}, seconds
+    return {**metrics, "params": params}, seconds
 
 
 # ---- torch ------------------------------------------------------------------------------------
 
-def lr_at(schedule, k, late=False):
-    """The lr of optimizer step k (0-based), DeepSpeed's WarmupLR (linear) with
-    last_batch_iteration -1; late=True is the off-by-one bug (step k uses f(k))."""
-    if schedule is None:
-        return LR
-    lo, hi = schedule["warmup_min_lr"], schedule["warmup_max_lr"]
-    w = max(2, schedule["warmup_num_steps"])
-    i = k if late else k - 1  # the scheduler's last_batch_iteration at step k
-    if i < 0:
-        return lo
-    gamma = i / w if i < w else 1.0
-    return lo + (hi - lo) * gamma
-
-
-def micro_batch(tokens, k, stride=None):
-    """Micro-batch k of the run (sequential order, one rank): window k mod W."""
-    n = B * T
-    stride = stride or n  # the windows' starts; stride B*T + 1 is a bug of the self-check
-    windows = (len(tokens) - 1 - n) // stride + 1  # (ntokens - 1) // (B*T) for stride B*T
-    w = k % windows
-    seg = tokens[w * stride: w * stride + n + 1].astype(np.int64)
-    return (torch.from_numpy(seg[:n].reshape(B, T).copy()),
-            torch.from_numpy(seg[1:].reshape(B, T).copy()))
-
-
-def run_torch(weights, tokens, run, dtype=torch.float32, late_lr=False, clip=True,
-              decay_all=True, stride=None, loss_div=GAS, optimizer="adamw"):
-    """STEPS steps as strata runs them (see the docstring); the keyword arguments other than
-    dtype are the deliberate bugs of the discrimination check."""
+def run_torch(weights, tokens, run, dtype=torch.float32, late_lr=False, **bugs):
+    """STEPS steps as strata runs them (see the docstring); late_lr and `bugs` (clip, decay_all,
+    stride, loss_div, optimizer: ref_util.torch_train's) are the discrimination's bugs."""
     model = gpt2_torch.Gpt2(CFG, dtype)
     model.load_numpy(weights)
-    named = list(model.named_parameters())
-    if decay_all:
-        groups = [{"params": [p for _, p in named], "weight_decay": f32(WEIGHT_DECAY)}]
-    else:  # the common GPT recipe: no decay on biases and LayerNorm weights
-        groups = [{"params": [p for _, p in named if p.dim() >= 2],
-                   "weight_decay": f32(WEIGHT_DECAY)},
-                  {"params": [p for _, p in named if p.dim() < 2], "weight_decay": 0.0}]
-    cls = {"adamw": torch.optim.AdamW, "adam": torch.optim.Adam}[optimizer]
-    opt = cls(groups, lr=LR, betas=(f32(BETAS[0]), f32(BETAS[1])), eps=f32(EPS))
-    losses, lrs, norms = [], [], []
-    for step in range(STEPS):
-        lr = lr_at(run["schedule"], step, late=late_lr)
-        for g in opt.param_groups:
-            g["lr"] = f32(lr)
-        opt.zero_grad(set_to_none=True)
-        micro = []
-        for k in range(GAS):
-            x, y = micro_batch(tokens, step * GAS + k, stride)
-            _, loss = model(x, y)
-            (loss / loss_div).backward()
-            micro.append(loss.item())
-        params = [p for _, p in named]
-        if clip:
-            norm = torch.nn.utils.clip_grad_norm_(params, run["max_norm"])
-        else:
-            norm = torch.norm(torch.stack([p.grad.detach().norm() for p in params]))
-        opt.step()
-        losses.append(sum(micro) / GAS)
-        lrs.append(lr)
-        norms.append(float(norm))
-    return {"losses": np.array(losses), "lrs": np.array(lrs), "grad_norms": np.array(norms),
-            "params": {n: p.detach().to(torch.float32).numpy().copy() for n, p in named}}
+    return ref_util.torch_train(
+        model, tokens, steps=STEPS, B=B, T=T, gas=GAS,
+        lr_of_step=lambda k: ref_util.lr_at(LR, run["schedule"], k, late=late_lr),
+        max_norm=run["max_norm"], betas=BETAS, eps=EPS, weight_decay=WEIGHT_DECAY, **bugs)
 
 
 # ---- comparison -------------------------------------------------------------------------------
@@ -258,24 +177,11 @@ def compare(ours, ref):
     return rows
 
 
-def adam_max_move(lrs):
-    """The most `len(lrs)` AdamW steps can move an element apart from weight decay:
-    sum_t lr_t max |m_hat_t / sqrt(v_hat_t)|, by Cauchy-Schwarz."""
-    b1, b2 = BETAS
-    total = 0.0
-    for t, lr in enumerate(lrs, start=1):
-        i = np.arange(1, t + 1)
-        w = (1 - b1) * b1 ** (t - i) / (1 - b1 ** t)
-        u = (1 - b2) * b2 ** (t - i) / (1 - b2 ** t)
-        total += lr * math.sqrt(float(np.sum(w * w / u)))
-    return total
-
-
 def key_bias_move(ours, weights, lrs):
     """Worst over the layers of max |p_k - p0_k prod(1 - lr_t wd)| / adam_max_move (<= 1)."""
     C = CFG.n_embd
     decay = float(np.prod([1.0 - f32(lr) * f32(WEIGHT_DECAY) for lr in lrs]))
-    bound = adam_max_move(lrs)
+    bound = ref_util.adam_max_move(lrs, BETAS)
     worst = 0.0
     for i in range(CFG.n_layer):
         n = f"h.{i}.attn.c_attn.bias"
