@@ -2,8 +2,22 @@
 folder in and out (--save DIR, --model DIR)."""
 import json
 import os
+import subprocess
 
-from train_util import Run, check, compare_bitwise, ds_config, tail
+from train_util import Run, bits, check, compare_bitwise, ds_config, st_io, tail
+
+
+def load_folder(folder):
+    """Every tensor of a Hugging Face model folder (model.safetensors, or the index's shards)."""
+    index = os.path.join(folder, "model.safetensors.index.json")
+    if not os.path.exists(index):
+        return st_io.load(os.path.join(folder, "model.safetensors"))
+    with open(index) as f:
+        shards = sorted(set(json.load(f)["weight_map"].values()))
+    out = {}
+    for shard in shards:
+        out.update(st_io.load(os.path.join(folder, shard)))
+    return out
 
 # llama-tiny (GQA 4:2, untied head, ~0.8M parameters) on a text file of exactly one window
 # (micro-batch 2 x 32 tokens + 1): every micro-batch of every step is the same batch, so the
@@ -58,7 +72,9 @@ def case_llama_model_folder(strata, root):
     folder = os.path.join(first.dir, "model")
     first.save = folder
     first.write_config(config)
-    first.start(strata, LLAMA + ["--text", text, "--steps", "3", "--save-shard-size", "200KB"])
+    checkpoints = os.path.join(first.dir, "checkpoints")
+    first.start(strata, LLAMA + ["--text", text, "--steps", "3", "--save-shard-size", "200KB",
+                                 "--checkpoint-dir", checkpoints])
     first.expect_ok()
     files = sorted(os.listdir(folder))
     shards = [f for f in files if f.startswith("model-") and f.endswith(".safetensors")]
@@ -74,6 +90,20 @@ def case_llama_model_folder(strata, root):
     check("lm_head.weight" in names and "model.layers.3.self_attn.k_proj.weight" in names,
           f"index weight_map lacks LLaMA names: {sorted(names)[:6]}")
     print(f"  --save: {len(shards)} shards, {len(names)} tensors, {index['metadata']['total_size']} bytes")
+
+    # strata convert of the run's last checkpoint: the same folder, tensor for tensor, bit for bit.
+    converted = os.path.join(first.dir, "converted")
+    r = subprocess.run([strata, "convert", checkpoints, converted, "--shard-size", "300KB"],
+                       capture_output=True, text=True, timeout=60)
+    check(r.returncode == 0, f"strata convert {checkpoints} {converted}: exit {r.returncode}\n{tail(r.stderr)}")
+    a, b = load_folder(folder), load_folder(converted)
+    check(sorted(a) == sorted(b), f"convert: tensor names differ from --save's")
+    for name in a:
+        check(a[name].shape == b[name].shape and (bits(a[name]) == bits(b[name])).all(),
+              f"convert: {name} differs from --save's")
+    with open(os.path.join(converted, "config.json")) as f:
+        check(json.load(f) == saved, "convert: config.json differs from --save's")
+    print(f"  strata convert CKPT DIR: {len(a)} tensors identical to --save DIR's")
 
     resumed = Run(root, "from_folder")
     resumed.write_config(config)
@@ -91,3 +121,4 @@ def case_llama_model_folder(strata, root):
     again.start(strata, LLAMA + ["--text", text, "--steps", "1"])
     check(again.result.returncode != 0 and "already holds model weights" in again.result.stderr,
           f"a second --save into {folder} should be refused:\n{tail(again.result.stderr)}")
+

@@ -60,7 +60,7 @@ every run in its own folder of the case's temp dir):
       activation checkpointing give the same bits.
   llama_model_folder
       --save DIR writes a sharded Hugging Face folder; --model DIR continues from it bit for bit;
-      a second --save into it is refused.
+      a second --save into it is refused; strata convert of its checkpoint writes the same folder.
 """
 
 import sys
