@@ -21,10 +21,16 @@
 #include "models/model_parts.h"
 #include "models/io/safetensors.h"
 #include "runtime/device/device.h"
+#include "tests/models/model_test_util.h"
 #include "runtime/params/resident_params.h"
 
 namespace strata::models {
 namespace {
+
+using test::norm_rel;
+using test::random_tokens;
+using test::same_bits;
+using test::TempDir;
 
 GptConfig small_config() {
   GptConfig c;
@@ -34,13 +40,6 @@ GptConfig small_config() {
   c.n_layer = 2;
   c.n_head = 3;
   return c;
-}
-
-std::vector<std::int32_t> random_tokens(std::size_t n, int vocab, std::uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<std::int32_t> t(n);
-  for (auto& x : t) x = static_cast<std::int32_t>(rng() % static_cast<std::uint32_t>(vocab));
-  return t;
 }
 
 // A host device, resident parameters initialized with `seed`, and a model over them.
@@ -368,19 +367,6 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, GptHalfStorage, ::testing::Values(DType::bf16, 
                          [](const ::testing::TestParamInfo<DType>& p) { return std::string(dtype_name(p.param)); });
 
 // ---- HF safetensors in and out ------------------------------------------------------------
-
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "strata-gpt-XXXXXX").string();
-    path_ = ::mkdtemp(tmpl.data());
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
 
 std::vector<std::vector<float>> init_all(const GptConfig& c, const ModelLayout& layout) {
   std::vector<std::vector<float>> modules;

@@ -29,10 +29,16 @@
 #include "models/hf_weights.h"
 #include "models/model_parts.h"
 #include "runtime/device/device.h"
+#include "tests/models/model_test_util.h"
 #include "runtime/params/resident_params.h"
 
 namespace strata::models {
 namespace {
+
+using test::norm_rel;
+using test::random_tokens;
+using test::same_bits;
+using test::TempDir;
 
 // GPT-shaped: C and 4C multiples of 8 (the GELU epilogues' rule), B*T odd.
 GptConfig config() {
@@ -43,13 +49,6 @@ GptConfig config() {
   c.n_layer = 2;
   c.n_head = 4;
   return c;
-}
-
-std::vector<std::int32_t> random_tokens(std::size_t n, int vocab, std::uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<std::int32_t> t(n);
-  for (auto& x : t) x = static_cast<std::int32_t>(rng() % static_cast<std::uint32_t>(vocab));
-  return t;
 }
 
 // One forward + backward on a device of `kind`, parameters initialized with seed 1.
@@ -91,20 +90,6 @@ Result run(const std::string& kind, DType dtype, bool checkpointing, int B, int 
     r.grads.push_back(std::move(g));
   }
   return r;
-}
-
-double norm_rel(const std::vector<float>& got, const std::vector<float>& want) {
-  double d2 = 0, w2 = 0;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    const double d = static_cast<double>(got[i]) - want[i];
-    d2 += d * d;
-    w2 += static_cast<double>(want[i]) * want[i];
-  }
-  return w2 > 0 ? std::sqrt(d2 / w2) : std::sqrt(d2);
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 TEST(GptCuda, MatchesTheHostBackend) {

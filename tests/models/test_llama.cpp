@@ -25,10 +25,16 @@
 #include "models/model_parts.h"
 #include "models/registry.h"
 #include "runtime/device/device.h"
+#include "tests/models/model_test_util.h"
 #include "runtime/params/resident_params.h"
 
 namespace strata::models {
 namespace {
+
+using test::norm_rel;
+using test::random_tokens;
+using test::same_bits;
+using test::TempDir;
 
 namespace fs = std::filesystem;
 
@@ -51,13 +57,6 @@ LlamaConfig small_config(bool tied, bool biases = false) {
   c.tie_word_embeddings = tied;
   c.attention_bias = biases;
   return c;
-}
-
-std::vector<std::int32_t> random_tokens(std::size_t n, int vocab, std::uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<std::int32_t> t(n);
-  for (auto& x : t) x = static_cast<std::int32_t>(rng() % static_cast<std::uint32_t>(vocab));
-  return t;
 }
 
 // A host device, resident parameters initialised from `seed` (norm weights perturbed so that
@@ -259,16 +258,6 @@ TEST(LlamaModel, LengthsTokensAndWindowsAreErrors) {
   EXPECT_THROW(rig.model->backward(), Error);
 }
 
-struct TempDir {
-  TempDir() {
-    char tmpl[] = "/tmp/strata-llama-XXXXXX";
-    path = ::mkdtemp(tmpl);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name) const { return path + "/" + name; }
-  std::string path;
-};
-
 std::vector<std::vector<float>> init_all(const ModelSpec& spec) {
   const ModelLayout layout = spec.layout();
   std::vector<std::vector<float>> modules;
@@ -382,6 +371,8 @@ TEST(Registry, ArchitecturesPresetsAndRefusals) {
 
 namespace strata::models {
 namespace {
+
+using test::TempDir;
 
 // This process's resident bytes (anonymous and file-backed), from /proc/self/statm.
 std::uint64_t resident_bytes() {

@@ -18,10 +18,16 @@
 #include "models/llama/llama_spec.h"
 #include "models/model_parts.h"
 #include "runtime/device/device.h"
+#include "tests/models/model_test_util.h"
 #include "runtime/params/resident_params.h"
 
 namespace strata::models {
 namespace {
+
+using test::norm_rel;
+using test::random_tokens;
+using test::same_bits;
+using test::TempDir;
 
 // GQA 4:2 with head size 32 (the CUDA attention's sizes), an MLP width that is a multiple of 8,
 // llama3 rope scaling that changes some frequencies.
@@ -42,13 +48,6 @@ LlamaConfig config(bool tied) {
   c.tie_word_embeddings = tied;
   c.attention_bias = !tied;
   return c;
-}
-
-std::vector<std::int32_t> random_tokens(std::size_t n, int vocab, std::uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<std::int32_t> t(n);
-  for (auto& x : t) x = static_cast<std::int32_t>(rng() % static_cast<std::uint32_t>(vocab));
-  return t;
 }
 
 struct Result {
@@ -88,20 +87,6 @@ Result run(const LlamaConfig& c, const std::string& kind, DType dtype, bool chec
     r.grads.push_back(std::move(g));
   }
   return r;
-}
-
-double norm_rel(const std::vector<float>& got, const std::vector<float>& want) {
-  double d2 = 0, w2 = 0;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    const double d = static_cast<double>(got[i]) - want[i];
-    d2 += d * d;
-    w2 += static_cast<double>(want[i]) * want[i];
-  }
-  return w2 > 0 ? std::sqrt(d2 / w2) : std::sqrt(d2);
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 TEST(LlamaCuda, MatchesTheHostBackend) {
