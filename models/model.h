@@ -38,23 +38,34 @@ struct ModelOptions {
 int vocab_multiple_for(runtime::device::Backend backend);
 
 // Keys and values of every layer for incremental decoding: (B, max_T, width) per layer, in the
-// model's dtype, from the device arena; width = the key/value heads times the head size.
+// model's dtype, from the device arena; width = the key/value heads times the head size. Each
+// row (sequence) has its own length: a batch of prompts of different lengths decodes together.
 class KvCache {
  public:
   KvCache(runtime::device::Device& device, int layers, int width, DType dtype, int batch, int max_T);
   int batch() const { return batch_; }
   int max_T() const { return max_T_; }
-  int length() const { return length_; }  // positions filled so far
-  void reset() { length_ = 0; }
-  void advance(int n) { length_ += n; }
+  int width() const { return width_; }
+  DType dtype() const { return dtype_; }
+  int length(int row) const { return lengths_[static_cast<std::size_t>(row)]; }  // positions filled
+  int length() const;        // the longest row's
+  bool uniform() const;      // every row has the same length
+  void reset();
+  void advance(int n);       // every row
+  void set_length(int row, int n);
   void* keys(int layer) { return k_[static_cast<std::size_t>(layer)].data(); }
   void* values(int layer) { return v_[static_cast<std::size_t>(layer)].data(); }
+  // Row `row`'s keys / values of a layer: (max_T, width).
+  void* keys(int layer, int row);
+  void* values(int layer, int row);
   static std::uint64_t bytes(int layers, int width, DType dtype, int batch, int max_T);
 
  private:
   int batch_;
   int max_T_;
-  int length_ = 0;
+  int width_;
+  DType dtype_;
+  std::vector<int> lengths_;
   std::vector<runtime::device::DeviceBuffer> k_, v_;  // one per layer
 };
 
@@ -88,11 +99,18 @@ class Model {
   // A KV cache for `batch` sequences of up to max_T positions (at most the model's longest).
   virtual KvCache make_kv_cache(int batch, int max_T) = 0;
 
-  // Incremental decoding: runs `tokens` (B, T_new) at positions [cache.length(), +T_new),
-  // appends their keys / values to the cache and writes the (B, T_new, V) logits as fp32 to
-  // logits_out. B must equal cache.batch(). Blocks until the logits are copied.
+  // Incremental decoding: runs `tokens` (B, T_new) of row b at positions [cache.length(b),
+  // + T_new), appends their keys / values to the cache and writes the (B, T_new, V) logits as
+  // fp32 to logits_out. B must equal cache.batch(). Blocks until the logits are copied.
   virtual void forward_decode(KvCache& cache, const std::int32_t* tokens, int B, int T_new,
                               float* logits_out) = 0;
+
+  // The prompts of a batch at once, into an empty cache: `tokens` (B, T) holds row b's
+  // lengths[b] (1..T) tokens then padding (any valid token: causal attention keeps the real
+  // tokens from seeing it). Sets row b's length to lengths[b] and writes the logits of each row's
+  // last real token, (B, V) fp32, to last_logits. Blocks until they are copied.
+  virtual void prefill(KvCache& cache, const std::int32_t* tokens, const int* lengths, int B, int T,
+                       float* last_logits) = 0;
 
  protected:
   Model() = default;

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "models/model.h"
 
 namespace strata::models {
 
@@ -67,6 +68,33 @@ void upload_tokens(runtime::device::Stream& stream, std::vector<std::int32_t>& h
   if (host_targets != nullptr) host.insert(host.end(), host_targets, host_targets + n);
   stream.copy_async(inputs, host.data(), n * sizeof(std::int32_t));
   if (host_targets != nullptr) stream.copy_async(targets, host.data() + n, n * sizeof(std::int32_t));
+}
+
+void check_decode(const KvCache& cache, int B, int T_new, const int* prefill_lengths) {
+  if (B != cache.batch()) {
+    throw Error(fmt::format("decoding a batch of {} with a KV cache made for {}", B, cache.batch()));
+  }
+  if (prefill_lengths != nullptr && cache.length() != 0) throw Error("prefill needs an empty KV cache (reset() it)");
+  if (T_new <= 0 || cache.length() + T_new > cache.max_T()) {
+    throw Error(fmt::format("decoding {} more tokens after {}: the KV cache holds {}", T_new, cache.length(),
+                            cache.max_T()),
+                "", "make a longer cache (at most the model's longest sequence)");
+  }
+  for (int b = 0; prefill_lengths != nullptr && b < B; ++b) {
+    if (prefill_lengths[b] < 1 || prefill_lengths[b] > T_new) {
+      throw Error(fmt::format("prompt {} has {} tokens in a prefill of {} positions", b, prefill_lengths[b], T_new));
+    }
+  }
+}
+
+void gather_last_tokens(runtime::device::Stream& stream, void* out, const void* x, const int* last_of_row, int B,
+                        int T, std::size_t row_bytes) {
+  for (int b = 0; b < B; ++b) {
+    const std::size_t row = static_cast<std::size_t>(b) * static_cast<std::size_t>(T) +
+                            static_cast<std::size_t>(last_of_row[b] - 1);
+    stream.copy_async(static_cast<std::byte*>(out) + static_cast<std::size_t>(b) * row_bytes,
+                      static_cast<const std::byte*>(x) + row * row_bytes, row_bytes);
+  }
 }
 
 float mean_loss(const std::vector<float>& losses) {

@@ -70,6 +70,17 @@ void upload_tokens(runtime::device::Stream& stream, std::vector<std::int32_t>& h
 // The mean of per-token losses, summed in token order in double (the same bits on every run).
 float mean_loss(const std::vector<float>& losses);
 
+class KvCache;  // models/model.h
+
+// Throws strata::Error unless `cache` takes B rows of T_new more tokens (and, for a prefill, is
+// empty and every lengths[b] is in [1, T_new]).
+void check_decode(const KvCache& cache, int B, int T_new, const int* prefill_lengths);
+
+// Copies row b's token last_of_row[b] - 1 of x (B, T, row_bytes) to out (B, row_bytes), on
+// `stream`: the only positions whose logits a prefill needs.
+void gather_last_tokens(runtime::device::Stream& stream, void* out, const void* x, const int* last_of_row, int B,
+                        int T, std::size_t row_bytes);
+
 }  // namespace strata::models
 
 namespace strata::models {

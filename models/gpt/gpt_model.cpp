@@ -367,14 +367,22 @@ KvCache GptModel::make_kv_cache(int batch, int max_T) {
 
 void GptModel::forward_decode(KvCache& cache, const std::int32_t* tokens, int B, int T_new,
                               float* logits_out) {
-  if (B != cache.batch()) {
-    throw Error(fmt::format("decoding a batch of {} with a KV cache made for {}", B, cache.batch()));
-  }
-  if (T_new <= 0 || cache.length() + T_new > cache.max_T()) {
-    throw Error(fmt::format("decoding {} more tokens after {}: the KV cache holds {}", T_new,
-                            cache.length(), cache.max_T()),
-                "", "make a longer cache (at most n_positions)");
-  }
+  check_decode(cache, B, T_new, nullptr);
+  decode(cache, tokens, B, T_new, nullptr, logits_out);
+  cache.advance(T_new);
+}
+
+void GptModel::prefill(KvCache& cache, const std::int32_t* tokens, const int* lengths, int B, int T,
+                       float* last_logits) {
+  check_decode(cache, B, T, lengths);
+  decode(cache, tokens, B, T, lengths, last_logits);
+  for (int b = 0; b < B; ++b) cache.set_length(b, lengths[b]);
+}
+
+// The forward of `tokens` (B, T_new) at each row's positions of the cache. With `last_of_row`
+// (prefill), the head runs on row b's token last_of_row[b] - 1 only: (B, V) logits.
+void GptModel::decode(KvCache& cache, const std::int32_t* tokens, int B, int T_new, const int* last_of_row,
+                      float* logits_out) {
   const std::size_t BT = static_cast<std::size_t>(B) * static_cast<std::size_t>(T_new);
   check_tokens(tokens, BT, config_.vocab_size, "input");
   const DType dt = options_.dtype;
@@ -383,43 +391,63 @@ void GptModel::forward_decode(KvCache& cache, const std::int32_t* tokens, int B,
   const std::size_t es = dtype_size(dt);
   const float eps = config_.layer_norm_epsilon;
   const auto N = static_cast<std::int64_t>(BT);
+  const std::int64_t head_rows = last_of_row != nullptr ? B : N;
 
   // Scratch for these tokens only: x, ln, qkv, atty, proj, fc, the head's logits chunk and
-  // padded weight, token ids.
-  const LmHeadGeometry g = head_geometry(N);
+  // padded weight, token ids, the prefill's last tokens.
+  const LmHeadGeometry g = head_geometry(head_rows);
   Carver measure(nullptr);
-  const std::size_t sizes[] = {BT * Cs * es,          BT * Cs * es,          BT * 3 * Cs * es,
-                               BT * Cs * es,          BT * Cs * es,          BT * 4 * Cs * es,
-                               g.logits_bytes(dt),    g.weight_bytes(dt),    BT * sizeof(std::int32_t)};
+  const std::size_t sizes[] = {BT * Cs * es,       BT * Cs * es,       BT * 3 * Cs * es,
+                               BT * Cs * es,       BT * Cs * es,       BT * 4 * Cs * es,
+                               g.logits_bytes(dt), g.weight_bytes(dt), BT * sizeof(std::int32_t),
+                               last_of_row != nullptr ? static_cast<std::size_t>(B) * Cs * es : 0};
   for (std::size_t b : sizes) measure.take(b);
   runtime::device::DeviceBuffer scratch =
       device_.allocate(measure.bytes(), fmt::format("decoding scratch for {} x {} tokens", B, T_new));
   Carver c(static_cast<std::byte*>(scratch.data()));
-  void* x = c.take(sizes[0]);
+  auto* x = static_cast<std::byte*>(c.take(sizes[0]));
   void* ln = c.take(sizes[1]);
-  void* qkv = c.take(sizes[2]);
-  void* atty = c.take(sizes[3]);
+  auto* qkv = static_cast<std::byte*>(c.take(sizes[2]));
+  auto* atty = static_cast<std::byte*>(c.take(sizes[3]));
   void* proj = c.take(sizes[4]);
   void* fc = c.take(sizes[5]);
   LmHeadBuffers head_buffers;
   head_buffers.logits = c.take(sizes[6]);
   head_buffers.weight = g.padded() ? c.take(sizes[7]) : nullptr;
   auto* tok = static_cast<std::int32_t*>(c.take(sizes[8]));
+  void* last = c.take(sizes[9]);
 
   upload_tokens(compute_, host_tokens_, tok, nullptr, tokens, nullptr, BT);
+  const bool uniform = cache.uniform();
+  const std::size_t row_tokens = static_cast<std::size_t>(T_new);
   const ModuleLayout& emb_layout = layout_.modules[0];
   runtime::params::ModuleView emb = modules_.acquire(layout_.embedding_module());
-  ops::embedding_fwd(compute_, x, tok, tensor_at(emb, emb_layout.tensors[kWte]),
-                     tensor_at(emb, emb_layout.tensors[kWpe]), B, T_new, C, cache.length(), dt);
+  const void* wte = tensor_at(emb, emb_layout.tensors[kWte]);
+  const void* wpe = tensor_at(emb, emb_layout.tensors[kWpe]);
+  if (uniform) {
+    ops::embedding_fwd(compute_, x, tok, wte, wpe, B, T_new, C, cache.length(0), dt);
+  } else {
+    for (int b = 0; b < B; ++b) {  // each row at its own positions
+      ops::embedding_fwd(compute_, x + static_cast<std::size_t>(b) * row_tokens * Cs * es,
+                         tok + static_cast<std::size_t>(b) * row_tokens, wte, wpe, 1, T_new, C, cache.length(b), dt);
+    }
+  }
   modules_.release(layout_.embedding_module());
   for (int l = 0; l < config_.n_layer; ++l) {
     const int m = layout_.block_module(l);
     const BlockParams p = block_params(modules_.acquire(m));
     ops::layernorm_fwd(compute_, ln, nullptr, nullptr, x, p.t[kLn1W], p.t[kLn1B], N, C, eps, dt);
     ops::matmul_fwd(compute_, qkv, ln, p.t[kQkvW], p.t[kQkvB], N, C, 3 * C, dt);
-    ops::attention_decode(compute_, atty, cache.keys(l),
-                          cache.values(l), qkv, B, T_new,
-                          cache.length(), cache.max_T(), NH, NH, C / NH, dt);
+    if (uniform) {
+      ops::attention_decode(compute_, atty, cache.keys(l), cache.values(l), qkv, B, T_new, cache.length(0),
+                            cache.max_T(), NH, NH, C / NH, dt);
+    } else {
+      for (int b = 0; b < B; ++b) {
+        ops::attention_decode(compute_, atty + static_cast<std::size_t>(b) * row_tokens * Cs * es, cache.keys(l, b),
+                              cache.values(l, b), qkv + static_cast<std::size_t>(b) * row_tokens * 3 * Cs * es, 1,
+                              T_new, cache.length(b), cache.max_T(), NH, NH, C / NH, dt);
+      }
+    }
     ops::matmul_fwd(compute_, proj, atty, p.t[kAttProjW], p.t[kAttProjB], N, C, C, dt);
     ops::residual_fwd(compute_, x, x, proj, N * C, dt);
     ops::layernorm_fwd(compute_, ln, nullptr, nullptr, x, p.t[kLn2W], p.t[kLn2B], N, C, eps, dt);
@@ -434,11 +462,15 @@ void GptModel::forward_decode(KvCache& cache, const std::int32_t* tokens, int B,
   ops::layernorm_fwd(compute_, ln, nullptr, nullptr, x, tensor_at(lnf, lnf_layout.tensors[kLnfW]),
                      tensor_at(lnf, lnf_layout.tensors[kLnfB]), N, C, eps, dt);
   modules_.release(layout_.head_module());
+  const void* head_in = ln;
+  if (last_of_row != nullptr) {
+    gather_last_tokens(compute_, last, ln, last_of_row, B, T_new, Cs * es);
+    head_in = last;
+  }
   runtime::params::ModuleView head = modules_.acquire(layout_.embedding_module());
-  head_forward(compute_, g, head_buffers, ln, tensor_at(head, emb_layout.tensors[kWte]), N, nullptr, nullptr,
-               dt, logits_out);  // synchronizes
+  head_forward(compute_, g, head_buffers, head_in, tensor_at(head, emb_layout.tensors[kWte]), head_rows, nullptr,
+               nullptr, dt, logits_out);  // synchronizes
   modules_.release(layout_.embedding_module());
-  cache.advance(T_new);
 }
 
 }  // namespace strata::models

@@ -46,6 +46,8 @@ class GptModel final : public Model {
   KvCache make_kv_cache(int batch, int max_T) override;
   void forward_decode(KvCache& cache, const std::int32_t* tokens, int B, int T_new,
                       float* logits_out) override;
+  void prefill(KvCache& cache, const std::int32_t* tokens, const int* lengths, int B, int T,
+               float* last_logits) override;
 
  private:
   struct Activations;
@@ -58,6 +60,8 @@ class GptModel final : public Model {
   void block_backward(const BlockParams& p, const BlockParams& g, const BlockActs& a,
                       const void* res_in, int B, int T);
   LmHeadGeometry head_geometry(std::int64_t rows) const;
+  void decode(KvCache& cache, const std::int32_t* tokens, int B, int T_new, const int* last_of_row,
+              float* logits_out);
 
   GptConfig config_;
   ModelOptions options_;

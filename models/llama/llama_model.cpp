@@ -381,14 +381,22 @@ KvCache LlamaModel::make_kv_cache(int batch, int max_T) {
 }
 
 void LlamaModel::forward_decode(KvCache& cache, const std::int32_t* tokens, int B, int T_new, float* logits_out) {
-  if (B != cache.batch()) {
-    throw Error(fmt::format("decoding a batch of {} with a KV cache made for {}", B, cache.batch()));
-  }
-  if (T_new <= 0 || cache.length() + T_new > cache.max_T()) {
-    throw Error(fmt::format("decoding {} more tokens after {}: the KV cache holds {}", T_new, cache.length(),
-                            cache.max_T()),
-                "", "make a longer cache (at most max_position_embeddings)");
-  }
+  check_decode(cache, B, T_new, nullptr);
+  decode(cache, tokens, B, T_new, nullptr, logits_out);
+  cache.advance(T_new);
+}
+
+void LlamaModel::prefill(KvCache& cache, const std::int32_t* tokens, const int* lengths, int B, int T,
+                         float* last_logits) {
+  check_decode(cache, B, T, lengths);
+  decode(cache, tokens, B, T, lengths, last_logits);
+  for (int b = 0; b < B; ++b) cache.set_length(b, lengths[b]);
+}
+
+// The forward of `tokens` (B, T_new) at each row's positions of the cache. With
+// `last_of_row` (prefill), the head runs on row b's token last_of_row[b] - 1 only: (B, V) logits.
+void LlamaModel::decode(KvCache& cache, const std::int32_t* tokens, int B, int T_new, const int* last_of_row,
+                        float* logits_out) {
   const std::size_t BT = static_cast<std::size_t>(B) * static_cast<std::size_t>(T_new);
   check_tokens(tokens, BT, config_.vocab_size, "input");
   const DType dt = options_.dtype;
@@ -399,23 +407,31 @@ void LlamaModel::forward_decode(KvCache& cache, const std::int32_t* tokens, int 
   const float eps = config_.rms_norm_eps;
   const auto N = static_cast<std::int64_t>(BT);
   const auto* inv_freq = static_cast<const float*>(inv_freq_.data());
+  const std::int64_t head_rows = last_of_row != nullptr ? B : N;
+  const std::size_t Cs = static_cast<std::size_t>(C);
 
   // Scratch for these tokens only.
-  const LmHeadGeometry g = head_geometry(N);
-  const std::size_t sizes[] = {BT * static_cast<std::size_t>(C) * es,   BT * static_cast<std::size_t>(C) * es,
-                               BT * static_cast<std::size_t>(QKV) * es, BT * static_cast<std::size_t>(A) * es,
-                               BT * static_cast<std::size_t>(C) * es,   BT * 2 * static_cast<std::size_t>(F) * es,
-                               BT * static_cast<std::size_t>(F) * es,   g.logits_bytes(dt),
-                               g.weight_bytes(dt),                      BT * sizeof(std::int32_t)};
+  const LmHeadGeometry g = head_geometry(head_rows);
+  const std::size_t sizes[] = {BT * Cs * es,
+                               BT * Cs * es,
+                               BT * static_cast<std::size_t>(QKV) * es,
+                               BT * static_cast<std::size_t>(A) * es,
+                               BT * Cs * es,
+                               BT * 2 * static_cast<std::size_t>(F) * es,
+                               BT * static_cast<std::size_t>(F) * es,
+                               g.logits_bytes(dt),
+                               g.weight_bytes(dt),
+                               BT * sizeof(std::int32_t),
+                               last_of_row != nullptr ? static_cast<std::size_t>(B) * Cs * es : 0};
   Carver measure(nullptr);
   for (std::size_t b : sizes) measure.take(b);
   runtime::device::DeviceBuffer scratch =
       device_.allocate(measure.bytes(), fmt::format("decoding scratch for {} x {} tokens", B, T_new));
   Carver c(static_cast<std::byte*>(scratch.data()));
-  void* x = c.take(sizes[0]);
-  void* n = c.take(sizes[1]);
-  void* qkv = c.take(sizes[2]);
-  void* atty = c.take(sizes[3]);
+  auto* x = static_cast<std::byte*>(c.take(sizes[0]));
+  auto* n = static_cast<std::byte*>(c.take(sizes[1]));
+  auto* qkv = static_cast<std::byte*>(c.take(sizes[2]));
+  auto* atty = static_cast<std::byte*>(c.take(sizes[3]));
   void* proj = c.take(sizes[4]);
   void* gu = c.take(sizes[5]);
   void* h = c.take(sizes[6]);
@@ -423,20 +439,34 @@ void LlamaModel::forward_decode(KvCache& cache, const std::int32_t* tokens, int 
   head_buffers.logits = c.take(sizes[7]);
   head_buffers.weight = g.padded() ? c.take(sizes[8]) : nullptr;
   auto* tok = static_cast<std::int32_t*>(c.take(sizes[9]));
+  auto* last = static_cast<std::byte*>(c.take(sizes[10]));
 
   upload_tokens(compute_, host_tokens_, tok, nullptr, tokens, nullptr, BT);
   const int E = layout_.embedding_module(), H = layout_.head_module();
   runtime::params::ModuleView emb = modules_.acquire(E);
   ops::embedding_fwd(compute_, x, tok, tensor_at(emb, layout_.modules[0].tensors[0]), nullptr, B, T_new, C, 0, dt);
   modules_.release(E);
+  const bool uniform = cache.uniform();
+  const std::size_t row_tokens = static_cast<std::size_t>(T_new);
   for (int l = 0; l < config_.num_hidden_layers; ++l) {
     const int m = layout_.block_module(l);
     const BlockParams p = block_params(modules_.acquire(m));
     ops::rmsnorm_fwd(compute_, n, nullptr, x, p.attn_norm, N, C, eps, dt);
     ops::matmul_fwd(compute_, qkv, n, p.qkv, p.qkv_bias, N, C, QKV, dt);
-    ops::rope_fwd(compute_, qkv, B, T_new, NH, NKV, hs, cache.length(), inv_freq, dt);
-    ops::attention_decode(compute_, atty, cache.keys(l), cache.values(l), qkv, B, T_new, cache.length(),
-                          cache.max_T(), NH, NKV, hs, dt);
+    if (uniform) {
+      ops::rope_fwd(compute_, qkv, B, T_new, NH, NKV, hs, cache.length(0), inv_freq, dt);
+      ops::attention_decode(compute_, atty, cache.keys(l), cache.values(l), qkv, B, T_new, cache.length(0),
+                            cache.max_T(), NH, NKV, hs, dt);
+    } else {
+      // Rows at different positions: the rotary angle and the attended past are per row.
+      for (int b = 0; b < B; ++b) {
+        std::byte* q = qkv + static_cast<std::size_t>(b) * row_tokens * static_cast<std::size_t>(QKV) * es;
+        std::byte* y = atty + static_cast<std::size_t>(b) * row_tokens * static_cast<std::size_t>(A) * es;
+        ops::rope_fwd(compute_, q, 1, T_new, NH, NKV, hs, cache.length(b), inv_freq, dt);
+        ops::attention_decode(compute_, y, cache.keys(l, b), cache.values(l, b), q, 1, T_new, cache.length(b),
+                              cache.max_T(), NH, NKV, hs, dt);
+      }
+    }
     ops::matmul_fwd(compute_, proj, atty, p.o_proj, nullptr, N, A, C, dt);
     ops::residual_fwd(compute_, x, x, proj, N * C, dt);
     ops::rmsnorm_fwd(compute_, n, nullptr, x, p.mlp_norm, N, C, eps, dt);
@@ -448,14 +478,18 @@ void LlamaModel::forward_decode(KvCache& cache, const std::int32_t* tokens, int 
   }
   runtime::params::ModuleView head = modules_.acquire(H);
   ops::rmsnorm_fwd(compute_, n, nullptr, x, tensor_at(head, layout_.modules.back().tensors[0]), N, C, eps, dt);
+  const void* head_in = n;
+  if (last_of_row != nullptr) {
+    gather_last_tokens(compute_, last, n, last_of_row, B, T_new, Cs * es);
+    head_in = last;
+  }
   if (config_.tie_word_embeddings) {
     modules_.release(H);
     head = modules_.acquire(E);
   }
-  head_forward(compute_, g, head_buffers, n, tensor_at(head, head_weight_slot()), N, nullptr, nullptr, dt,
-               logits_out);  // synchronizes
+  head_forward(compute_, g, head_buffers, head_in, tensor_at(head, head_weight_slot()), head_rows, nullptr, nullptr,
+               dt, logits_out);  // synchronizes
   modules_.release(head_weight_module());
-  cache.advance(T_new);
 }
 
 }  // namespace strata::models

@@ -39,6 +39,8 @@ class LlamaModel final : public Model {
   void backward(float loss_scale = 1.0f) override;
   KvCache make_kv_cache(int batch, int max_T) override;
   void forward_decode(KvCache& cache, const std::int32_t* tokens, int B, int T_new, float* logits_out) override;
+  void prefill(KvCache& cache, const std::int32_t* tokens, const int* lengths, int B, int T,
+               float* last_logits) override;
 
  private:
   struct Activations;
@@ -50,6 +52,8 @@ class LlamaModel final : public Model {
   void block_backward(const BlockParams& p, const BlockParams& g, const BlockActs& a, const void* res_in, int B,
                       int T);
   void check_length(int T) const;
+  void decode(KvCache& cache, const std::int32_t* tokens, int B, int T_new, const int* last_of_row,
+              float* logits_out);
   LmHeadGeometry head_geometry(std::int64_t rows) const;
   // The module whose view holds the LM head's weight: the embedding when tied, else the head.
   int head_weight_module() const;

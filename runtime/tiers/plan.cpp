@@ -98,7 +98,10 @@ std::string ZeroPlan::table(const PlanInputs& in) const {
   return out;
 }
 
-ZeroPlan make_plan(const config::Config& config, const PlanInputs& in) {
+namespace {
+
+// The plan, without the check that it fits (make_plan, make_inference_plan).
+ZeroPlan compute_plan(const config::Config& config, const PlanInputs& in) {
   const config::ZeroConfig& z = config.zero_optimization;
   STRATA_ASSERT(in.module_numels.size() == in.module_names.size() && !in.module_numels.empty(),
                 "plan inputs: one name per module");
@@ -106,8 +109,9 @@ ZeroPlan make_plan(const config::Config& config, const PlanInputs& in) {
   plan.stage = z.stage;
   plan.shards = z.stage >= 1 ? in.world : 1;
   const std::size_t ds = dtype_size(in.dtype);
-  const Tier param_tier = z.stage == 3 ? tier_of(z.offload_param.device) : Tier::device;
-  const Tier opt_tier = tier_of(z.offload_optimizer.device);
+  // Inference streams parameters at any stage: there is nothing else to shard.
+  const Tier param_tier = z.stage == 3 || !in.optimizer ? tier_of(z.offload_param.device) : Tier::device;
+  const Tier opt_tier = in.optimizer ? tier_of(z.offload_optimizer.device) : Tier::device;
   const std::uint64_t persistence = z.stage3_param_persistence_threshold.value_or(100'000);
 
   std::uint64_t total_numel = 0;
@@ -118,13 +122,14 @@ ZeroPlan make_plan(const config::Config& config, const PlanInputs& in) {
     ModulePlan mp;
     mp.part = partition_module(in.module_numels[m], plan.shards);
     mp.param_tier = param_tier;
-    mp.resident = z.stage < 3 || in.module_numels[m] <= persistence ||
-                  (param_tier == Tier::device && plan.shards == 1);
+    mp.resident = in.optimizer ? z.stage < 3 || in.module_numels[m] <= persistence ||
+                                     (param_tier == Tier::device && plan.shards == 1)
+                               : param_tier == Tier::device || (m < in.keep_resident.size() && in.keep_resident[m]);
     const bool offload = opt_tier != Tier::device &&
                          static_cast<double>(offloaded) < ratio * static_cast<double>(total_numel);
     mp.optimizer_tier = offload ? opt_tier : Tier::device;
     if (offload) offloaded += in.module_numels[m];
-    if (mp.optimizer_tier == Tier::device && !mp.resident && mp.param_tier != Tier::device) {
+    if (in.optimizer && mp.optimizer_tier == Tier::device && !mp.resident && mp.param_tier != Tier::device) {
       throw Error("module " + in.module_names[m] + " would keep its optimizer states on the device while its "
                   "parameters are offloaded to " + tier_name(mp.param_tier),
                   "zero_optimization.offload_optimizer",
@@ -153,6 +158,7 @@ ZeroPlan make_plan(const config::Config& config, const PlanInputs& in) {
       max_nvme_param_shard = std::max<std::size_t>(max_nvme_param_shard, sh);
       ++nvme_param_modules;
     }
+    if (!in.optimizer) continue;
     switch (mp.optimizer_tier) {
       case Tier::device: opt_dev += sh * 16; break;
       case Tier::pinned: opt_pin += pinned_bytes(sh * 4) * 4; break;
@@ -179,15 +185,19 @@ ZeroPlan make_plan(const config::Config& config, const PlanInputs& in) {
   auto gathered = [&](std::size_t m) -> std::uint64_t {
     return plan.modules[m].resident ? 0 : plan.modules[m].part.padded_numel * ds;
   };
-  auto grad = [&](std::size_t m) -> std::uint64_t { return plan.modules[m].part.padded_numel * ds; };
+  auto grad = [&](std::size_t m) -> std::uint64_t {
+    return in.optimizer ? plan.modules[m].part.padded_numel * ds : 0;
+  };
   // Size classes, and the smallest region each needs: module 0's gradient is held for the
   // whole backward (with its parameters during the LM head's backward); any other module holds
   // its parameters and its gradient together.
+  // (Inference has no gradients: the classes go by the parameters' size.)
+  auto size = [&](std::size_t m) -> std::uint64_t { return plan.modules[m].part.padded_numel * ds; };
   std::uint64_t largest = 0;
-  for (std::size_t m = 0; m < plan.modules.size(); ++m) largest = std::max(largest, grad(m));
+  for (std::size_t m = 0; m < plan.modules.size(); ++m) largest = std::max(largest, size(m));
   for (std::size_t m = 0; m < plan.modules.size(); ++m) {
     ModulePlan& mp = plan.modules[m];
-    mp.size_class = 2 * grad(m) > largest ? 0 : 1;
+    mp.size_class = 2 * size(m) > largest ? 0 : 1;
     plan.class_total_bytes[mp.size_class] += gathered(m) + grad(m);
   }
   const int c0 = plan.modules[0].size_class;
@@ -213,7 +223,9 @@ ZeroPlan make_plan(const config::Config& config, const PlanInputs& in) {
     plan.class_minimum_bytes[c] = need;
   }
   const std::uint64_t minimum_working = plan.class_minimum_bytes[0] + plan.class_minimum_bytes[1];
-  line(Tier::device, "gathered parameters and gradient buffers (one module at a time, minimum)",
+  line(Tier::device,
+       in.optimizer ? "gathered parameters and gradient buffers (one module at a time, minimum)"
+                    : "gathered parameters (one module at a time, minimum)",
        minimum_working);
   line(Tier::device, "scratch for collectives and reports", kDeviceScratchBytes);
   plan.device_minimum_bytes =
@@ -249,14 +261,17 @@ ZeroPlan make_plan(const config::Config& config, const PlanInputs& in) {
     line(Tier::pinned, "optimizer swap buffers (offload_optimizer.buffer_count x master, exp_avg, exp_avg_sq)",
          pinned_bytes(chunk * 4) * 3 * static_cast<std::uint64_t>(plan.optimizer_swap_buffers));
   }
-  const bool host_param_out = max_offloaded_shard > 0 || nvme_param_modules > 0;
+  const bool host_param_out = in.optimizer && (max_offloaded_shard > 0 || nvme_param_modules > 0);
   if (host_param_out) {
     const std::size_t chunk = plan.optimizer_chunk_numel ? plan.optimizer_chunk_numel : plan.max_shard_numel;
     line(Tier::pinned, "updated parameter staging (2 buffers)", 2 * pinned_bytes(chunk * ds));
   }
   line(Tier::nvme, "parameter shards", nvme_shards);
   line(Tier::nvme, "optimizer states: fp32 master, exp_avg, exp_avg_sq", opt_nvme);
+  return plan;
+}
 
+void check_fits(const ZeroPlan& plan, const PlanInputs& in) {
   const bool device_fits = plan.needed(Tier::device) <= in.device_budget_bytes;
   const bool pinned_fits = plan.needed(Tier::pinned) <= in.pinned_budget_bytes;
   const bool nvme_fits = plan.needed(Tier::nvme) <= in.nvme_free_bytes || plan.needed(Tier::nvme) == 0;
@@ -278,6 +293,51 @@ ZeroPlan make_plan(const config::Config& config, const PlanInputs& in) {
     throw Error("the model's states do not fit in this run's memory budgets:\n" + plan.table(in),
                 "zero_optimization", hint);
   }
+}
+
+}  // namespace
+
+ZeroPlan make_plan(const config::Config& config, const PlanInputs& in) {
+  ZeroPlan plan = compute_plan(config, in);
+  check_fits(plan, in);
+  return plan;
+}
+
+std::uint64_t inference_slot_bytes(const config::Config& config, const ZeroPlan& plan, DType dtype) {
+  std::uint64_t largest = 0;
+  for (const ModulePlan& mp : plan.modules) {
+    if (!mp.resident) largest = std::max<std::uint64_t>(largest, mp.part.padded_numel * dtype_size(dtype));
+  }
+  const std::uint64_t k = std::max<std::uint64_t>(2, config.zero_optimization.offload_param.buffer_count);
+  return k * (largest + device::Arena::kAlignment);
+}
+
+ZeroPlan make_inference_plan(const config::Config& config, const PlanInputs& inputs) {
+  STRATA_ASSERT(!inputs.optimizer, "make_inference_plan: inputs.optimizer must be false");
+  PlanInputs in = inputs;
+  in.keep_resident.assign(in.module_numels.size(), 0);
+  ZeroPlan plan = compute_plan(config, in);
+  // Greedy: the embedding, the head, then the blocks in forward order, while the device keeps
+  // room for the streamed modules' K slots beside what is resident.
+  std::vector<std::size_t> order;
+  const std::size_t M = in.module_numels.size();
+  order.push_back(0);
+  if (M > 1) order.push_back(M - 1);
+  for (std::size_t m = 1; m + 1 < M; ++m) order.push_back(m);
+  for (std::size_t m : order) {
+    if (plan.modules[m].resident) continue;
+    in.keep_resident[m] = 1;
+    ZeroPlan candidate = compute_plan(config, in);
+    const bool all_resident = std::all_of(candidate.modules.begin(), candidate.modules.end(),
+                                          [](const ModulePlan& mp) { return mp.resident; });
+    const std::uint64_t slots = all_resident ? 0 : inference_slot_bytes(config, candidate, in.dtype);
+    if (candidate.device_minimum_bytes + slots <= in.device_budget_bytes) {
+      plan = std::move(candidate);
+    } else {
+      in.keep_resident[m] = 0;
+    }
+  }
+  check_fits(plan, in);
   return plan;
 }
 

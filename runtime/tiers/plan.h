@@ -45,6 +45,10 @@ struct PlanInputs {
   std::uint64_t nvme_free_bytes = 0;   // over the nvme_path folders' file systems (each once)
   std::vector<std::string> nvme_paths; // named in the error when NVMe does not fit
   std::size_t nvme_block_bytes = 1 << 20;
+  // Inference (make_inference_plan): no optimizer states, no gradients; `keep_resident[m]` keeps
+  // module m's full parameters on the device whatever the config offloads (empty: none).
+  bool optimizer = true;
+  std::vector<char> keep_resident;
 };
 
 struct ModulePlan {
@@ -83,6 +87,17 @@ struct ZeroPlan {
 };
 
 ZeroPlan make_plan(const config::Config& config, const PlanInputs& inputs);
+
+// The plan of an inference run (inputs.optimizer false): parameters only. Streamed modules
+// (offload_param.device cpu or nvme, at any stage) are fetched ahead through up to K =
+// offload_param.buffer_count device slots of the largest streamed module; what fits the device
+// budget beside those slots stays resident, greedily: the embedding, the head, then the blocks in
+// forward order (each resident module is one fetch less per forward pass). Throws like make_plan
+// when even the minimum does not fit.
+ZeroPlan make_inference_plan(const config::Config& config, const PlanInputs& inputs);
+
+// Device bytes the streamed modules' K slots take in `plan` (K x the largest streamed module).
+std::uint64_t inference_slot_bytes(const config::Config& config, const ZeroPlan& plan, DType dtype);
 
 // The NVMe folders the plan's states may use: offload_param's then
 // offload_optimizer's, each once, in order; empty when neither section offloads to NVMe.

@@ -85,7 +85,7 @@ TierStore::TierStore(const config::Config& config, const StoreSetup& setup, devi
   // are then whole blocks.
   chunk_numel_ = config.aio.block_size;
   fill_inputs(setup, device);
-  plan_ = make_plan(config, inputs_);
+  plan_ = setup.optimizer ? make_plan(config, inputs_) : make_inference_plan(config, inputs_);
   backing_->touch_window_numel.store(window_numel(), std::memory_order_relaxed);
   allocate(setup, device, init);
 }
@@ -122,6 +122,7 @@ void TierStore::fill_inputs(const StoreSetup& setup, device::Device& device) {
   inputs_.world = setup.world;
   inputs_.dtype = setup.dtype;
   inputs_.activation_bytes = setup.activation_bytes;
+  inputs_.optimizer = setup.optimizer;
   const device::ArenaStats arena = device.memory_stats();
   inputs_.device_budget_bytes = arena.budget_bytes - arena.current_bytes;
   const offload::HostPoolStats pinned_stats = pinned().stats();

@@ -9,63 +9,13 @@
 #include "cpu_adam/adam.h"
 #include "runtime/zero/engine.h"
 #include "runtime/zero/engine_parts.h"
+#include "runtime/zero/state_load.h"
 
 namespace strata::runtime::zero {
-namespace {
-
-// Calls fn(offset, n) for each optimizer window of a shard of `numel` elements, in order: a
-// pinned state is written window by window with the CPU Adam's partition (cpu_adam's
-// copy_partitioned / first_touch), so the threads that update a page are the ones that wrote it.
-template <typename Fn>
-void for_each_window(std::size_t numel, std::size_t window, Fn&& fn) {
-  if (window == 0) window = numel;
-  for (std::size_t off = 0; off < numel; off += window) fn(off, std::min(window, numel - off));
-}
-
-// values[first, first + n) of a module of `numel` values, its padding (past numel) zero, into
-// out (fp32 or the compute dtype) on `threads` threads.
-void copy_padded(const float* values, std::size_t numel, std::size_t first, std::size_t n, void* out, DType dtype,
-                 int threads) {
-  const std::size_t have = first < numel ? std::min(n, numel - first) : 0;
-  if (have > 0) cpu_adam::copy_partitioned(values + first, out, dtype, have, threads);
-  std::memset(static_cast<std::byte*>(out) + have * dtype_size(dtype), 0, (n - have) * dtype_size(dtype));
-}
-
-// A state's initial values (shard elements [first, first + n) of the padded module) into its
-// tier: straight into a pinned state's memory, window by window; through a host copy otherwise.
-void load_state(tiers::TierState& state, const float* values, std::size_t numel, std::size_t first, DType dtype,
-                std::size_t window, int threads, device::Stream& stream) {
-  const std::size_t n = state.numel();
-  if (state.tier() == tiers::Tier::pinned) {
-    for_each_window(n, window, [&](std::size_t off, std::size_t len) {
-      copy_padded(values, numel, first + off, len, state.host_data() + off * dtype_size(dtype), dtype, threads);
-    });
-    return;
-  }
-  // 4 KiB-aligned, so an NVMe state is written without a bounce copy.
-  offload::HostBuffer host = offload::HostBuffer::allocate(n * dtype_size(dtype), "initial state");
-  copy_padded(values, numel, first, n, host.data(), dtype, threads);
-  state.write(0, n, host.data(), stream);
-}
-
-// Zero moments. A pinned state is zeroed window by window with the CPU Adam's partition.
-void zero_state(tiers::TierState& state, std::size_t window, int threads, device::Stream& stream) {
-  if (state.tier() != tiers::Tier::pinned) {
-    state.fill_zero(stream);
-    return;
-  }
-  auto* p = reinterpret_cast<float*>(state.host_data());
-  for_each_window(state.numel(), window, [&](std::size_t off, std::size_t len) {
-    cpu_adam::first_touch(p + off, len, threads);
-  });
-}
-
-}  // namespace
 
 void ZeroEngine::load_module(int module, const float* values) {
   Parts& p = *parts_;
   const tiers::ModulePartition& part = p.store.module_plan(module).part;
-  const DType dtype = p.store.dtype();
   const std::size_t window = p.store.window_numel();
   const int threads = p.store.cpu_threads();
   // This rank's shard of the padded module: [first, first + shard_numel); the padding is zero.
@@ -78,17 +28,8 @@ void ZeroEngine::load_module(int module, const float* values) {
   zero_state(p.store.state(module, tiers::StateKind::exp_avg_sq), window, threads, *p.streams.optim);
   p.streams.optim->synchronize();
 
-  // Parameters in the compute dtype, as an update writes them (the master cast): a resident
-  // module's full buffer holds every rank's slice.
-  tiers::TierState& param = p.store.state(module, tiers::StateKind::param);
-  if (p.store.module_plan(module).resident) {
-    offload::HostBuffer cast =
-        offload::HostBuffer::allocate(part.padded_numel * dtype_size(dtype), "initial parameters");
-    copy_padded(values, part.numel, 0, part.padded_numel, cast.data(), dtype, threads);
-    param.write_full(cast.data(), copy_in);
-  } else {
-    load_state(param, values, part.numel, first, dtype, window, threads, copy_in);
-  }
+  // Parameters in the compute dtype, as an update writes them (the master cast).
+  load_params(p.store, module, values, copy_in);
 }
 
 void ZeroEngine::gather_module(int module, float* out) {

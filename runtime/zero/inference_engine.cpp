@@ -1,0 +1,120 @@
+// InferenceEngine: the tier store without optimizer states and the parameter fetcher without an
+// update gate (inference_engine.h).
+#include "runtime/zero/inference_engine.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "runtime/zero/engine_streams.h"
+#include "runtime/zero/param_fetcher.h"
+#include "runtime/zero/state_load.h"
+
+namespace strata::runtime::zero {
+namespace {
+
+tiers::StoreSetup store_setup(const EngineSetup& setup, const comm::Communicator& comm) {
+  tiers::StoreSetup s;
+  s.module_numels = setup.module_numels;
+  s.module_names = setup.module_names;
+  s.dtype = setup.dtype;
+  s.activation_bytes = setup.activation_bytes;
+  s.world = comm.world();
+  s.rank = comm.rank();
+  s.optimizer = false;
+  s.io_completion_hook = setup.io_completion_hook;
+  return s;
+}
+
+}  // namespace
+
+// In construction order; destroyed the other way (the fetcher before the store it reads).
+struct InferenceEngine::Parts {
+  Parts(const config::Config& config, const EngineSetup& setup, device::Device& device, device::Stream& compute,
+        comm::Communicator& comm)
+      : streams(device),
+        store(config, store_setup(setup, comm), device, *streams.optim),
+        fetcher(config, store, device, compute, streams, comm, /*gate=*/nullptr, setup.activation_bytes) {}
+
+  EngineStreams streams;
+  tiers::TierStore store;
+  ParamFetcher fetcher;
+};
+
+InferenceEngine::InferenceEngine(const config::Config& config, const EngineSetup& setup, device::Device& device,
+                                 device::Stream& compute, comm::Communicator& comm, trace::Tracer& /*tracer*/)
+    : config_(config), device_(device) {
+  parts_ = std::make_unique<Parts>(config, setup, device, compute, comm);
+  if (offload::SwapSpace* sw = parts_->store.swap()) io_read_base_ = sw->engine().stats().bytes_read;
+}
+
+InferenceEngine::~InferenceEngine() {
+  try {
+    device_.synchronize();
+    if (offload::SwapSpace* sw = parts_->store.swap()) sw->engine().wait_all();
+  } catch (const std::exception& e) {
+    log::warn("inference engine: pending work failed at shutdown: {}", e.what());
+  }
+}
+
+const tiers::ZeroPlan& InferenceEngine::plan() const { return parts_->store.plan(); }
+const tiers::PlanInputs& InferenceEngine::plan_inputs() const { return parts_->store.plan_inputs(); }
+tiers::TierStore& InferenceEngine::tiers() const { return parts_->store; }
+
+int InferenceEngine::resident_modules() const {
+  const std::vector<tiers::ModulePlan>& modules = plan().modules;
+  return static_cast<int>(std::count_if(modules.begin(), modules.end(), [](const auto& m) { return m.resident; }));
+}
+
+std::uint64_t InferenceEngine::slot_bytes() const {
+  if (resident_modules() == module_count()) return 0;
+  return tiers::inference_slot_bytes(config_, plan(), parts_->store.dtype());
+}
+
+void InferenceEngine::load_module(int module, const float* values) {
+  load_params(parts_->store, module, values, *parts_->streams.copy_in);
+  parts_->streams.copy_in->synchronize();
+}
+
+void InferenceEngine::begin_pass() { parts_->fetcher.begin_step(); }
+void InferenceEngine::end_pass() { parts_->fetcher.end_step(); }
+
+EngineCounters InferenceEngine::counters() const {
+  const Parts& p = *parts_;
+  const FetchCounters f = p.fetcher.counters();
+  EngineCounters c;
+  c.h2d_bytes = p.store.transfers().h2d();
+  c.d2h_bytes = p.store.transfers().d2h();
+  c.collective_bytes = f.collective_bytes;
+  c.fetches = f.fetches;
+  c.prefetched = f.prefetched;
+  c.reused = f.reused;
+  c.trace_divergences = f.trace_divergences;
+  if (offload::SwapSpace* sw = p.store.swap()) c.nvme_read_bytes = sw->engine().stats().bytes_read - io_read_base_;
+  return c;
+}
+
+device::ArenaStats InferenceEngine::device_memory() const { return parts_->fetcher.device_memory(); }
+
+int InferenceEngine::module_count() const { return parts_->store.module_count(); }
+
+std::size_t InferenceEngine::module_numel(int module) const {
+  STRATA_ASSERT(module >= 0 && module < module_count(), "module index out of range");
+  return parts_->store.module_plan(module).part.numel;
+}
+
+params::ModuleView InferenceEngine::acquire(int module) { return parts_->fetcher.acquire(module); }
+
+void InferenceEngine::release(int module, const device::Event& /*done: recorded on the compute stream*/) {
+  parts_->fetcher.release(module);
+}
+
+params::ModuleView InferenceEngine::acquire_grads(int /*module*/) {
+  throw Error("the inference engine holds no gradients: backward() needs strata train's engine");
+}
+
+void InferenceEngine::grads_ready(int /*module*/, const device::Event& /*done*/) {
+  throw Error("the inference engine holds no gradients");
+}
+
+}  // namespace strata::runtime::zero

@@ -1,0 +1,136 @@
+// Batched generation through the KV cache, for every family (models/model.h): a prefill of
+// prompts of different lengths (right-padded) and decoding steps at each row's own positions
+// give the logits each prompt gets alone from the full forward.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "models/gpt/gpt_spec.h"
+#include "models/llama/llama_spec.h"
+#include "models/model_parts.h"
+#include "runtime/device/device.h"
+#include "runtime/params/resident_params.h"
+#include "tests/models/model_test_util.h"
+
+namespace strata::models {
+namespace {
+
+using test::random_tokens;
+
+ModelSpecPtr small_gpt() {
+  GptConfig c;
+  c.vocab_size = 37;
+  c.n_positions = 16;
+  c.n_embd = 24;
+  c.n_layer = 2;
+  c.n_head = 3;
+  return std::make_shared<GptSpec>(c);
+}
+
+ModelSpecPtr small_llama(bool tied) {
+  LlamaConfig c;
+  c.architecture = tied ? "LlamaForCausalLM" : "Qwen2ForCausalLM";
+  c.vocab_size = 37;
+  c.hidden_size = 40;
+  c.intermediate_size = 52;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 6;
+  c.num_key_value_heads = 2;
+  c.head_dim = 8;
+  c.max_position_embeddings = 16;
+  c.rope_theta = 500000.0;
+  c.rope_scaling = kernels::host::RopeLlama3Scaling{8.0, 1.0, 4.0, 4.0};
+  c.tie_word_embeddings = tied;
+  c.attention_bias = !tied;
+  return std::make_shared<LlamaSpec>(c);
+}
+
+struct Rig {
+  explicit Rig(ModelSpecPtr s) : spec(std::move(s)), layout(spec->layout()) {
+    device = runtime::device::Device::create({.kind = "host", .memory_bytes = 64ull << 20});
+    stream = device->create_stream("compute");
+    params = std::make_unique<runtime::params::ResidentParams>(*device, layout.module_numels(),
+                                                               layout.module_names(), DType::f32, false);
+    for (std::size_t m = 0; m < layout.modules.size(); ++m) {
+      std::vector<float> host(layout.modules[m].numel);
+      spec->init_module(layout.modules[m], 11, host.data());
+      for (float& v : host) v *= 4.0f;  // larger weights: position mistakes show in the logits
+      copy_to_device(*stream, params->params(static_cast<int>(m)), DType::f32, host.data(), host.size());
+    }
+    model = spec->make_model({}, *device, *stream, *params);
+  }
+  ModelSpecPtr spec;
+  ModelLayout layout;
+  std::unique_ptr<runtime::device::Device> device;
+  std::unique_ptr<runtime::device::Stream> stream;
+  std::unique_ptr<runtime::params::ResidentParams> params;
+  std::unique_ptr<Model> model;
+};
+
+TEST(Decode, RaggedPrefillAndStepsMatchEachPromptAlone) {
+  for (const ModelSpecPtr& spec : {small_gpt(), small_llama(true), small_llama(false)}) {
+    SCOPED_TRACE(spec->architecture());
+    Rig rig(spec);
+    const int V = spec->vocab_size(), B = 3, steps = 4;
+    const std::vector<int> lengths = {3, 7, 5};
+    const int T = *std::max_element(lengths.begin(), lengths.end());
+    // Each row's whole sequence: its prompt, then the tokens fed while decoding.
+    std::vector<std::vector<std::int32_t>> seq(B);
+    for (int b = 0; b < B; ++b) seq[b] = random_tokens(static_cast<std::size_t>(lengths[b] + steps), V, 20 + b);
+    std::vector<std::int32_t> padded(static_cast<std::size_t>(B * T), 0);
+    for (int b = 0; b < B; ++b) std::copy_n(seq[b].begin(), lengths[b], padded.begin() + b * T);
+
+    KvCache cache = rig.model->make_kv_cache(B, T + steps);
+    // got[b][i]: the logits after row b's token at position lengths[b] - 1 + i.
+    std::vector<std::vector<std::vector<float>>> got(B);
+    std::vector<float> logits(static_cast<std::size_t>(B * V));
+    rig.model->prefill(cache, padded.data(), lengths.data(), B, T, logits.data());
+    for (int b = 0; b < B; ++b) got[b].emplace_back(logits.begin() + b * V, logits.begin() + (b + 1) * V);
+    EXPECT_FALSE(cache.uniform());
+    for (int s = 0; s < steps - 1; ++s) {
+      std::vector<std::int32_t> next(B);
+      for (int b = 0; b < B; ++b) next[b] = seq[b][static_cast<std::size_t>(lengths[b] + s)];
+      rig.model->forward_decode(cache, next.data(), B, 1, logits.data());
+      for (int b = 0; b < B; ++b) got[b].emplace_back(logits.begin() + b * V, logits.begin() + (b + 1) * V);
+    }
+    for (int b = 0; b < B; ++b) EXPECT_EQ(cache.length(b), lengths[b] + steps - 1);
+
+    double max_diff = 0;
+    for (int b = 0; b < B; ++b) {
+      const int n = lengths[b] + steps - 1;
+      std::vector<float> full(static_cast<std::size_t>(n * V));
+      rig.model->forward(seq[b].data(), nullptr, 1, n, false, full.data());
+      for (int i = 0; i < steps; ++i) {
+        const int pos = lengths[b] - 1 + i;
+        for (int v = 0; v < V; ++v) {
+          max_diff = std::max(max_diff, static_cast<double>(std::fabs(
+                                            full[static_cast<std::size_t>(pos * V + v)] - got[b][i][v])));
+        }
+      }
+    }
+    EXPECT_LT(max_diff, 2e-5);
+  }
+}
+
+TEST(Decode, BadPrefillsAreErrors) {
+  Rig rig(small_llama(true));
+  KvCache cache = rig.model->make_kv_cache(2, 8);
+  std::vector<std::int32_t> tokens(2 * 4, 1);
+  std::vector<float> logits(2 * 37);
+  const int zero[] = {4, 0}, long_row[] = {4, 5}, ok[] = {4, 2};
+  EXPECT_THROW(rig.model->prefill(cache, tokens.data(), zero, 2, 4, logits.data()), Error);
+  EXPECT_THROW(rig.model->prefill(cache, tokens.data(), long_row, 2, 4, logits.data()), Error);
+  EXPECT_THROW(rig.model->prefill(cache, tokens.data(), ok, 1, 4, logits.data()), Error);  // batch
+  rig.model->prefill(cache, tokens.data(), ok, 2, 4, logits.data());
+  EXPECT_THROW(rig.model->prefill(cache, tokens.data(), ok, 2, 4, logits.data()), Error);  // not empty
+  cache.reset();
+  EXPECT_NO_THROW(rig.model->prefill(cache, tokens.data(), ok, 2, 4, logits.data()));
+}
+
+}  // namespace
+}  // namespace strata::models
