@@ -357,6 +357,37 @@ void GptModel::backward(float loss_scale) {
   modules_.grads_ready(layout_.embedding_module());
 }
 
+// The decoding scratch of (B, T_new) tokens, in carving order: x, ln, qkv, atty, proj, fc, the
+// head's logits chunk and padded weight, the token ids, and a prefill's last tokens.
+std::vector<std::size_t> GptModel::decode_sizes(const GptConfig& cfg, const ModelOptions& options, int B, int T_new,
+                                                bool prefill) {
+  const DType dt = options.dtype;
+  const std::size_t es = dtype_size(dt);
+  const std::size_t BT = static_cast<std::size_t>(B) * static_cast<std::size_t>(T_new);
+  const std::size_t C = static_cast<std::size_t>(cfg.n_embd);
+  const std::int64_t head_rows = prefill ? B : static_cast<std::int64_t>(BT);
+  const LmHeadGeometry g = LmHeadGeometry::make(cfg.vocab_size, cfg.n_embd, head_rows, options.vocab_multiple,
+                                                options.head_chunk_bytes, dt);
+  return {BT * C * es,        BT * C * es,       BT * 3 * C * es,          BT * C * es,
+          BT * C * es,        BT * 4 * C * es,   g.logits_bytes(dt),       g.weight_bytes(dt),
+          BT * sizeof(std::int32_t), prefill ? static_cast<std::size_t>(B) * C * es : 0};
+}
+
+std::uint64_t GptModel::inference_bytes(const GptConfig& config, const ModelOptions& options, int batch, int prompt_T,
+                                        int max_T) {
+  ModelOptions counted = options;
+  if (counted.vocab_multiple == 0) counted.vocab_multiple = vocab_multiple_for(runtime::device::Backend::cuda);
+  auto carved = [](const std::vector<std::size_t>& sizes) {
+    Carver c(nullptr);
+    for (std::size_t b : sizes) c.take(b);
+    return static_cast<std::uint64_t>(c.bytes());
+  };
+  const std::uint64_t scratch = std::max(carved(decode_sizes(config, counted, batch, prompt_T, true)),
+                                         carved(decode_sizes(config, counted, batch, 1, false)));
+  return KvCache::bytes(config.n_layer, config.n_embd, options.dtype, batch, max_T) + scratch +
+         kCarveAlign * (2 * static_cast<std::uint64_t>(config.n_layer) + 2);
+}
+
 KvCache GptModel::make_kv_cache(int batch, int max_T) {
   if (max_T > config_.n_positions) {
     throw Error(fmt::format("a KV cache of {} positions is longer than the model's n_positions ({})", max_T,
@@ -393,14 +424,10 @@ void GptModel::decode(KvCache& cache, const std::int32_t* tokens, int B, int T_n
   const auto N = static_cast<std::int64_t>(BT);
   const std::int64_t head_rows = last_of_row != nullptr ? B : N;
 
-  // Scratch for these tokens only: x, ln, qkv, atty, proj, fc, the head's logits chunk and
-  // padded weight, token ids, the prefill's last tokens.
+  // Scratch for these tokens only.
   const LmHeadGeometry g = head_geometry(head_rows);
+  const std::vector<std::size_t> sizes = decode_sizes(config_, options_, B, T_new, last_of_row != nullptr);
   Carver measure(nullptr);
-  const std::size_t sizes[] = {BT * Cs * es,       BT * Cs * es,       BT * 3 * Cs * es,
-                               BT * Cs * es,       BT * Cs * es,       BT * 4 * Cs * es,
-                               g.logits_bytes(dt), g.weight_bytes(dt), BT * sizeof(std::int32_t),
-                               last_of_row != nullptr ? static_cast<std::size_t>(B) * Cs * es : 0};
   for (std::size_t b : sizes) measure.take(b);
   runtime::device::DeviceBuffer scratch =
       device_.allocate(measure.bytes(), fmt::format("decoding scratch for {} x {} tokens", B, T_new));

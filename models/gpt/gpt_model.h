@@ -39,6 +39,11 @@ class GptModel final : public Model {
   static std::uint64_t activation_bytes(const GptConfig& config, const ModelOptions& options, int B,
                                         int T);
 
+  // Device bytes of generation for `batch` prompts of up to prompt_T tokens and max_T positions in
+  // all: the KV cache and the larger of the prefill's and a decoding step's scratch.
+  static std::uint64_t inference_bytes(const GptConfig& config, const ModelOptions& options, int batch, int prompt_T,
+                                       int max_T);
+
   void reserve(int B, int T) override;
   float forward(const std::int32_t* inputs, const std::int32_t* targets, int B, int T,
                 bool for_backward, float* logits_out = nullptr) override;
@@ -60,6 +65,8 @@ class GptModel final : public Model {
   void block_backward(const BlockParams& p, const BlockParams& g, const BlockActs& a,
                       const void* res_in, int B, int T);
   LmHeadGeometry head_geometry(std::int64_t rows) const;
+  static std::vector<std::size_t> decode_sizes(const GptConfig& cfg, const ModelOptions& options, int B, int T_new,
+                                               bool prefill);
   void decode(KvCache& cache, const std::int32_t* tokens, int B, int T_new, const int* last_of_row,
               float* logits_out);
 

@@ -29,6 +29,10 @@ std::uint64_t GptSpec::activation_bytes(const ModelOptions& options, int B, int 
   return GptModel::activation_bytes(config_, options, B, T);
 }
 
+std::uint64_t GptSpec::inference_bytes(const ModelOptions& options, int batch, int prompt_T, int max_T) const {
+  return GptModel::inference_bytes(config_, options, batch, prompt_T, max_T);
+}
+
 std::unique_ptr<Model> GptSpec::make_model(const ModelOptions& options, runtime::device::Device& device,
                                            runtime::device::Stream& compute,
                                            runtime::params::ParamProvider& params) const {

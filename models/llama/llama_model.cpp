@@ -374,6 +374,40 @@ void LlamaModel::backward(float loss_scale) {
   modules_.grads_ready(E);
 }
 
+// The decoding scratch of (B, T_new) tokens, in carving order: x, n, qkv, atty, proj, gate_up, h,
+// the head's logits chunk and padded weight, the token ids, and a prefill's last tokens.
+std::vector<std::size_t> LlamaModel::decode_sizes(const LlamaConfig& cfg, const ModelOptions& options, int B,
+                                                  int T_new, bool prefill) {
+  const DType dt = options.dtype;
+  const std::size_t es = dtype_size(dt);
+  const std::size_t BT = static_cast<std::size_t>(B) * static_cast<std::size_t>(T_new);
+  const std::size_t C = static_cast<std::size_t>(cfg.hidden_size), F = static_cast<std::size_t>(cfg.intermediate_size);
+  const std::size_t A = static_cast<std::size_t>(cfg.num_attention_heads) * static_cast<std::size_t>(cfg.head_dim);
+  const std::size_t QKV = A + 2 * static_cast<std::size_t>(cfg.num_key_value_heads) * static_cast<std::size_t>(cfg.head_dim);
+  const std::int64_t head_rows = prefill ? B : static_cast<std::int64_t>(BT);
+  const LmHeadGeometry g = LmHeadGeometry::make(cfg.vocab_size, cfg.hidden_size, head_rows, options.vocab_multiple,
+                                                options.head_chunk_bytes, dt);
+  return {BT * C * es,      BT * C * es,       BT * QKV * es,           BT * A * es,
+          BT * C * es,      BT * 2 * F * es,   BT * F * es,             g.logits_bytes(dt),
+          g.weight_bytes(dt), BT * sizeof(std::int32_t), prefill ? static_cast<std::size_t>(B) * C * es : 0};
+}
+
+std::uint64_t LlamaModel::inference_bytes(const LlamaConfig& config, const ModelOptions& options, int batch,
+                                          int prompt_T, int max_T) {
+  ModelOptions counted = options;
+  if (counted.vocab_multiple == 0) counted.vocab_multiple = vocab_multiple_for(runtime::device::Backend::cuda);
+  auto carved = [](const std::vector<std::size_t>& sizes) {
+    Carver c(nullptr);
+    for (std::size_t b : sizes) c.take(b);
+    return static_cast<std::uint64_t>(c.bytes());
+  };
+  const std::uint64_t scratch = std::max(carved(decode_sizes(config, counted, batch, prompt_T, true)),
+                                         carved(decode_sizes(config, counted, batch, 1, false)));
+  return KvCache::bytes(config.num_hidden_layers, config.num_key_value_heads * config.head_dim, options.dtype, batch,
+                        max_T) +
+         scratch + kCarveAlign * (2 * static_cast<std::uint64_t>(config.num_hidden_layers) + 2);
+}
+
 KvCache LlamaModel::make_kv_cache(int batch, int max_T) {
   check_length(max_T);
   return KvCache(device_, config_.num_hidden_layers, config_.num_key_value_heads * config_.head_dim, options_.dtype,
@@ -412,17 +446,7 @@ void LlamaModel::decode(KvCache& cache, const std::int32_t* tokens, int B, int T
 
   // Scratch for these tokens only.
   const LmHeadGeometry g = head_geometry(head_rows);
-  const std::size_t sizes[] = {BT * Cs * es,
-                               BT * Cs * es,
-                               BT * static_cast<std::size_t>(QKV) * es,
-                               BT * static_cast<std::size_t>(A) * es,
-                               BT * Cs * es,
-                               BT * 2 * static_cast<std::size_t>(F) * es,
-                               BT * static_cast<std::size_t>(F) * es,
-                               g.logits_bytes(dt),
-                               g.weight_bytes(dt),
-                               BT * sizeof(std::int32_t),
-                               last_of_row != nullptr ? static_cast<std::size_t>(B) * Cs * es : 0};
+  const std::vector<std::size_t> sizes = decode_sizes(config_, options_, B, T_new, last_of_row != nullptr);
   Carver measure(nullptr);
   for (std::size_t b : sizes) measure.take(b);
   runtime::device::DeviceBuffer scratch =

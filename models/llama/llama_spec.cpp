@@ -31,6 +31,10 @@ std::uint64_t LlamaSpec::activation_bytes(const ModelOptions& options, int B, in
   return LlamaModel::activation_bytes(config_, options, B, T);
 }
 
+std::uint64_t LlamaSpec::inference_bytes(const ModelOptions& options, int batch, int prompt_T, int max_T) const {
+  return LlamaModel::inference_bytes(config_, options, batch, prompt_T, max_T);
+}
+
 std::unique_ptr<Model> LlamaSpec::make_model(const ModelOptions& options, runtime::device::Device& device,
                                              runtime::device::Stream& compute,
                                              runtime::params::ParamProvider& params) const {

@@ -27,6 +27,7 @@ class LlamaSpec final : public ModelSpec {
   ModelLayout layout() const override;
   const HfNaming& hf_naming() const override { return naming_; }
   std::uint64_t activation_bytes(const ModelOptions& options, int B, int T) const override;
+  std::uint64_t inference_bytes(const ModelOptions& options, int batch, int prompt_T, int max_T) const override;
   std::unique_ptr<Model> make_model(const ModelOptions& options, runtime::device::Device& device,
                                     runtime::device::Stream& compute,
                                     runtime::params::ParamProvider& params) const override;
