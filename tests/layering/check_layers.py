@@ -5,10 +5,11 @@ Layers. Each top-level folder may include project headers from itself and from t
 links (the CMake targets' dependencies):
 
     core <- cpu_adam, offload, kernels (siblings: none includes another) <- runtime
-         <- models <- train <- tools
+         <- models <- infer, train (siblings: neither includes the other) <- tools
 
-train/ may include models, runtime, kernels, offload, cpu_adam and core; models/ may not
-include train/. A layer folder that does not exist yet is simply not walked.
+infer/ and train/ may each include models, runtime, kernels, offload, cpu_adam and core;
+models/ may include neither, and infer/ and train/ do not include each other. A layer folder
+that does not exist yet is simply not walked.
 
 Runtime's subfolders. Inside runtime/ the subfolders are ordered too, lowest first:
 
@@ -31,7 +32,7 @@ import os
 import re
 import sys
 
-LAYERS = ["core", "cpu_adam", "offload", "kernels", "runtime", "models", "train", "tools"]
+LAYERS = ["core", "cpu_adam", "offload", "kernels", "runtime", "models", "infer", "train", "tools"]
 ALLOWED = {
     "core": {"core"},
     "cpu_adam": {"cpu_adam", "core"},
@@ -39,6 +40,7 @@ ALLOWED = {
     "kernels": {"kernels", "core"},
     "runtime": {"runtime", "kernels", "offload", "cpu_adam", "core"},
     "models": {"models", "runtime", "kernels", "offload", "cpu_adam", "core"},
+    "infer": {"infer", "models", "runtime", "kernels", "offload", "cpu_adam", "core"},
     "train": {"train", "models", "runtime", "kernels", "offload", "cpu_adam", "core"},
     "tools": set(LAYERS),
 }

@@ -1,0 +1,3 @@
+#include "models/registry.h"
+#include "train/trainer.h"
+#include "infer/sampler.h"
