@@ -45,6 +45,8 @@ class ModelSpec {
   virtual std::int64_t num_params() const = 0;   // a tied head counted once
   virtual ModelLayout layout() const = 0;
   virtual const HfNaming& hf_naming() const = 0;
+  // The end-of-sequence tokens config.json names ("eos_token_id"); empty when it names none.
+  virtual std::vector<int> stop_token_ids() const = 0;
 
   // Device bytes a model's reserve(B, T) allocates. With options.vocab_multiple 0 (the device
   // decides) it counts the larger choice, 128.
