@@ -130,7 +130,8 @@ std::optional<std::string> byte_level_decode(std::string_view token) {
 Regex::Regex(const std::string& pattern, bool literal, const std::string& where) {
   int error_code = 0;
   PCRE2_SIZE error_offset = 0;
-  const std::uint32_t options = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0u);
+  // PCRE2_LITERAL admits no other option but UTF (UCP only matters to classes anyway).
+  const std::uint32_t options = literal ? PCRE2_UTF | PCRE2_LITERAL : PCRE2_UTF | PCRE2_UCP;
   pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
                                    options, &error_code, &error_offset, nullptr);
   if (code == nullptr) {

@@ -24,7 +24,8 @@
 // Differences from `tokenizers`, by design: every added token is matched on the raw text
 // (HF matches "normalized": true ones after normalization; they differ only when the text
 // around or inside such a token changes under the normalizer); encode() refuses text that is
-// not valid UTF-8 (a Rust &str always is).
+// not valid UTF-8 (a Rust &str always is); tokenizer.json's "truncation" and "padding" are
+// ignored (strata asks for neither).
 //
 // Unicode normalization uses ICU (libicu-dev; the same Unicode data as the rest of the system):
 // NFC needs the canonical composition tables of the Unicode Character Database and the Hangul

@@ -55,7 +55,7 @@ bool valid_utf8(const std::string& s) {
 // Every golden case of `name` through the tokenizer loaded from `path`.
 void check_golden(const std::string& path, const std::string& name) {
   const Tokenizer tok = Tokenizer::load(path);
-  const Json& cases = golden().at(name);
+  const Json& cases = golden().at(name).at("cases");
   ASSERT_GT(cases.size(), 30u);
   for (const Json& c : cases) {
     const std::string text = c.at("text");
@@ -93,6 +93,30 @@ TEST(TokenizerGolden, Gpt2TokenizerJsonPath) {
 TEST(TokenizerGolden, Gpt2VocabAndMerges) { check_golden((kFixtures / "gpt2_files").string(), "gpt2"); }
 TEST(TokenizerGolden, Llama3) { check_golden((kFixtures / "llama3").string(), "llama3"); }
 TEST(TokenizerGolden, Qwen2) { check_golden((kFixtures / "qwen2").string(), "qwen2"); }
+
+// The variants: a base fixture with some top-level sections replaced ("set"), and the ids and
+// decodes `tokenizers` gave for the result.
+TEST(TokenizerGolden, Variants) {
+  const Json& variants = golden().at("variants");
+  ASSERT_EQ(variants.size(), 4u);
+  for (const auto& [name, v] : variants.items()) {
+    std::ifstream in(kFixtures / v.at("base").get<std::string>() / "tokenizer.json");
+    Json j = Json::parse(in);
+    for (const auto& [key, value] : v.at("set").items()) j[key] = value;
+    test::TempDir dir;
+    const fs::path path = fs::path(dir.path()) / "tokenizer.json";
+    std::ofstream(path) << j.dump();
+    const Tokenizer tok = Tokenizer::load(path.string());
+    for (const Json& c : v.at("cases")) {
+      const std::string text = c.at("text");
+      SCOPED_TRACE(name + ": \"" + text.substr(0, 60) + "\"");
+      const Ids want = c.at("ids").get<Ids>();
+      EXPECT_EQ(tok.encode(text), want);
+      EXPECT_EQ(tok.decode(want), c.at("decoded").get<std::string>());
+      EXPECT_EQ(tok.decode(want, true), c.at("decoded_skip").get<std::string>());
+    }
+  }
+}
 
 TEST(Tokenizer, Api) {
   const Tokenizer llama = Tokenizer::load((kFixtures / "llama3").string());
@@ -343,7 +367,7 @@ TEST(Tokenizer, LongWordIsNotQuadratic) {
 TEST(Tokenizer, ConcurrentEncodesAgree) {
   const Tokenizer tok = Tokenizer::load((kFixtures / "qwen2").string());
   std::vector<std::string> texts;
-  for (const Json& c : golden().at("qwen2")) texts.push_back(c.at("text"));
+  for (const Json& c : golden().at("qwen2").at("cases")) texts.push_back(c.at("text"));
   std::vector<Ids> want;
   for (const auto& t : texts) want.push_back(tok.encode(t));
   std::vector<std::thread> threads;

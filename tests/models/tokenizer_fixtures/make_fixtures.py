@@ -24,12 +24,17 @@ docs/architecture.md plus some Unicode samples, in the shapes of real ones:
 and writes golden.json: for each tokenizer and each test string, the ids `tokenizers` gives
 (without and with special tokens), decode(ids) with and without skip_special_tokens, and
 decode([id]) for every id alone (lossy: U+FFFD for a partial UTF-8 character).
+
+golden.json's "variants" change sections of those files (the test applies "set" to the base
+tokenizer.json the same way) to cover what the three shapes do not: Digits, add_prefix_space,
+every Split behavior and String patterns, added tokens with lstrip/rstrip/single_word and
+non-special ones, NFKD.
 """
 import json
 import os
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
-from tokenizers import Regex
+from tokenizers import AddedToken, Regex
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
@@ -89,6 +94,9 @@ TESTS = [
     "partial <|begin_of and <|endof text|> and <|im_start",
     "<<|endoftext|>> <|<|end_of_text|>|>",
     "   \u00e9\u00e9\u00e9   ",
+    "x²³ ½ ١٢٣ Ⅻ ① １２ numerals",
+    "spaces      ctl end",
+    "Kİı 'S 'T 'Re ſſ",
     "x" * 300,
     "ab" * 150,
     "The quick brown fox jumps over the lazy dog. " * 3,
@@ -192,6 +200,64 @@ def golden(tok):
     return out
 
 
+VARIANT_TESTS = [
+    "<mask> a <mask>b  <mask>  end\t<mask>\n",
+    "hello world xhello hello_world hello! 4hello héllo helloé (hello)",
+    "Use strata, strata-run and strata; strata",
+    "a-b-c 12-34 1,2;3 x  y -lead trail- 2026-11-25",
+]
+
+
+def variant(base_path, edit):
+    tok = Tokenizer.from_file(base_path)
+    before = json.loads(tok.to_str())
+    edit(tok)
+    after = json.loads(tok.to_str())
+    changed = {k: after[k] for k in after if after[k] != before[k]}
+    return tok, changed
+
+
+def make_variants():
+    out = {}
+
+    def digits(tok):
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=True, use_regex=True)])
+
+    def splits(tok):
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split("-", behavior="merged_with_previous"),
+            pre_tokenizers.Split(Regex(r"\d+"), behavior="merged_with_next"),
+            pre_tokenizers.Split(Regex(r"[,;]"), behavior="removed"),
+            pre_tokenizers.Split(Regex(r"\s"), behavior="contiguous"),
+            pre_tokenizers.Digits(individual_digits=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+
+    def added(tok):
+        tok.add_tokens([AddedToken("hello", single_word=True),
+                        AddedToken(" strata", normalized=False)])
+        tok.add_special_tokens([AddedToken("<mask>", lstrip=True, rstrip=True, special=True,
+                                           normalized=False)])
+
+    def nfkd(tok):
+        tok.normalizer = normalizers.Sequence([normalizers.NFKD()])
+
+    for name, base, edit in [("gpt2_digits", "gpt2", digits), ("gpt2_split", "gpt2", splits),
+                             ("llama3_added", "llama3", added), ("qwen2_nfkd", "qwen2", nfkd)]:
+        tok, changed = variant(os.path.join(HERE, base, "tokenizer.json"), edit)
+        tok = Tokenizer.from_str(json.dumps({**json.loads(Tokenizer.from_file(
+            os.path.join(HERE, base, "tokenizer.json")).to_str()), **changed}))
+        cases = []
+        for text in TESTS + VARIANT_TESTS:
+            ids = tok.encode(text, add_special_tokens=False).ids
+            cases.append({"text": text, "ids": ids,
+                          "decoded": tok.decode(ids, skip_special_tokens=False),
+                          "decoded_skip": tok.decode(ids, skip_special_tokens=True)})
+        out[name] = {"base": base, "set": changed, "cases": cases}
+    return out
+
+
 def main():
     gold = {}
     for name, make in [("gpt2", make_gpt2), ("llama3", make_llama3), ("qwen2", make_qwen2)]:
@@ -216,15 +282,27 @@ def main():
             files_tok.add_special_tokens(["<|endoftext|>"])
             for g in gold[name]:
                 assert files_tok.encode(g["text"], add_special_tokens=False).ids == g["ids"], g["text"]
+    for name in list(gold):
+        gold[name] = {"cases": gold[name]}
+    gold["variants"] = make_variants()
+
     # One test string per line: small, and diffs read well.
+    def dump(obj):
+        return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+
+    def cases_text(cases, indent):
+        return ",\n".join(indent + dump(c) for c in cases)
+
     with open(os.path.join(HERE, "golden.json"), "w", encoding="utf-8") as f:
-        f.write("{\n")
-        for n, name in enumerate(gold):
-            f.write(f' "{name}": [\n')
-            rows = [" " + json.dumps(g, ensure_ascii=False, separators=(",", ":")) for g in gold[name]]
-            f.write(",\n".join(rows))
-            f.write("\n ]" + (",\n" if n + 1 < len(gold) else "\n"))
-        f.write("}\n")
+        parts = []
+        for name in ["gpt2", "llama3", "qwen2"]:
+            parts.append(f' "{name}": {{"cases": [\n' + cases_text(gold[name]["cases"], "  ") + "\n ]}")
+        vparts = []
+        for name, v in gold["variants"].items():
+            vparts.append(f'  "{name}": {{"base": "{v["base"]}", "set": {dump(v["set"])}, "cases": [\n'
+                          + cases_text(v["cases"], "   ") + "\n  ]}")
+        parts.append(' "variants": {\n' + ",\n".join(vparts) + "\n }")
+        f.write("{\n" + ",\n".join(parts) + "\n}\n")
     json.load(open(os.path.join(HERE, "golden.json"), encoding="utf-8"))
     total = 0
     for dirpath, _, files in os.walk(HERE):
