@@ -1,5 +1,6 @@
 # Every third-party dependency is found here, from Debian packages (scripts/setup.sh).
-# Required: liburing, xxHash, OpenMP, nlohmann-json, CLI11, spdlog/fmt, OpenBLAS, GoogleTest.
+# Required: liburing, xxHash, OpenMP, nlohmann-json, CLI11, spdlog/fmt, OpenBLAS, GoogleTest,
+# PCRE2 and ICU (the tokenizer's regexes and Unicode normalization).
 # Optional (auto-detected, forced with STRATA_CUDA/MPI/HWLOC=ON|OFF): CUDA (nvcc, cudart,
 # cuBLAS, NCCL), MPI, hwloc. CUDA's AUTO means "where nvcc is": with nvcc present the CUDA
 # backend is built or the configure fails, so a build machine that loses NCCL or cuBLAS stops
@@ -15,6 +16,8 @@ find_package(fmt REQUIRED)
 find_package(spdlog REQUIRED)
 pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)
 find_package(GTest REQUIRED)
+pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
+pkg_check_modules(ICU_UC REQUIRED IMPORTED_TARGET icu-uc)
 
 # --- hwloc (optional) --------------------------------------------------------------------
 set(STRATA_HAVE_HWLOC OFF)

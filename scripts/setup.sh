@@ -11,6 +11,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
   libopenblas-dev libopenmpi-dev openmpi-bin
   libxxhash-dev
+  libpcre2-dev libicu-dev                 # models/tokenizer: regexes (UTF, UCP), NFC
   python3-torch python3-numpy             # tests/reference: comparisons with PyTorch (/usr/bin/python3)
 )
 

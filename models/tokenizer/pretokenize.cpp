@@ -1,0 +1,319 @@
+// Text handling below the BPE model: UTF-8, GPT-2's byte-level alphabet, PCRE2 regexes, ICU
+// normalization and the pre-tokenizer steps (Split, Digits, ByteLevel) with HF's semantics.
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+#include <unicode/bytestream.h>
+#include <unicode/normalizer2.h>
+#include <unicode/stringpiece.h>
+#include <unicode/uchar.h>
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "models/tokenizer/tokenizer_impl.h"
+
+namespace strata::models::tok {
+
+// ---- UTF-8 ----------------------------------------------------------------------------------
+
+std::optional<std::size_t> utf8_invalid_at(std::string_view s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const std::size_t n = s.size();
+  std::size_t i = 0;
+  while (i < n) {
+    const unsigned c = p[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    std::size_t len;
+    unsigned lo = 0x80, hi = 0xBF;  // the allowed range of the second byte (Unicode table 3-7)
+    if (c >= 0xC2 && c <= 0xDF) {
+      len = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      len = 3;
+      if (c == 0xE0) lo = 0xA0;
+      if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      len = 4;
+      if (c == 0xF0) lo = 0x90;
+      if (c == 0xF4) hi = 0x8F;
+    } else {
+      return i;
+    }
+    if (i + len > n) return i;
+    if (p[i + 1] < lo || p[i + 1] > hi) return i;
+    for (std::size_t k = 2; k < len; ++k)
+      if (p[i + k] < 0x80 || p[i + k] > 0xBF) return i;
+    i += len;
+  }
+  return std::nullopt;
+}
+
+std::uint32_t utf8_next(std::string_view s, std::size_t& i) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const unsigned c = p[i];
+  if (c < 0x80) {
+    ++i;
+    return c;
+  }
+  const std::size_t len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
+  std::uint32_t cp = c & (0x7F >> len);
+  for (std::size_t k = 1; k < len; ++k) cp = (cp << 6) | (p[i + k] & 0x3F);
+  i += len;
+  return cp;
+}
+
+void utf8_append(std::string& out, std::uint32_t cp) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
+// ---- byte level -----------------------------------------------------------------------------
+
+const ByteLevelTable& ByteLevelTable::get() {
+  static const ByteLevelTable table = [] {
+    ByteLevelTable t;
+    // Bytes that are printable Latin-1 keep their code point: '!'..'~', '¡'..'¬', '®'..'ÿ'.
+    auto printable = [](unsigned b) {
+      return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+    };
+    std::uint32_t next = 256;  // the others, in byte order, take U+0100, U+0101, ...
+    for (unsigned b = 0; b < 256; ++b) {
+      const std::uint32_t cp = printable(b) ? b : next++;
+      utf8_append(t.byte_to_utf8[b], cp);
+      t.cp_to_byte.emplace(cp, static_cast<std::uint8_t>(b));
+    }
+    return t;
+  }();
+  return table;
+}
+
+std::string byte_level_encode(std::string_view bytes) {
+  const auto& table = ByteLevelTable::get();
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (const char c : bytes) out += table.byte_to_utf8[static_cast<unsigned char>(c)];
+  return out;
+}
+
+std::optional<std::string> byte_level_decode(std::string_view token) {
+  const auto& table = ByteLevelTable::get();
+  std::string out;
+  out.reserve(token.size());
+  std::size_t i = 0;
+  while (i < token.size()) {
+    const auto it = table.cp_to_byte.find(utf8_next(token, i));
+    if (it == table.cp_to_byte.end()) return std::nullopt;
+    out += static_cast<char>(it->second);
+  }
+  return out;
+}
+
+// ---- regex ----------------------------------------------------------------------------------
+
+Regex::Regex(const std::string& pattern, bool literal, const std::string& where) {
+  int error_code = 0;
+  PCRE2_SIZE error_offset = 0;
+  // PCRE2_LITERAL admits no other option but UTF (UCP only matters to classes anyway).
+  const std::uint32_t options = literal ? PCRE2_UTF | PCRE2_LITERAL : PCRE2_UTF | PCRE2_UCP;
+  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+                                   options, &error_code, &error_offset, nullptr);
+  if (code == nullptr) {
+    PCRE2_UCHAR message[256];
+    pcre2_get_error_message(error_code, message, sizeof(message));
+    throw Error(fmt::format("PCRE2 cannot compile the regex at offset {}: {}", error_offset,
+                            reinterpret_cast<const char*>(message)),
+                where, "only regexes that PCRE2 and Oniguruma read alike are supported");
+  }
+  // The JIT makes matching several times faster; where it is unavailable the interpreter
+  // gives the same matches.
+  (void)pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);
+  code_ = code;
+}
+
+Regex::~Regex() { pcre2_code_free(static_cast<pcre2_code*>(code_)); }
+
+std::vector<std::pair<std::size_t, std::size_t>> Regex::find_all(std::string_view text) const {
+  auto* code = static_cast<pcre2_code*>(code_);
+  pcre2_match_data* md = pcre2_match_data_create_from_pattern(code, nullptr);
+  STRATA_ASSERT(md != nullptr, "pcre2_match_data_create_from_pattern: out of memory");
+  std::vector<std::pair<std::size_t, std::size_t>> out;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    // The text was checked as UTF-8 once, by the caller.
+    const int rc = pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), start,
+                               PCRE2_NO_UTF_CHECK, md, nullptr);
+    if (rc == PCRE2_ERROR_NOMATCH) break;
+    if (rc < 0) {
+      pcre2_match_data_free(md);
+      PCRE2_UCHAR message[256];
+      pcre2_get_error_message(rc, message, sizeof(message));
+      throw Error(fmt::format("PCRE2 matching failed: {}", reinterpret_cast<const char*>(message)),
+                  "tokenizer pre-tokenizer regex", "report this with the text that caused it");
+    }
+    const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
+    const std::size_t b = ov[0], e = ov[1];
+    if (e > b) {
+      out.emplace_back(b, e);
+      start = e;
+    } else {  // an empty match: step over one character
+      if (b >= text.size()) break;
+      std::size_t i = b;
+      utf8_next(text, i);
+      start = i;
+    }
+  }
+  pcre2_match_data_free(md);
+  return out;
+}
+
+// ---- normalizer -----------------------------------------------------------------------------
+
+std::string normalize(std::string_view text, NormalForm form) {
+  bool ascii = true;
+  for (const char c : text) ascii = ascii && static_cast<unsigned char>(c) < 0x80;
+  if (ascii) return std::string(text);
+  UErrorCode status = U_ZERO_ERROR;
+  const icu::Normalizer2* n = nullptr;
+  switch (form) {
+    case NormalForm::nfc: n = icu::Normalizer2::getNFCInstance(status); break;
+    case NormalForm::nfd: n = icu::Normalizer2::getNFDInstance(status); break;
+    case NormalForm::nfkc: n = icu::Normalizer2::getNFKCInstance(status); break;
+    case NormalForm::nfkd: n = icu::Normalizer2::getNFKDInstance(status); break;
+  }
+  std::string out;
+  if (U_SUCCESS(status)) {
+    icu::StringByteSink<std::string> sink(&out);
+    n->normalizeUTF8(0, icu::StringPiece(text.data(), static_cast<std::int32_t>(text.size())), sink,
+                     nullptr, status);
+  }
+  if (U_FAILURE(status))
+    throw Error(fmt::format("ICU normalization failed: {}", u_errorName(status)),
+                "tokenizer normalizer", "check that ICU's data library (libicu72) is installed");
+  return out;
+}
+
+// ---- pre-tokenizer --------------------------------------------------------------------------
+namespace {
+
+struct Segment {
+  std::size_t begin, end;
+  bool is_match;
+};
+
+// Every byte of `text` in order, as matches and the gaps between them (HF's find_matches).
+std::vector<Segment> segments_of(std::string_view text,
+                                 const std::vector<std::pair<std::size_t, std::size_t>>& matches) {
+  std::vector<Segment> segs;
+  std::size_t prev = 0;
+  for (const auto& [b, e] : matches) {
+    if (b != prev) segs.push_back({prev, b, false});
+    segs.push_back({b, e, true});
+    prev = e;
+  }
+  if (prev != text.size()) segs.push_back({prev, text.size(), false});
+  return segs;
+}
+
+// HF's NormalizedString::split: combines segments by `behavior`; appends the non-empty pieces.
+void split_by(std::string_view text, std::vector<Segment> segs, SplitBehavior behavior,
+              std::vector<std::string>& out) {
+  std::vector<Segment> kept;
+  bool previous_match = false;
+  switch (behavior) {
+    case SplitBehavior::isolated:
+      kept = std::move(segs);
+      break;
+    case SplitBehavior::removed:
+      for (const auto& s : segs)
+        if (!s.is_match) kept.push_back(s);
+      break;
+    case SplitBehavior::contiguous:
+      for (const auto& s : segs) {
+        if (s.is_match == previous_match && !kept.empty()) kept.back().end = s.end;
+        else kept.push_back(s);
+        previous_match = s.is_match;
+      }
+      break;
+    case SplitBehavior::merged_with_previous:
+      for (const auto& s : segs) {
+        if (s.is_match && !previous_match && !kept.empty()) kept.back().end = s.end;
+        else kept.push_back(s);
+        previous_match = s.is_match;
+      }
+      break;
+    case SplitBehavior::merged_with_next:
+      for (auto it = segs.rbegin(); it != segs.rend(); ++it) {
+        if (it->is_match && !previous_match && !kept.empty()) kept.back().begin = it->begin;
+        else kept.push_back(*it);
+        previous_match = it->is_match;
+      }
+      std::reverse(kept.begin(), kept.end());
+      break;
+  }
+  for (const auto& s : kept)
+    if (s.end > s.begin) out.emplace_back(text.substr(s.begin, s.end - s.begin));
+}
+
+// Rust's char::is_numeric: general category Nd, Nl or No.
+bool is_numeric(std::uint32_t cp) {
+  const auto t = u_charType(static_cast<UChar32>(cp));
+  return t == U_DECIMAL_DIGIT_NUMBER || t == U_LETTER_NUMBER || t == U_OTHER_NUMBER;
+}
+
+}  // namespace
+
+void apply_step(const PreTokenizerStep& step, std::vector<std::string>& pieces) {
+  std::vector<std::string> out;
+  out.reserve(pieces.size());
+  for (auto& piece : pieces) {
+    switch (step.kind) {
+      case PreTokenizerStep::Kind::split:
+        split_by(piece, segments_of(piece, step.regex->find_all(piece)), step.behavior, out);
+        break;
+      case PreTokenizerStep::Kind::digits: {
+        // Each numeric character is one match; Isolated keeps them apart, Contiguous joins runs.
+        std::vector<std::pair<std::size_t, std::size_t>> matches;
+        for (std::size_t i = 0; i < piece.size();) {
+          const std::size_t b = i;
+          if (is_numeric(utf8_next(piece, i))) matches.emplace_back(b, i);
+        }
+        split_by(piece, segments_of(piece, matches),
+                 step.individual_digits ? SplitBehavior::isolated : SplitBehavior::contiguous, out);
+        break;
+      }
+      case PreTokenizerStep::Kind::byte_level: {
+        std::string text = std::move(piece);
+        if (step.add_prefix_space && text.front() != ' ') text.insert(text.begin(), ' ');
+        std::vector<std::string> parts;
+        if (step.regex) {
+          split_by(text, segments_of(text, step.regex->find_all(text)), SplitBehavior::isolated,
+                   parts);
+        } else {
+          parts.push_back(std::move(text));
+        }
+        for (const auto& p : parts) out.push_back(byte_level_encode(p));
+        break;
+      }
+    }
+  }
+  pieces = std::move(out);
+}
+
+}  // namespace strata::models::tok
