@@ -172,9 +172,13 @@ int run_inference(const InferOptions& o) {
   std::fprintf(stderr, "strata infer: %s (%s), %s, batch %d, %zu prompt(s), device %s\n",
                o.model_path.empty() ? o.preset.c_str() : o.model_path.c_str(), spec->describe().c_str(),
                std::string(dtype_name(model_options.dtype)).c_str(), batch, prompts.size(), device->name().c_str());
-  std::fprintf(stderr, "plan: %d of %d modules resident on the device, the others streamed through %s of slots\n%s",
-               engine.resident_modules(), engine.module_count(), format_bytes(engine.slot_bytes()).c_str(),
-               engine.plan().table(engine.plan_inputs()).c_str());
+  if (engine.resident_modules() == engine.module_count()) {
+    std::fprintf(stderr, "plan: every module resident on the device\n%s", engine.plan().table(engine.plan_inputs()).c_str());
+  } else {
+    std::fprintf(stderr, "plan: %d of %d modules resident on the device, the others streamed through %s of slots\n%s",
+                 engine.resident_modules(), engine.module_count(), format_bytes(engine.slot_bytes()).c_str(),
+                 engine.plan().table(engine.plan_inputs()).c_str());
+  }
 
   // The weights, module by module (one module's fp32 values in memory at a time).
   const std::string weights = weights_path(o);

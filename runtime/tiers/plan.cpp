@@ -177,7 +177,9 @@ ZeroPlan compute_plan(const config::Config& config, const PlanInputs& in) {
        resident_full);
   line(Tier::device, "parameter shards (" + std::string(dtype_name(in.dtype)) + ")", dev_shards);
   line(Tier::device, "optimizer states: fp32 master, exp_avg, exp_avg_sq, gradient", opt_dev);
-  line(Tier::device, "activations, logits and scratch of the micro-batch", in.activation_bytes);
+  line(Tier::device,
+       in.optimizer ? "activations, logits and scratch of the micro-batch" : "KV cache and decoding scratch of the batch",
+       in.activation_bytes);
 
   // Transient device buffers: gathered parameters of modules not resident, and every module's
   // gradient buffer during backward. Module 0 (the tied embedding) keeps its gradient buffer
@@ -277,10 +279,13 @@ void check_fits(const ZeroPlan& plan, const PlanInputs& in) {
   const bool nvme_fits = plan.needed(Tier::nvme) <= in.nvme_free_bytes || plan.needed(Tier::nvme) == 0;
   if (!device_fits || !pinned_fits || !nvme_fits) {
     std::string hint;
-    if (!device_fits)
+    if (!device_fits && in.optimizer)
       hint += "device: raise strata.device_memory (--device-memory), offload more (offload_optimizer.device "
               "cpu or nvme; at stage 3 offload_param.device cpu or nvme), or shrink the micro-batch "
               "(train_micro_batch_size_per_gpu, --seq-len) or use --activation-checkpointing. ";
+    if (!device_fits && !in.optimizer)
+      hint += "device: raise --device-memory, stream the parameters (zero_optimization.stage 3 with "
+              "offload_param.device cpu or nvme), or lower --batch or --max-new-tokens (the KV cache). ";
     if (!pinned_fits)
       hint += "pinned host: raise strata.pinned_memory, or offload to nvme instead of cpu. ";
     if (!nvme_fits) {

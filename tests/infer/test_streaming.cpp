@@ -47,6 +47,7 @@ runtime::config::Config make_config(runtime::config::OffloadDevice params, const
                                     std::uint64_t device_bytes) {
   runtime::config::Config c;
   c.train_micro_batch_size_per_gpu = std::uint64_t{1};
+  c.zero_optimization.stage = 3;  // DeepSpeed's ZeRO-Inference configs: stage 3 with offload_param
   c.zero_optimization.offload_param.device = params;
   if (params == runtime::config::OffloadDevice::kNvme) c.zero_optimization.offload_param.nvme_path = {nvme};
   c.zero_optimization.offload_param.buffer_count = 3;
@@ -60,14 +61,14 @@ runtime::config::Config make_config(runtime::config::OffloadDevice params, const
   return resolve_config(c, in);
 }
 
-struct Run {
+struct Generated {
   std::vector<float> first_logits;            // of the prefill
   std::vector<std::vector<std::int32_t>> out;  // per prompt
   runtime::zero::EngineCounters counters;
   int resident = 0, modules = 0;
 };
 
-Run generate(runtime::config::OffloadDevice params, const std::string& nvme, std::uint64_t device_bytes) {
+Generated generate(runtime::config::OffloadDevice params, const std::string& nvme, std::uint64_t device_bytes) {
   const models::LlamaSpec spec(model_config());
   const runtime::config::Config config = make_config(params, nvme, device_bytes);
   runtime::trace::Tracer tracer("", "test", false);
@@ -88,7 +89,7 @@ Run generate(runtime::config::OffloadDevice params, const std::string& nvme, std
     engine.load_module(static_cast<int>(m), values.data());
   }
   auto model = spec.make_model({}, *device, *compute, engine);
-  Run r;
+  Generated r;
   r.resident = engine.resident_modules();
   r.modules = engine.module_count();
   std::vector<Prompt> prompts(4);
@@ -117,18 +118,20 @@ Run generate(runtime::config::OffloadDevice params, const std::string& nvme, std
 
 TEST(Streaming, CpuAndNvmeGenerateWhatTheResidentModelGenerates) {
   TempDir dir;
-  const Run resident = generate(runtime::config::OffloadDevice::kNone, "", 64 * kMiB);
+  const Generated resident = generate(runtime::config::OffloadDevice::kNone, "", 64 * kMiB);
   EXPECT_EQ(resident.resident, resident.modules);
   EXPECT_EQ(resident.counters.fetches, 0u);
   // A device budget that holds a few modules besides the slots: the rest is streamed.
   for (auto params : {runtime::config::OffloadDevice::kCpu, runtime::config::OffloadDevice::kNvme}) {
     SCOPED_TRACE(params == runtime::config::OffloadDevice::kCpu ? "cpu" : "nvme");
-    const Run streamed = generate(params, dir.path(), 2 * kMiB);
+    const Generated streamed = generate(params, dir.path(), 2 * kMiB);
     EXPECT_GT(streamed.resident, 0);
     EXPECT_LT(streamed.resident, streamed.modules);
     EXPECT_GT(streamed.counters.fetches, 0u);
     EXPECT_GT(streamed.counters.prefetched, 0u);  // fetched ahead along the previous pass
-    if (params == runtime::config::OffloadDevice::kNvme) EXPECT_GT(streamed.counters.nvme_read_bytes, 0u);
+    if (params == runtime::config::OffloadDevice::kNvme) {
+      EXPECT_GT(streamed.counters.nvme_read_bytes, 0u);
+    }
     EXPECT_EQ(streamed.out, resident.out);
     EXPECT_TRUE(models::test::same_bits(streamed.first_logits, resident.first_logits));
   }
@@ -155,10 +158,16 @@ TEST(Streaming, PlanKeepsWhatFitsResidentEmbeddingAndHeadFirst) {
       const int resident = engine.resident_modules();
       EXPECT_GE(resident, last) << budget;
       last = resident;
-      if (resident > 0) EXPECT_TRUE(mods.front().resident) << "the embedding first";
-      if (resident > 1) EXPECT_TRUE(mods.back().resident) << "then the head";
+      if (resident > 0) {
+        EXPECT_TRUE(mods.front().resident) << "the embedding first";
+      }
+      if (resident > 1) {
+        EXPECT_TRUE(mods.back().resident) << "then the head";
+      }
       for (std::size_t m = 2; m + 1 < mods.size(); ++m) {
-        if (mods[m].resident) EXPECT_TRUE(mods[m - 1].resident) << "blocks in forward order";
+        if (mods[m].resident) {
+          EXPECT_TRUE(mods[m - 1].resident) << "blocks in forward order";
+        }
       }
       EXPECT_LE(engine.device_memory().peak_bytes, budget);
     } catch (const Error& e) {
