@@ -21,16 +21,10 @@
 #include "core/units.h"
 #include "infer/generator.h"
 #include "infer/prompts.h"
+#include "infer/server.h"
 #include "infer/text_io.h"
-#include "models/hf_weights.h"
 #include "models/io/hf_checkpoint.h"
 #include "models/registry.h"
-#include "offload/host_buffer.h"
-#include "runtime/comm/comm.h"
-#include "runtime/config/config.h"
-#include "runtime/device/device.h"
-#include "runtime/trace/trace.h"
-#include "runtime/zero/inference_engine.h"
 
 namespace strata::infer {
 namespace {
@@ -88,41 +82,6 @@ std::vector<Prompt> load_prompts(const InferOptions& o, const TextCodec* codec, 
   return prompts;
 }
 
-runtime::config::Config load_config(const InferOptions& o, const models::ModelSpec& spec) {
-  runtime::config::Config config;
-  if (!o.config_path.empty()) config = runtime::config::load_config_file(o.config_path).config;
-  // The training keys mean nothing here; the resolver wants a batch size.
-  if (!config.train_batch_size && !config.train_micro_batch_size_per_gpu) config.train_micro_batch_size_per_gpu = 1;
-  runtime::config::ResolveInputs inputs;
-  inputs.hidden_size = static_cast<std::uint64_t>(spec.hidden_size());
-  return runtime::config::resolve_config(config, inputs);
-}
-
-DType choose_dtype(const InferOptions& o, const runtime::config::Config& config, runtime::device::Backend backend) {
-  if (o.dtype == "fp32") return DType::f32;
-  if (o.dtype == "bf16") return DType::bf16;
-  if (o.dtype == "fp16") return DType::f16;
-  if (o.dtype != "auto") throw Error("--dtype " + o.dtype + " is not one of auto, fp32, bf16, fp16", "--dtype");
-  if (config.bf16.enabled.value_or(false)) return DType::bf16;
-  if (config.fp16.enabled.value_or(false)) return DType::f16;
-  return backend == runtime::device::Backend::cuda ? DType::bf16 : DType::f32;
-}
-
-// --batch, else as many prompts as take a quarter of the device budget in KV cache and scratch
-// (the rest is for the resident modules and the streaming slots), at most 256.
-int choose_batch(const InferOptions& o, const models::ModelSpec& spec, const models::ModelOptions& options,
-                 std::size_t prompts, int prompt_T, int max_T, std::uint64_t device_budget) {
-  if (o.batch < 0) throw Error("--batch must be positive", "--batch");
-  if (o.batch > 0) return o.batch;
-  const int most = static_cast<int>(std::min<std::size_t>(prompts, 256));
-  int batch = 1;
-  while (batch < most && spec.inference_bytes(options, batch * 2 > most ? most : batch * 2, prompt_T, max_T) <=
-                             device_budget / 4) {
-    batch = std::min(most, batch * 2);
-  }
-  return batch;
-}
-
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
@@ -141,81 +100,41 @@ int run_inference(const InferOptions& o) {
   std::vector<Prompt> prompts = load_prompts(o, codec.get(), *spec);
   OutputWriter writer(o.output_path, prompts.size());
 
-  runtime::config::Config config = load_config(o, *spec);
-  runtime::trace::Tracer tracer(o.trace_path, "strata infer", /*account_busy=*/true);
-  runtime::device::DeviceOptions device_options;
-  device_options.kind = !o.device_kind.empty() ? o.device_kind : std::string(runtime::config::to_string(config.strata.device));
-  device_options.memory_bytes = o.device_memory_bytes.value_or(config.strata.device_memory_bytes);
-  device_options.tracer = &tracer;
-  device_options.host_threads = static_cast<int>(config.strata.cpu_threads);
-  const std::unique_ptr<runtime::device::Device> device = runtime::device::Device::create(device_options);
-  const std::unique_ptr<runtime::comm::Communicator> comm = runtime::comm::create_communicator(*device);
-  const std::unique_ptr<runtime::device::Stream> compute = device->create_stream("compute");
-
-  models::ModelOptions model_options;
-  model_options.dtype = choose_dtype(o, config, device->backend());
-  model_options.vocab_multiple = models::vocab_multiple_for(device->backend());
+  ServerSetup setup;
+  setup.spec = spec;
+  setup.config = inference_config(o.config_path, *spec);
+  setup.device.kind = !o.device_kind.empty() ? o.device_kind
+                                             : std::string(runtime::config::to_string(setup.config.strata.device));
+  setup.device.memory_bytes = o.device_memory_bytes.value_or(setup.config.strata.device_memory_bytes);
+  setup.device.host_threads = static_cast<int>(setup.config.strata.cpu_threads);
+  setup.dtype = o.dtype;
+  setup.batch = o.batch;
+  setup.prompts = prompts.size();
   std::size_t longest = 0;
   for (const Prompt& p : prompts) longest = std::max(longest, p.ids.size());
-  const int prompt_T = static_cast<int>(longest);
-  const int max_T = std::min(spec->max_positions(), prompt_T + o.max_new_tokens);
-  const int batch = choose_batch(o, *spec, model_options, prompts.size(), prompt_T, max_T,
-                                 device->memory_stats().budget_bytes);
-
-  const models::ModelLayout layout = spec->layout();
-  runtime::zero::EngineSetup setup;
-  setup.module_numels = layout.module_numels();
-  setup.module_names = layout.module_names();
-  setup.dtype = model_options.dtype;
-  setup.activation_bytes = spec->inference_bytes(model_options, batch, prompt_T, max_T);
-  runtime::zero::InferenceEngine engine(config, setup, *device, *compute, *comm, tracer);
-  std::fprintf(stderr, "strata infer: %s (%s), %s, batch %d, %zu prompt(s), device %s\n",
-               o.model_path.empty() ? o.preset.c_str() : o.model_path.c_str(), spec->describe().c_str(),
-               std::string(dtype_name(model_options.dtype)).c_str(), batch, prompts.size(), device->name().c_str());
-  if (engine.resident_modules() == engine.module_count()) {
-    std::fprintf(stderr, "plan: every module resident on the device\n%s", engine.plan().table(engine.plan_inputs()).c_str());
-  } else {
-    std::fprintf(stderr, "plan: %d of %d modules resident on the device, the others streamed through %s of slots\n%s",
-                 engine.resident_modules(), engine.module_count(), format_bytes(engine.slot_bytes()).c_str(),
-                 engine.plan().table(engine.plan_inputs()).c_str());
+  setup.prompt_T = static_cast<int>(longest);
+  setup.max_T = std::min(spec->max_positions(), setup.prompt_T + o.max_new_tokens);
+  setup.weights = weights_path(o);
+  setup.seed = o.sampling.seed;
+  setup.trace_path = o.trace_path;
+  if (setup.weights.empty()) {
+    log::warn("{} holds no weights: random weights from --seed {}", o.model_path.empty() ? o.preset : o.model_path,
+              o.sampling.seed);
   }
-
-  // The weights, module by module (one module's fp32 values in memory at a time).
-  const std::string weights = weights_path(o);
-  {
-    std::unique_ptr<models::HfWeightsReader> reader;
-    if (!weights.empty()) {
-      reader = std::make_unique<models::HfWeightsReader>(weights, *spec);
-    } else {
-      log::warn("{} holds no weights: random weights from --seed {}", o.model_path.empty() ? o.preset : o.model_path,
-                o.sampling.seed);
-    }
-    std::size_t most = 0;
-    for (const models::ModuleLayout& m : layout.modules) most = std::max(most, m.numel);
-    const offload::HostBuffer buffer = offload::HostBuffer::allocate(most * sizeof(float), "weights being loaded");
-    auto* values = reinterpret_cast<float*>(buffer.data());
-    for (std::size_t m = 0; m < layout.modules.size(); ++m) {
-      if (reader) {
-        reader->read_module(static_cast<int>(m), values);
-      } else {
-        spec->init_module(layout.modules[m], o.sampling.seed, values);
-      }
-      engine.load_module(static_cast<int>(m), values);
-    }
-  }
-  const std::unique_ptr<models::Model> model = spec->make_model(model_options, *device, *compute, engine);
+  std::fprintf(stderr, "strata infer: %s, %zu prompt(s)\n", o.model_path.empty() ? o.preset.c_str() : o.model_path.c_str(),
+               prompts.size());
+  Server server(std::move(setup), /*verbose=*/true);
   std::fprintf(stderr, "ready in %.2f s\n", seconds_since(start));
 
   GenerateOptions gen;
   gen.max_new_tokens = o.max_new_tokens;
-  gen.batch = batch;
+  gen.batch = server.batch();
   gen.sampling = o.sampling;
   if (codec) gen.stop_ids = codec->stop_ids();
   for (int id : spec->stop_token_ids()) {
     if (std::find(gen.stop_ids.begin(), gen.stop_ids.end(), id) == gen.stop_ids.end()) gen.stop_ids.push_back(id);
   }
-  Generator generator(*model, spec->vocab_size(), gen, max_T,
-                      PassHooks{[&] { engine.begin_pass(); }, [&] { engine.end_pass(); }});
+  Generator generator(server.model(), spec->vocab_size(), gen, server.max_T(), server.hooks());
   const bool show = o.progress && ::isatty(STDERR_FILENO) != 0;
   const auto t0 = std::chrono::steady_clock::now();
   const GenerateStats stats = generator.run(
@@ -232,9 +151,8 @@ int run_inference(const InferOptions& o) {
       });
   writer.finish();
   if (show) std::fprintf(stderr, "\n");
-  device->flush_trace();
-  tracer.flush();
-  const runtime::zero::EngineCounters c = engine.counters();
+  server.flush_trace();
+  const runtime::zero::EngineCounters c = server.engine().counters();
   const double total = stats.prefill_seconds + stats.decode_seconds;
   std::fprintf(stderr,
                "done: %zu prompt(s), %zu prompt tokens, %zu generated in %.2f s (prefill %.2f s, decoding %.2f s): "

@@ -1,0 +1,118 @@
+// A model ready to generate (server.h).
+#include "infer/server.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/units.h"
+#include "models/hf_weights.h"
+#include "offload/host_buffer.h"
+
+namespace strata::infer {
+namespace {
+
+DType choose_dtype(const std::string& dtype, const runtime::config::Config& config, runtime::device::Backend backend) {
+  if (dtype == "fp32") return DType::f32;
+  if (dtype == "bf16") return DType::bf16;
+  if (dtype == "fp16") return DType::f16;
+  if (dtype != "auto") throw Error("--dtype " + dtype + " is not one of auto, fp32, bf16, fp16", "--dtype");
+  if (config.bf16.enabled.value_or(false)) return DType::bf16;
+  if (config.fp16.enabled.value_or(false)) return DType::f16;
+  return backend == runtime::device::Backend::cuda ? DType::bf16 : DType::f32;
+}
+
+// As many prompts as take a quarter of the device budget in KV cache and scratch (the rest is for
+// the resident modules and the streaming slots), at most 256 and at most the prompts.
+int auto_batch(const models::ModelSpec& spec, const models::ModelOptions& options, std::size_t prompts, int prompt_T,
+               int max_T, std::uint64_t device_budget) {
+  const int most = static_cast<int>(std::clamp<std::size_t>(prompts, 1, 256));
+  int batch = 1;
+  while (batch < most && spec.inference_bytes(options, std::min(most, batch * 2), prompt_T, max_T) <= device_budget / 4) {
+    batch = std::min(most, batch * 2);
+  }
+  return batch;
+}
+
+}  // namespace
+
+runtime::config::Config inference_config(const std::string& path, const models::ModelSpec& spec) {
+  runtime::config::Config config;
+  if (!path.empty()) config = runtime::config::load_config_file(path).config;
+  if (!config.train_batch_size && !config.train_micro_batch_size_per_gpu) config.train_micro_batch_size_per_gpu = 1;
+  runtime::config::ResolveInputs inputs;
+  inputs.hidden_size = static_cast<std::uint64_t>(spec.hidden_size());
+  return runtime::config::resolve_config(config, inputs);
+}
+
+Server::Server(ServerSetup setup, bool verbose) : setup_(std::move(setup)) {
+  const models::ModelSpec& spec = *setup_.spec;
+  if (setup_.batch < 0) throw Error("--batch must be positive", "--batch");
+  tracer_ = std::make_unique<runtime::trace::Tracer>(setup_.trace_path, "strata infer", /*account_busy=*/true);
+  setup_.device.tracer = tracer_.get();
+  device_ = runtime::device::Device::create(setup_.device);
+  comm_ = runtime::comm::create_communicator(*device_);
+  compute_ = device_->create_stream("compute");
+
+  models::ModelOptions options;
+  dtype_ = choose_dtype(setup_.dtype, setup_.config, device_->backend());
+  options.dtype = dtype_;
+  options.vocab_multiple = models::vocab_multiple_for(device_->backend());
+  batch_ = setup_.batch > 0 ? setup_.batch
+                            : auto_batch(spec, options, setup_.prompts, setup_.prompt_T, setup_.max_T,
+                                         device_->memory_stats().budget_bytes);
+
+  const models::ModelLayout layout = spec.layout();
+  runtime::zero::EngineSetup engine_setup;
+  engine_setup.module_numels = layout.module_numels();
+  engine_setup.module_names = layout.module_names();
+  engine_setup.dtype = dtype_;
+  engine_setup.activation_bytes = spec.inference_bytes(options, batch_, setup_.prompt_T, setup_.max_T);
+  engine_ = std::make_unique<runtime::zero::InferenceEngine>(setup_.config, engine_setup, *device_, *compute_, *comm_,
+                                                             *tracer_);
+  if (verbose) {
+    std::fprintf(stderr, "model: %s; %s, batch %d, %d positions, device %s\n", spec.describe().c_str(),
+                 std::string(dtype_name(dtype_)).c_str(), batch_, setup_.max_T, device_->name().c_str());
+    if (engine_->resident_modules() == engine_->module_count()) {
+      std::fprintf(stderr, "plan: every module resident on the device\n");
+    } else {
+      std::fprintf(stderr, "plan: %d of %d modules resident on the device, the others streamed through %s of slots\n",
+                   engine_->resident_modules(), engine_->module_count(), format_bytes(engine_->slot_bytes()).c_str());
+    }
+    std::fprintf(stderr, "%s", engine_->plan().table(engine_->plan_inputs()).c_str());
+  }
+
+  // The weights, module by module (one module's fp32 values in memory at a time).
+  std::unique_ptr<models::HfWeightsReader> reader;
+  if (!setup_.weights.empty()) reader = std::make_unique<models::HfWeightsReader>(setup_.weights, spec);
+  std::size_t most = 0;
+  for (const models::ModuleLayout& m : layout.modules) most = std::max(most, m.numel);
+  const offload::HostBuffer buffer = offload::HostBuffer::allocate(most * sizeof(float), "weights being loaded");
+  auto* values = reinterpret_cast<float*>(buffer.data());
+  for (std::size_t m = 0; m < layout.modules.size(); ++m) {
+    if (reader) {
+      reader->read_module(static_cast<int>(m), values);
+    } else {
+      spec.init_module(layout.modules[m], setup_.seed, values);
+    }
+    engine_->load_module(static_cast<int>(m), values);
+  }
+  model_ = spec.make_model(options, *device_, *compute_, *engine_);
+}
+
+Server::~Server() = default;
+
+PassHooks Server::hooks() {
+  return PassHooks{[this] { engine_->begin_pass(); }, [this] { engine_->end_pass(); }};
+}
+
+void Server::flush_trace() {
+  device_->flush_trace();
+  tracer_->flush();
+}
+
+}  // namespace strata::infer

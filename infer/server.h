@@ -1,0 +1,73 @@
+#pragma once
+// A model ready to generate: the device, the inference engine with its plan, the weights loaded
+// into their tiers, and the model over them. `strata infer` (infer_run.h) makes one;
+// `strata bench infer` makes one per cell.
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/dtype.h"
+#include "infer/generator.h"
+#include "models/model.h"
+#include "models/model_spec.h"
+#include "runtime/comm/comm.h"
+#include "runtime/config/config.h"
+#include "runtime/device/device.h"
+#include "runtime/trace/trace.h"
+#include "runtime/zero/inference_engine.h"
+
+namespace strata::infer {
+
+struct ServerSetup {
+  models::ModelSpecPtr spec;
+  runtime::config::Config config;                 // resolved
+  runtime::device::DeviceOptions device;          // tracer filled by the server
+  std::string dtype = "auto";                     // auto | fp32 | bf16 | fp16
+  int batch = 1;                                  // 0 = as many prompts as a quarter of the device holds
+  std::size_t prompts = 1;                        // for batch 0: no more rows than prompts
+  int prompt_T = 1;                               // the longest prompt
+  int max_T = 1;                                  // positions in all (prompt + new tokens)
+  std::string weights;                            // a model folder or safetensors; "" = init from seed
+  std::uint64_t seed = 0;
+  std::string trace_path;
+};
+
+class Server {
+ public:
+  // Prints the plan (and the model) on stderr when `verbose`. Throws strata::Error for what does
+  // not fit or cannot be read.
+  Server(ServerSetup setup, bool verbose);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  const models::ModelSpec& spec() const { return *setup_.spec; }
+  models::Model& model() { return *model_; }
+  runtime::zero::InferenceEngine& engine() { return *engine_; }
+  runtime::device::Device& device() { return *device_; }
+  runtime::device::Stream& compute() { return *compute_; }
+  DType dtype() const { return dtype_; }
+  int batch() const { return batch_; }
+  int max_T() const { return setup_.max_T; }
+  // begin_pass / end_pass of the engine, for a Generator.
+  PassHooks hooks();
+  // The trace's last spans, then the file (when a path was given).
+  void flush_trace();
+
+ private:
+  ServerSetup setup_;
+  DType dtype_ = DType::f32;
+  int batch_ = 1;
+  std::unique_ptr<runtime::trace::Tracer> tracer_;
+  std::unique_ptr<runtime::device::Device> device_;
+  std::unique_ptr<runtime::comm::Communicator> comm_;
+  std::unique_ptr<runtime::device::Stream> compute_;
+  std::unique_ptr<runtime::zero::InferenceEngine> engine_;
+  std::unique_ptr<models::Model> model_;
+};
+
+// The config of an inference run: the file's (when given) with a batch size filled in for the
+// resolver (the training keys mean nothing here), resolved for the model's width.
+runtime::config::Config inference_config(const std::string& path, const models::ModelSpec& spec);
+
+}  // namespace strata::infer
