@@ -203,6 +203,25 @@ void add_bench_command(CLI::App& app) {
                          "comma-separated: device (nothing offloaded), cpu, nvme")
       ->capture_default_str();
   checkpoint->callback([checkpoint_options] { bench_checkpoint(*checkpoint_options); });
+
+  auto infer_options = std::make_shared<InferBenchOptions>();
+  CLI::App* infer = bench->add_subcommand(
+      "infer", "decoding tokens/s per placement of the parameters (device, cpu, nvme: streamed) and batch, vs the "
+               "bound of the bytes each step streams (pinned H2D and disk read rates of the same run)");
+  add_device_flags(*infer, infer_options->device);
+  infer->add_option("--preset", infer_options->preset, "a model preset (random weights)")->capture_default_str();
+  infer->add_option("--model", infer_options->model, "a Hugging Face model folder or config.json instead");
+  infer->add_option("--placements", infer_options->placements, "comma-separated: device, cpu, nvme")
+      ->capture_default_str();
+  infer->add_option("--batches", infer_options->batches, "comma-separated batch sizes")->capture_default_str();
+  infer->add_option("--prompt-len", infer_options->prompt_len, "tokens per prompt")->capture_default_str();
+  infer->add_option("--steps", infer_options->steps, "timed decoding steps (after one untimed)")->capture_default_str();
+  infer->add_option("--slots", infer_options->slots, "offload_param.buffer_count of the streamed cells")
+      ->capture_default_str();
+  infer->add_option("--dtype", infer_options->dtype, "auto, fp32, bf16 or fp16")->capture_default_str();
+  infer->add_option("--dir", infer_options->dir, "parent of the scratch folder (NVMe swap); default $TMPDIR or /var/tmp");
+  infer->add_flag("--json", infer_options->json, "one JSON object per cell on stdout, the table on stderr");
+  infer->callback([infer_options] { bench_infer(*infer_options); });
 }
 
 }  // namespace strata::tools

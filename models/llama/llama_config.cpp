@@ -103,6 +103,16 @@ const std::vector<Preset>& presets() {
     c.rms_norm_eps = 1e-5f, c.tie_word_embeddings = false, c.sliding_window = 0;
     c.eos_token_ids = {2}, c.bos_token_id = 1;
     p.push_back({"mistral-7b", c});  // 7,248,023,552
+    // Llama-2-7b: multi-head attention (NKV = NH), 4K context; the LLaMA-7B shape of the
+    // ZeRO-Inference baselines (../shared/gpu-baseline.md).
+    c = LlamaConfig{};
+    c.architecture = kLlama;
+    c.vocab_size = 32000, c.hidden_size = 4096, c.intermediate_size = 11008;
+    c.num_hidden_layers = 32, c.num_attention_heads = 32, c.num_key_value_heads = 32;
+    c.head_dim = 128, c.max_position_embeddings = 4096, c.rope_theta = 10000.0;
+    c.rms_norm_eps = 1e-5f, c.tie_word_embeddings = false;
+    c.eos_token_ids = {2}, c.bos_token_id = 1;
+    p.push_back({"llama-2-7b", c});  // 6,738,415,616
     // For tests: GQA 4:2, byte vocabulary, no special tokens (803,968 parameters).
     c = LlamaConfig{};
     c.architecture = kLlama;

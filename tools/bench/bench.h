@@ -103,6 +103,25 @@ struct AttentionBenchOptions {
 
 void bench_attention(const AttentionBenchOptions& options);  // bench_attention.cpp
 
+// `strata bench infer`: decoding tokens/s of a model served by the inference engine, per
+// placement of its parameters (device, cpu, nvme) and batch size, against the bound of the bytes
+// each step streams (pinned H2D rate, disk read rate, measured in the same run).
+struct InferBenchOptions {
+  std::string preset = "llama-tiny";  // models::model_preset names
+  std::string model;                   // a Hugging Face folder or config.json instead
+  std::string placements = "device,cpu,nvme";
+  std::string batches = "1,16";
+  int prompt_len = 32;
+  int steps = 8;                       // timed decoding steps after one untimed; the median is reported
+  int slots = 3;                       // offload_param.buffer_count of the streamed cells
+  std::string dtype = "auto";
+  std::string dir;                     // parent of the scratch folder (the NVMe swap); empty: $TMPDIR or /var/tmp
+  bool json = false;
+  DeviceFlags device;                  // --device, --device-memory (the streamed cells' budget)
+};
+
+void bench_infer(const InferBenchOptions& options);  // bench_infer.cpp
+
 // What the `strata train` children of `strata bench step` and `strata bench checkpoint` are run
 // with (tools/bench/bench_children.h); the defaults are bench step's.
 struct TrainChildOptions {

@@ -1,0 +1,245 @@
+// strata bench infer: decoding tokens/s of a model served by the inference engine
+// (infer/server.h), per placement of its parameters (device: everything resident; cpu / nvme:
+// what does not fit the device budget streamed from pinned host memory / NVMe) and batch size,
+// against the bound of the bytes it streams: a decoding step cannot beat the time its host ->
+// device bytes take at the pinned H2D rate, nor its NVMe bytes at the disk's read rate, both
+// measured in the same run. vs_bound = tokens/s / (batch / that time).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/units.h"
+#include "infer/sampler.h"
+#include "infer/server.h"
+#include "models/io/hf_checkpoint.h"
+#include "models/registry.h"
+#include "offload/host_buffer.h"
+#include "runtime/tiers/tier_store.h"
+#include "tools/bench/bench.h"
+#include "tools/bench/bench_children.h"
+#include "tools/bench/bench_nvme_disk.h"
+
+namespace strata::tools {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Cell {
+  std::string placement;
+  int batch = 0;
+  double step_ms = 0;            // median decoding step
+  double tokens_per_s = 0;       // batch / step
+  double h2d_bytes_per_step = 0;
+  double nvme_bytes_per_step = 0;
+  double bound_tokens_per_s = 0;  // 0: nothing streamed (no bound from the links)
+  int resident = 0, modules = 0;
+  std::string error;
+};
+
+
+Json cell_config(const std::string& placement, const std::string& nvme_path, const InferBenchOptions& o) {
+  // The training keys mean nothing here, but the resolver wants a batch size.
+  Json c = {{"train_micro_batch_size_per_gpu", 1}};
+  if (placement != "device") {
+    Json param = {{"device", placement}, {"buffer_count", o.slots}};
+    if (placement == "nvme") param["nvme_path"] = nvme_path;
+    c["zero_optimization"] = {{"stage", 3}, {"offload_param", param}};
+  }
+  return c;
+}
+
+// Pinned host -> device bytes/s with the server's device: the best of 5 copies of 64 MiB, or of
+// half the device memory left when that is less (at least 1 MiB).
+double h2d_rate(infer::Server& server) {
+  const runtime::device::ArenaStats arena = server.device().memory_stats();
+  const std::uint64_t free_bytes = arena.budget_bytes - arena.current_bytes;
+  const std::size_t kBytes = static_cast<std::size_t>(
+      std::max<std::uint64_t>(kMiB, std::min<std::uint64_t>(64 * kMiB, free_bytes / 2 / kMiB * kMiB)));
+  offload::HostBuffer host = server.engine().tiers().pinned().allocate(kBytes, "the H2D limit's buffer");
+  runtime::device::DeviceBuffer dev = server.device().allocate(kBytes, "the H2D limit's buffer");
+  runtime::device::Stream& s = server.compute();
+  double best = 0;
+  for (int i = 0; i < 5; ++i) {
+    const auto t0 = Clock::now();
+    s.copy_async(dev.data(), host.data(), kBytes);
+    s.synchronize();
+    const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    best = std::max(best, static_cast<double>(kBytes) / secs);
+  }
+  return best;
+}
+
+}  // namespace
+
+void bench_infer(const InferBenchOptions& o) {
+  const models::ModelSpecPtr spec = o.model.empty() ? models::model_preset(o.preset) : models::model_from_path(o.model);
+  const std::vector<std::string> placements = split_list(o.placements);
+  std::vector<int> batches;
+  for (const std::string& b : split_list(o.batches)) batches.push_back(std::stoi(b));
+  if (o.prompt_len < 1 || o.steps < 2) throw Error("--prompt-len must be >= 1 and --steps >= 2", "--steps");
+  const int max_T = o.prompt_len + o.steps + 1;
+  if (max_T > spec->max_positions()) {
+    throw Error(fmt::format("--prompt-len + --steps = {} is longer than the model's {} ({})", max_T - 1,
+                            spec->max_positions_key(), spec->max_positions()),
+                "--prompt-len");
+  }
+  std::string weights;
+  std::error_code ec;
+  if (!o.model.empty() && std::filesystem::is_directory(o.model, ec) &&
+      (std::filesystem::exists(std::filesystem::path(o.model) / models::kHfSingleFile, ec) ||
+       std::filesystem::exists(std::filesystem::path(o.model) / models::kHfIndexFile, ec))) {
+    weights = o.model;
+  }
+  const bool nvme = std::find(placements.begin(), placements.end(), "nvme") != placements.end();
+  const std::string parent = resolve_bench_dir(o.dir);
+  if (nvme) check_bench_dir(parent);
+  ScratchFolder scratch(parent, "infer");
+  const std::string nvme_path = scratch.file("nvme");
+  std::filesystem::create_directory(nvme_path, ec);
+  std::FILE* text = o.json ? stderr : stdout;
+  std::fprintf(text, "strata bench infer: %s (%s), prompts of %d tokens, %d decoding steps timed (after one), "
+               "placements %s, batches %s%s\n",
+               o.model.empty() ? o.preset.c_str() : o.model.c_str(), spec->describe().c_str(), o.prompt_len, o.steps,
+               o.placements.c_str(), o.batches.c_str(),
+               o.device.device_memory.empty() ? "" : (", device memory " + o.device.device_memory).c_str());
+
+  double h2d_gbps = 0, disk_gbps = 0;
+  std::vector<Cell> cells;
+  for (const std::string& placement : placements) {
+    if (placement != "device" && placement != "cpu" && placement != "nvme") {
+      throw Error("--placements: " + placement + " is not device, cpu or nvme", "--placements");
+    }
+    for (int batch : batches) {
+      Cell cell;
+      cell.placement = placement;
+      cell.batch = batch;
+      try {
+        infer::ServerSetup setup;
+        setup.spec = spec;
+        const Json config = cell_config(placement, nvme_path, o);
+        const std::string config_path = scratch.file(placement + ".json");
+        {
+          std::FILE* f = std::fopen(config_path.c_str(), "w");
+          if (f == nullptr) throw Error("cannot write " + config_path);
+          std::fputs(config.dump(1).c_str(), f);
+          std::fclose(f);
+        }
+        setup.config = infer::inference_config(config_path, *spec);
+        setup.device = resolve_device_options(o.device);
+        if (placement == "device") setup.device.memory_bytes = 0;  // the backend's default: hold everything
+        setup.dtype = o.dtype;
+        setup.batch = batch;
+        setup.prompts = static_cast<std::size_t>(batch);
+        setup.prompt_T = o.prompt_len;
+        setup.max_T = max_T;
+        setup.weights = weights;
+        setup.seed = 1;
+        infer::Server server(std::move(setup), /*verbose=*/false);
+        cell.resident = server.engine().resident_modules();
+        cell.modules = server.engine().module_count();
+        if (h2d_gbps == 0) h2d_gbps = h2d_rate(server) / 1e9;
+        if (placement == "nvme" && disk_gbps == 0) {
+          offload::AioOptions aio = run_aio_options(config, *spec);
+          disk_gbps = measure_disk_rates(aio, scratch.file("disk-limit.bin"), 256 * kMiB, true).read_gbps;
+        }
+        // B random prompts, a prefill, one untimed step (the first along a recorded trace), then
+        // the timed steps (greedy).
+        const int V = spec->vocab_size();
+        std::mt19937 rng(7);
+        std::vector<std::int32_t> prompts(static_cast<std::size_t>(batch) * static_cast<std::size_t>(o.prompt_len));
+        for (auto& t : prompts) t = static_cast<std::int32_t>(rng() % static_cast<unsigned>(V));
+        std::vector<int> lengths(static_cast<std::size_t>(batch), o.prompt_len);
+        models::KvCache cache = server.model().make_kv_cache(batch, max_T);
+        std::vector<float> logits(static_cast<std::size_t>(batch) * static_cast<std::size_t>(V));
+        std::vector<std::int32_t> next(static_cast<std::size_t>(batch));
+        const infer::Sampler greedy({});
+        auto pick = [&] {
+          for (int b = 0; b < batch; ++b) {
+            next[static_cast<std::size_t>(b)] = greedy.sample(
+                std::span<const float>(logits.data() + static_cast<std::size_t>(b) * static_cast<std::size_t>(V),
+                                       static_cast<std::size_t>(V)),
+                {static_cast<std::uint64_t>(b), 0});
+          }
+        };
+        runtime::zero::InferenceEngine& engine = server.engine();
+        engine.begin_pass();
+        server.model().prefill(cache, prompts.data(), lengths.data(), batch, o.prompt_len, logits.data());
+        engine.end_pass();
+        pick();
+        std::vector<double> ms;
+        runtime::zero::EngineCounters before{};
+        for (int step = 0; step <= o.steps; ++step) {
+          if (step == 1) before = engine.counters();
+          const auto t0 = Clock::now();
+          engine.begin_pass();
+          server.model().forward_decode(cache, next.data(), batch, 1, logits.data());
+          engine.end_pass();
+          if (step > 0) ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+          pick();
+        }
+        const runtime::zero::EngineCounters after = engine.counters();
+        cell.step_ms = median(ms);
+        cell.tokens_per_s = 1e3 * batch / cell.step_ms;
+        cell.h2d_bytes_per_step = static_cast<double>(after.h2d_bytes - before.h2d_bytes) / o.steps;
+        cell.nvme_bytes_per_step = static_cast<double>(after.nvme_read_bytes - before.nvme_read_bytes) / o.steps;
+        double bound_s = 0;
+        if (h2d_gbps > 0) bound_s = std::max(bound_s, cell.h2d_bytes_per_step / (h2d_gbps * 1e9));
+        if (disk_gbps > 0) bound_s = std::max(bound_s, cell.nvme_bytes_per_step / (disk_gbps * 1e9));
+        cell.bound_tokens_per_s = bound_s > 0 ? batch / bound_s : 0;
+      } catch (const Error& e) {
+        cell.error = e.what();
+      }
+      std::fprintf(text, "  %-6s batch %-4d %s\n", placement.c_str(), batch,
+                   cell.error.empty()
+                       ? fmt::format("{:9.2f} ms/step {:10.1f} tokens/s  streamed {}/step (nvme {}), {} of {} modules "
+                                     "resident{}",
+                                     cell.step_ms, cell.tokens_per_s,
+                                     format_bytes(static_cast<std::uint64_t>(cell.h2d_bytes_per_step)),
+                                     format_bytes(static_cast<std::uint64_t>(cell.nvme_bytes_per_step)), cell.resident,
+                                     cell.modules,
+                                     cell.bound_tokens_per_s > 0
+                                         ? fmt::format("; bound {:.1f} tokens/s, {:.2f} of it", cell.bound_tokens_per_s,
+                                                       cell.tokens_per_s / cell.bound_tokens_per_s)
+                                         : std::string())
+                             .c_str()
+                       : ("error: " + cell.error).c_str());
+      cells.push_back(cell);
+    }
+  }
+  std::fprintf(text, "limits: pinned H2D %.2f GB/s%s\n", h2d_gbps,
+               disk_gbps > 0 ? fmt::format(", disk read {:.2f} GB/s", disk_gbps).c_str() : "");
+  if (!o.json) return;
+  for (const Cell& c : cells) {
+    Json j = {{"model", o.model.empty() ? o.preset : o.model},
+              {"placement", c.placement},
+              {"batch", c.batch},
+              {"prompt_len", o.prompt_len},
+              {"h2d_gbps", h2d_gbps},
+              {"disk_read_gbps", disk_gbps}};
+    if (!c.error.empty()) {
+      j["error"] = c.error;
+    } else {
+      j["step_ms"] = c.step_ms;
+      j["tokens_per_s"] = c.tokens_per_s;
+      j["h2d_bytes_per_step"] = c.h2d_bytes_per_step;
+      j["nvme_bytes_per_step"] = c.nvme_bytes_per_step;
+      j["resident_modules"] = c.resident;
+      j["modules"] = c.modules;
+      if (c.bound_tokens_per_s > 0) {
+        j["bound_tokens_per_s"] = c.bound_tokens_per_s;
+        j["vs_bound"] = c.tokens_per_s / c.bound_tokens_per_s;
+      }
+    }
+    std::printf("%s\n", j.dump().c_str());
+  }
+}
+
+}  // namespace strata::tools
