@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -23,33 +22,11 @@
 #include "infer/prompts.h"
 #include "infer/server.h"
 #include "infer/text_io.h"
-#include "models/io/hf_checkpoint.h"
+#include "models/hf_weights.h"
 #include "models/registry.h"
 
 namespace strata::infer {
 namespace {
-
-namespace fs = std::filesystem;
-
-models::ModelSpecPtr load_model(const InferOptions& o) {
-  if (!o.model_path.empty() && !o.preset.empty()) {
-    throw Error("both --model and --preset were given", "--model", "give one of them");
-  }
-  if (!o.model_path.empty()) return models::model_from_path(o.model_path);
-  if (!o.preset.empty()) return models::model_preset(o.preset);
-  throw Error("no model was given", "--model", "give --model DIR (a Hugging Face model folder) or --preset NAME");
-}
-
-// The weights: the --model folder's when it has any; otherwise none (random, from --seed).
-std::string weights_path(const InferOptions& o) {
-  std::error_code ec;
-  if (!o.model_path.empty() && fs::is_directory(o.model_path, ec) &&
-      (fs::exists(fs::path(o.model_path) / models::kHfSingleFile, ec) ||
-       fs::exists(fs::path(o.model_path) / models::kHfIndexFile, ec))) {
-    return o.model_path;
-  }
-  return {};
-}
 
 std::vector<Prompt> load_prompts(const InferOptions& o, const TextCodec* codec, const models::ModelSpec& spec) {
   if (o.prompt.empty() == o.prompts_path.empty()) {
@@ -95,7 +72,7 @@ int run_inference(const InferOptions& o) {
   }
   validate(o.sampling);
   const auto start = std::chrono::steady_clock::now();
-  const models::ModelSpecPtr spec = load_model(o);
+  const models::ModelSpecPtr spec = models::model_from_flags(o.model_path, o.preset);
   const std::unique_ptr<TextCodec> codec = o.model_path.empty() ? nullptr : load_text_codec(o.model_path);
   std::vector<Prompt> prompts = load_prompts(o, codec.get(), *spec);
   OutputWriter writer(o.output_path, prompts.size());
@@ -114,7 +91,7 @@ int run_inference(const InferOptions& o) {
   for (const Prompt& p : prompts) longest = std::max(longest, p.ids.size());
   setup.prompt_T = static_cast<int>(longest);
   setup.max_T = std::min(spec->max_positions(), setup.prompt_T + o.max_new_tokens);
-  setup.weights = weights_path(o);
+  setup.weights = models::has_hf_weights(o.model_path) ? o.model_path : std::string();
   setup.seed = o.sampling.seed;
   setup.trace_path = o.trace_path;
   if (setup.weights.empty()) {

@@ -138,6 +138,13 @@ void HfWeightsReader::read_module(int module, float* out) const {
   }
 }
 
+bool has_hf_weights(const std::string& path) {
+  std::error_code ec;
+  const std::filesystem::path dir(path);
+  return std::filesystem::is_directory(dir, ec) &&
+         (std::filesystem::exists(dir / kHfSingleFile, ec) || std::filesystem::exists(dir / kHfIndexFile, ec));
+}
+
 std::vector<float> to_hf_layout(const TensorSlot& t, const float* module_data) {
   const float* src = module_data + t.offset;
   if (!t.hf_transposed) return std::vector<float>(src, src + t.numel);

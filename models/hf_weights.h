@@ -67,6 +67,10 @@ void write_hf_model(const std::string& path, const ModelSpec& spec,
                     const std::function<const float*(int module)>& module, DType out_dtype,
                     std::uint64_t max_shard_bytes = kDefaultShardBytes);
 
+// Whether `path` is a model folder holding weights (model.safetensors or
+// model.safetensors.index.json): then it is what --model DIR starts from.
+bool has_hf_weights(const std::string& path);
+
 // A tensor of a module in HF's orientation, fp32.
 std::vector<float> to_hf_layout(const TensorSlot& tensor, const float* module_data);
 

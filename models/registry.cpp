@@ -107,6 +107,16 @@ ModelSpecPtr model_preset(std::string_view name) {
               fmt::format("use one of: {}; or give --model DIR", names));
 }
 
+ModelSpecPtr model_from_flags(const std::string& model_path, const std::string& preset) {
+  if (!model_path.empty() && !preset.empty()) {
+    throw Error("both --model and --preset were given", "--model", "give one of them");
+  }
+  if (!model_path.empty()) return model_from_path(model_path);
+  if (!preset.empty()) return model_preset(preset);
+  throw Error("no model was given", "--model",
+              "give --model DIR (a Hugging Face model folder), --model config.json or --preset NAME");
+}
+
 std::vector<std::string> preset_names() {
   std::vector<std::string> names;
   for (const Family& f : families()) {

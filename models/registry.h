@@ -21,6 +21,9 @@ ModelSpecPtr model_from_path(const std::string& path);
 // The config.json of a model path: `path` itself, or path/config.json for a directory.
 std::string config_json_path(const std::string& path);
 ModelSpecPtr model_preset(std::string_view name);  // throws listing every preset when unknown
+// The model of a command line: --model PATH (model_from_path) or --preset NAME, exactly one of
+// them (strata::Error naming the flag otherwise).
+ModelSpecPtr model_from_flags(const std::string& model_path, const std::string& preset);
 std::vector<std::string> preset_names();           // of every family
 
 }  // namespace strata::models

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <filesystem>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -51,14 +50,7 @@ StartPoint load_checkpoint(Session& s, const TrainOptions& o, const RunState& no
 // (model.safetensors or an index); "" = the family's initialization from --seed.
 std::string weights_path(const TrainOptions& o) {
   if (!o.init_path.empty()) return o.init_path;
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (!o.model_path.empty() && fs::is_directory(o.model_path, ec) &&
-      (fs::exists(fs::path(o.model_path) / models::kHfSingleFile, ec) ||
-       fs::exists(fs::path(o.model_path) / models::kHfIndexFile, ec))) {
-    return o.model_path;
-  }
-  return {};
+  return models::has_hf_weights(o.model_path) ? o.model_path : std::string();
 }
 
 // The initial weights (weights_path), else the family's initialization from --seed, module by

@@ -16,15 +16,6 @@
 namespace strata::train {
 namespace {
 
-models::ModelSpecPtr load_model(const TrainOptions& o) {
-  if (!o.model_path.empty() && !o.preset.empty()) {
-    throw Error("both --model and --preset were given", "--model", "give one of them");
-  }
-  if (!o.model_path.empty()) return models::model_from_path(o.model_path);
-  if (!o.preset.empty()) return models::model_preset(o.preset);
-  throw Error("no model was given", "--model", "give --model DIR (a Hugging Face model directory), --model config.json or --preset NAME");
-}
-
 models::TokenData load_data(const TrainOptions& o) {
   if (!o.data_path.empty() && !o.text_path.empty()) {
     throw Error("both --data and --text were given", "--data", "give one of them");
@@ -67,7 +58,7 @@ std::unique_ptr<Session> make_session(const TrainOptions& o) {
   auto session = std::make_unique<Session>();
   Session& s = *session;
   s.launch = runtime::launch::detect_launch();
-  s.spec = load_model(o);
+  s.spec = models::model_from_flags(o.model_path, o.preset);
   const runtime::config::ParsedConfig parsed = runtime::config::load_config_file(o.config_path);
   runtime::config::ResolveInputs resolve_inputs;
   resolve_inputs.world_size = static_cast<std::uint32_t>(s.launch.world);

@@ -79,4 +79,16 @@ JSON
   .gpu/bin/strata train --device cuda --config "$out/xl_cpu.json" --preset gpt2-xl --seq-len 1024     --activation-checkpointing --steps 6 --text README.md --trace "$out/xl_trace.json"     --metrics "$out/xl_metrics.jsonl" --report none 2>&1 | tail -12 | tee "$out/xl_train.txt" || failed=1
   python3 scripts/update_occupancy.py "$out/xl_trace.json" | tee "$out/xl_occupancy.txt" || failed=1
 fi
+# With BENCH_INFER=1: ZeRO-Inference decoding (issue 17) on the LLaMA-7B shape of the baseline
+# (llama-2-7b, random bf16 weights, 12.6 GiB): everything resident, then streamed from pinned
+# host memory with 4 GiB of device memory (the baseline's Accelerate setup), at batch 1 and 16,
+# against the bound of the bytes each step streams (pinned H2D measured in the same run; target
+# vs_bound >= 0.85), and the same from NVMe when NVME_DIR names a folder on a local NVMe drive.
+if [[ ${BENCH_INFER:-0} == 1 ]]; then
+  .gpu/bin/strata bench infer --device cuda --preset llama-2-7b --dtype bf16 --placements device \
+    --batches 1,16 --prompt-len 128 --steps 8 --json 2>"$out/bench_infer.txt" | tee -a "$out/bench_infer.jsonl"
+  .gpu/bin/strata bench infer --device cuda --device-memory 4GiB --preset llama-2-7b --dtype bf16 \
+    --placements cpu${NVME_DIR:+,nvme} ${NVME_DIR:+--dir "$NVME_DIR"} --batches 1,16 --prompt-len 128 --steps 8 \
+    --slots 4 --json 2>>"$out/bench_infer.txt" | tee -a "$out/bench_infer.jsonl"
+fi
 exit $failed

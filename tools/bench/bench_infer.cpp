@@ -19,7 +19,7 @@
 #include "core/units.h"
 #include "infer/sampler.h"
 #include "infer/server.h"
-#include "models/io/hf_checkpoint.h"
+#include "models/hf_weights.h"
 #include "models/registry.h"
 #include "offload/host_buffer.h"
 #include "runtime/tiers/tier_store.h"
@@ -91,13 +91,8 @@ void bench_infer(const InferBenchOptions& o) {
                             spec->max_positions_key(), spec->max_positions()),
                 "--prompt-len");
   }
-  std::string weights;
+  const std::string weights = models::has_hf_weights(o.model) ? o.model : std::string();
   std::error_code ec;
-  if (!o.model.empty() && std::filesystem::is_directory(o.model, ec) &&
-      (std::filesystem::exists(std::filesystem::path(o.model) / models::kHfSingleFile, ec) ||
-       std::filesystem::exists(std::filesystem::path(o.model) / models::kHfIndexFile, ec))) {
-    weights = o.model;
-  }
   const bool nvme = std::find(placements.begin(), placements.end(), "nvme") != placements.end();
   const std::string parent = resolve_bench_dir(o.dir);
   if (nvme) check_bench_dir(parent);
