@@ -11,6 +11,10 @@ Usage: check_infer.py STRATA TOKENIZER_JSON WORKDIR
     tokenizer fixture) with text prompts, its parameters streamed from NVMe through a 2 MiB
     device (zero_optimization.stage 3, offload_param nvme): the same ids as the folder served
     resident, "text" decoded, bytes read from NVMe reported, the swap folder left empty;
+  - loading never holds the model in host memory: serving a folder of ~190 MB of fp32 weights
+    with the parameters on NVMe (so that nothing else holds them) peaks, in resident memory,
+    within 48 MiB of the same run from random weights (about the largest tensors, not the file;
+    it fails when the loader keeps what it read resident);
   - errors, each exit 1 naming the problem: a text prompt without a tokenizer, a prompt longer
     than the positions allow, --quantize, --top-p 0, an id outside the vocabulary, a device too
     small for the plan (with the per-tier table).
@@ -32,6 +36,72 @@ def run(strata, args, cwd, expect_ok=True):
 
 def lines(text):
     return [json.loads(l) for l in text.splitlines() if l.strip()]
+
+
+def write_llama_folder(folder, config, seed):
+    """config.json and model.safetensors of random fp32 weights in the LLaMA layout."""
+    import numpy as np
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference"))
+    import st_io
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(config, f)
+    C, F, V = config["hidden_size"], config["intermediate_size"], config["vocab_size"]
+    hs = C // config["num_attention_heads"]
+    Q, KV = config["num_attention_heads"] * hs, config["num_key_value_heads"] * hs
+    rng = np.random.default_rng(seed)
+    shapes = {"model.embed_tokens.weight": (V, C), "model.norm.weight": (C,), "lm_head.weight": (V, C)}
+    for l in range(config["num_hidden_layers"]):
+        p = f"model.layers.{l}."
+        shapes.update({p + "input_layernorm.weight": (C,), p + "post_attention_layernorm.weight": (C,),
+                       p + "self_attn.q_proj.weight": (Q, C), p + "self_attn.k_proj.weight": (KV, C),
+                       p + "self_attn.v_proj.weight": (KV, C), p + "self_attn.o_proj.weight": (C, Q),
+                       p + "mlp.gate_proj.weight": (F, C), p + "mlp.up_proj.weight": (F, C),
+                       p + "mlp.down_proj.weight": (C, F)})
+    arrays = {n: (np.ones(s, np.float32) if n.endswith("norm.weight") else
+                  rng.standard_normal(s, dtype=np.float32) * 0.02) for n, s in shapes.items()}
+    st_io.save(os.path.join(folder, "model.safetensors"), arrays)
+    return sum(a.nbytes for a in arrays.values())
+
+
+def peak_rss(cmd, cwd):
+    """Runs cmd (which must succeed) in a child of its own and returns its peak resident bytes."""
+    pid = os.fork()
+    if pid == 0:
+        os.chdir(cwd)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
+        os.execv(cmd[0], cmd)
+    _, status, usage = os.wait4(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"{' '.join(cmd)}: status {status}"
+    return usage.ru_maxrss * 1024
+
+
+def load_memory(strata, work):
+    folder = os.path.join(work, "big")
+    config = {"architectures": ["LlamaForCausalLM"], "vocab_size": 2048, "hidden_size": 512,
+              "intermediate_size": 1408, "num_hidden_layers": 16, "num_attention_heads": 8,
+              "num_key_value_heads": 4, "max_position_embeddings": 64, "rms_norm_eps": 1e-5,
+              "tie_word_embeddings": False}
+    total = write_llama_folder(folder, config, seed=3)
+    swap = os.path.join(work, "big-swap")
+    os.makedirs(swap, exist_ok=True)
+    with open(os.path.join(work, "big-nvme.json"), "w") as f:
+        json.dump({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": swap,
+                                                                       "buffer_count": 2}},
+                   "aio": {"block_size": 65536}}, f)
+    with open(os.path.join(work, "one.jsonl"), "w") as f:
+        f.write('{"ids": [1, 2, 3]}\n')
+    args = ["infer", "--device", "host", "--config", "big-nvme.json", "--device-memory", "64MiB", "--prompts",
+            "one.jsonl", "--max-new-tokens", "2", "--output", "out.jsonl"]
+    seeded = peak_rss([strata] + args + ["--model", os.path.join(folder, "config.json")], work)
+    loaded = peak_rss([strata] + args + ["--model", folder], work)
+    extra = loaded - seeded
+    print(f"load memory: weights {total / 2**20:.0f} MiB; peak RSS from the seed {seeded / 2**20:.0f} MiB, "
+          f"from the folder {loaded / 2**20:.0f} MiB (+{extra / 2**20:.1f} MiB)")
+    assert extra <= 48 * 2**20, f"loading {total / 2**20:.0f} MiB raised the peak resident memory by " \
+                                f"{extra / 2**20:.0f} MiB: the loader keeps what it read"
 
 
 def main():
@@ -88,6 +158,8 @@ def main():
     leftovers = [os.path.join(b, x) for b, _, files in os.walk(swap) for x in files]
     assert not leftovers, f"swap files left: {leftovers}"
     print(f"folder: streamed from NVMe through 2 MiB == resident; {nvme_line[0]}")
+
+    load_memory(strata, work)
 
     # Errors.
     def refused(args, *needles):

@@ -295,6 +295,28 @@ TEST(LlamaWeights, ModelFolderRoundTrip) {
   }
 }
 
+// bf16 weights in three or more shards (as HF publishes them): each value comes back as its
+// bf16 rounding, exactly.
+TEST(LlamaWeights, ShardedBf16FolderLoadsAsItsRounding) {
+  const LlamaSpec spec(small_config(true, true));
+  const auto modules = init_all(spec);
+  TempDir dir;
+  const std::string folder = dir.file("bf16");
+  write_hf_model(folder, spec, [&](int m) { return modules[static_cast<std::size_t>(m)].data(); }, DType::bf16, 12'000);
+  const HfCheckpoint files = HfCheckpoint::open(folder);
+  EXPECT_GE(files.shard_count(), 3u);
+  for (const std::string& name : files.names()) EXPECT_EQ(files.find(name)->dtype, TensorDType::bf16) << name;
+  const HfWeightsReader reader(folder, *model_from_path(folder));
+  for (std::size_t m = 0; m < modules.size(); ++m) {
+    std::vector<float> want(modules[m].size()), got(modules[m].size());
+    std::vector<std::uint16_t> half(want.size());
+    convert(modules[m].data(), DType::f32, half.data(), DType::bf16, half.size());
+    convert(half.data(), DType::bf16, want.data(), DType::f32, half.size());
+    reader.read_module(static_cast<int>(m), got.data());
+    EXPECT_TRUE(same_bits(got, want)) << m;
+  }
+}
+
 std::string refusal(const std::string& path, const ModelSpec& spec) {
   try {
     HfWeightsReader r(path, spec);
