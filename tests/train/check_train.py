@@ -61,13 +61,15 @@ every run in its own folder of the case's temp dir):
   llama_model_folder
       --save DIR writes a sharded Hugging Face folder; --model DIR continues from it bit for bit;
       a second --save into it is refused; strata convert of its checkpoint writes the same folder.
+  llama_resume
+      A LLaMA run resumed from its step-2 checkpoint ends with the straight run's bits.
 """
 
 import sys
 
 from cases_limits import (case_bad_inputs, case_enospc_io, case_enospc_plan, case_memory,
                           case_memory_minimum, case_save_path_early)
-from cases_llama import case_llama_model_folder, case_llama_placement
+from cases_llama import case_llama_model_folder, case_llama_placement, case_llama_resume
 from cases_outputs import case_trace_config
 from cases_placement import (case_determinism, case_placement_bf16, case_placement_fp16,
                              case_placement_stage, case_stages)
@@ -93,6 +95,7 @@ CASES = {
     "trace_config": case_trace_config,
     "llama_placement": case_llama_placement,
     "llama_model_folder": case_llama_model_folder,
+    "llama_resume": case_llama_resume,
 }
 
 
