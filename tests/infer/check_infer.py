@@ -11,8 +11,11 @@ Usage: check_infer.py STRATA TOKENIZER_JSON WORKDIR
     tokenizer fixture) with text prompts, its parameters streamed from NVMe through a 2 MiB
     device (zero_optimization.stage 3, offload_param nvme): the same ids as the folder served
     resident, "text" decoded, bytes read from NVMe reported, the swap folder left empty;
+  - the folder streamed from NVMe with --quantize int8 / int4: the plan names the quantized shards,
+    fewer bytes move than unquantized; --perplexity of a text: the same resident and streamed,
+    close to it quantized (int4 further than int8 at most by a margin);
   - errors, each exit 1 naming the problem: a text prompt without a tokenizer, a prompt longer
-    than the positions allow, --quantize, --top-p 0, an id outside the vocabulary, a device too
+    than the positions allow, --top-p 0, an id outside the vocabulary, a device too
     small for the plan (with the per-tier table).
 """
 import json
@@ -89,6 +92,36 @@ def main():
     assert not leftovers, f"swap files left: {leftovers}"
     print(f"folder: streamed from NVMe through 2 MiB == resident; {nvme_line[0]}")
 
+    # Quantized streaming: the plan names the format, fewer bytes move.
+    def moved(stderr):
+        done = [l for l in stderr.splitlines() if l.startswith("done:")][0]
+        return done.split(" forward passes, ")[1].split(" host->device")[0]
+    quant_moved = {}
+    for q in ("int8", "int4"):
+        r = run(strata, text + ["--config", "nvme.json", "--device-memory", "2MiB", "--quantize", q], work)
+        assert f"parameter shards ({q}, group 128, bf16 scales)" in r.stderr, r.stderr[-2000:]
+        assert len(lines(r.stdout)) == 2, r.stdout
+        quant_moved[q] = moved(r.stderr)
+    print(f"quantized streaming: {moved(streamed_run.stderr)} unquantized, {quant_moved['int8']} int8, "
+          f"{quant_moved['int4']} int4 host->device")
+
+    # Perplexity of a text: resident == streamed; quantized close.
+    with open(os.path.join(work, "held_out.txt"), "w") as f:
+        f.write("The GNU General Public License is a free, copyleft license for software and other kinds "
+                "of works. Everyone is permitted to copy and distribute verbatim copies of this license.\n")
+    ppl_args = ["--model", folder, "--perplexity", "held_out.txt", "--perplexity-window", "32"]
+    ppl = {}
+    for name, extra in (("resident", []), ("streamed", ["--config", "nvme.json", "--device-memory", "3MiB"]),
+                        ("int8", ["--config", "nvme.json", "--device-memory", "3MiB", "--quantize", "int8"]),
+                        ("int4", ["--config", "nvme.json", "--device-memory", "3MiB", "--quantize", "int4"])):
+        out = lines(run(strata, ppl_args + extra, work).stdout)
+        assert len(out) == 1 and out[0]["tokens"] > 32 and out[0]["windows"] >= 2, out
+        ppl[name] = out[0]["perplexity"]
+    assert ppl["streamed"] == ppl["resident"], ppl
+    assert abs(ppl["int8"] / ppl["resident"] - 1) < 0.02, ppl
+    assert abs(ppl["int4"] / ppl["resident"] - 1) < 0.10, ppl
+    print(f"perplexity: {ppl}")
+
     # Errors.
     def refused(args, *needles):
         r = run(strata, args, work, expect_ok=False)
@@ -99,7 +132,7 @@ def main():
 
     refused(["--preset", "llama-tiny", "--prompt", "hello"], "no tokenizer")
     refused(["--model", folder, "--prompt", "word " * 200, "--max-new-tokens", "8"], "--max-new-tokens")
-    refused(["--preset", "llama-tiny", "--prompts", prompts, "--quantize", "int8"], "--quantize")
+    refused(["--preset", "llama-tiny", "--perplexity", "held_out.txt", "--prompts", prompts], "--perplexity")
     refused(["--preset", "llama-tiny", "--prompts", prompts, "--top-p", "0", "--temperature", "1"], "--top-p")
     with open(os.path.join(work, "big.jsonl"), "w") as f:
         f.write('{"ids": [1, 256]}\n')
