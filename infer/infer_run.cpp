@@ -267,9 +267,12 @@ int run_inference(const InferOptions& o) {
 
   if (perplexity) {
     const auto t0 = std::chrono::steady_clock::now();
+    const runtime::zero::EngineCounters loaded = engine.counters();  // the weights' load moved bytes too
     const PerplexityResult r = evaluate_perplexity(*model, text_ids, window,
                                                    PassHooks{[&] { engine.begin_pass(); }, [&] { engine.end_pass(); }});
-    const runtime::zero::EngineCounters c = engine.counters();
+    runtime::zero::EngineCounters c = engine.counters();
+    c.h2d_bytes -= loaded.h2d_bytes;
+    c.nvme_read_bytes -= loaded.nvme_read_bytes;
     // One JSON line on stdout; bytes streamed per forward pass = per decoded token when generating.
     std::printf("{\"tokens\": %zu, \"windows\": %zu, \"window\": %d, \"mean_nll\": %.6f, \"perplexity\": %.6f, "
                 "\"dtype\": \"%s\", \"quantize\": \"%s\", \"h2d_bytes\": %llu, \"nvme_read_bytes\": %llu, "
