@@ -110,7 +110,9 @@ ZeroPlan make_plan(const config::Config& config, const PlanInputs& inputs);
 // offload_param.buffer_count device slots of the largest streamed module; what fits the device
 // budget beside those slots stays resident, greedily: the embedding, the head, then the blocks in
 // forward order (each resident module is one fetch less per forward pass). Throws like make_plan
-// when even the minimum does not fit.
+// when even the minimum does not fit. With inputs.quant, every streamed module is quantized
+// (ModulePlan::quantized; its shard_bytes / gathered_bytes are the packed values and scales), and
+// the device also holds kDequantBuffers buffers to dequantize into; several ranks are refused.
 ZeroPlan make_inference_plan(const config::Config& config, const PlanInputs& inputs);
 
 // Device bytes the streamed modules' K slots take in `plan` (K x the largest streamed module's
