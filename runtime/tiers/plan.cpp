@@ -209,7 +209,8 @@ ZeroPlan compute_plan(const config::Config& config, const PlanInputs& in) {
   line(Tier::device, "parameter shards (" + shard_format + ")", dev_shards);
   line(Tier::device, "optimizer states: fp32 master, exp_avg, exp_avg_sq, gradient", opt_dev);
   line(Tier::device,
-       in.optimizer ? "activations, logits and scratch of the micro-batch" : "KV cache and decoding scratch of the batch",
+       in.optimizer ? "activations, logits and scratch of the micro-batch"
+                    : "the model's activations (KV cache and decoding scratch, or --perplexity's forward)",
        in.activation_bytes);
 
   // Transient device buffers: gathered parameters of modules not resident, and every module's

@@ -289,6 +289,15 @@ TEST(Streaming, QuantizedPlanCountsTheQuantizedBytes) {
   }
   EXPECT_TRUE(saw_shards) << plan.table(in);
   EXPECT_TRUE(saw_dequant) << plan.table(in);
+  // A budget that holds every module: nothing is quantized, no dequantization buffers.
+  {
+    runtime::tiers::PlanInputs all = in;
+    all.device_budget_bytes = 64 * kMiB;
+    const runtime::config::Config big = make_config(runtime::config::OffloadDevice::kCpu, "", 64 * kMiB);
+    const runtime::tiers::ZeroPlan p = runtime::tiers::make_inference_plan(big, all);
+    for (const runtime::tiers::ModulePlan& mp : p.modules) EXPECT_TRUE(mp.resident && !mp.quantized);
+    EXPECT_EQ(runtime::tiers::dequant_buffer_bytes(p, DType::bf16), 0u);
+  }
   in.world = 2;
   EXPECT_THROW(runtime::tiers::make_inference_plan(config, in), Error);
   in.world = 1;
