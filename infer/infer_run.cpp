@@ -19,6 +19,7 @@
 #include "core/log.h"
 #include "core/units.h"
 #include "infer/generator.h"
+#include "infer/perplexity.h"
 #include "infer/prompts.h"
 #include "infer/server.h"
 #include "infer/text_io.h"
@@ -59,6 +60,44 @@ std::vector<Prompt> load_prompts(const InferOptions& o, const TextCodec* codec, 
   return prompts;
 }
 
+runtime::tiers::WeightQuant weight_quant(const InferOptions& o) {
+  runtime::tiers::WeightQuant q;
+  if (o.quantize.empty() || o.quantize == "none") return q;
+  if (o.quantize == "int8") {
+    q.bits = 8;
+  } else if (o.quantize == "int4") {
+    q.bits = 4;
+  } else {
+    throw Error("--quantize " + o.quantize + " is not one of int8, int4", "--quantize");
+  }
+  if (o.quantize_group != 64 && o.quantize_group != 128) {
+    throw Error("--quantize-group " + std::to_string(o.quantize_group) + " is not 64 or 128", "--quantize-group");
+  }
+  q.group = o.quantize_group;
+  return q;
+}
+
+// The --perplexity text's ids: the tokenizer's when the model folder has one, else its bytes
+// (a byte-level model, vocabulary >= 256, as `strata train --text` trains).
+std::vector<std::int32_t> perplexity_ids(const InferOptions& o, const TextCodec* codec, const models::ModelSpec& spec) {
+  std::FILE* f = std::fopen(o.perplexity_path.c_str(), "rb");
+  if (f == nullptr) throw Error("cannot open the text", o.perplexity_path, "give a readable file to --perplexity");
+  std::string text;
+  char buf[1 << 16];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) text.append(buf, n);
+  const bool failed = std::ferror(f) != 0;
+  std::fclose(f);
+  if (failed) throw Error("cannot read the text", o.perplexity_path);
+  if (codec != nullptr) return codec->encode(text);
+  if (spec.vocab_size() < 256) {
+    throw Error("the model has no tokenizer and a vocabulary under 256: its bytes cannot be its tokens",
+                o.perplexity_path, "give a model folder with a tokenizer");
+  }
+  std::vector<std::int32_t> ids(text.size());
+  for (std::size_t i = 0; i < text.size(); ++i) ids[i] = static_cast<unsigned char>(text[i]);
+  return ids;
+}
+
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
@@ -66,16 +105,31 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 }  // namespace
 
 int run_inference(const InferOptions& o) {
-  if (!o.quantize.empty()) {
-    throw Error("--quantize " + o.quantize + " is not available yet", "--quantize",
-                "serve the model in bf16 or fp16 (--dtype)");
-  }
+  const runtime::tiers::WeightQuant quant = weight_quant(o);
   validate(o.sampling);
   const auto start = std::chrono::steady_clock::now();
   const models::ModelSpecPtr spec = models::model_from_flags(o.model_path, o.preset);
   const std::unique_ptr<TextCodec> codec = o.model_path.empty() ? nullptr : load_text_codec(o.model_path);
-  std::vector<Prompt> prompts = load_prompts(o, codec.get(), *spec);
-  OutputWriter writer(o.output_path, prompts.size());
+  const bool perplexity = !o.perplexity_path.empty();
+  std::vector<std::int32_t> text_ids;
+  std::vector<Prompt> prompts;
+  if (perplexity) {
+    if (!o.prompt.empty() || !o.prompts_path.empty()) {
+      throw Error("--perplexity reads a text, not prompts", "--perplexity", "give --perplexity or --prompt(s)");
+    }
+    text_ids = perplexity_ids(o, codec.get(), *spec);
+    for (std::int32_t id : text_ids) {
+      if (id < 0 || id >= spec->vocab_size()) {
+        throw Error("token " + std::to_string(id) + " of the text is outside the vocabulary", o.perplexity_path);
+      }
+    }
+  } else {
+    prompts = load_prompts(o, codec.get(), *spec);
+  }
+  OutputWriter writer(perplexity ? std::string() : o.output_path, prompts.size());
+  if (o.perplexity_window < 0) throw Error("--perplexity-window must be positive", "--perplexity-window");
+  const int window = o.perplexity_window > 0 ? std::min(o.perplexity_window, spec->max_positions())
+                                             : std::min(256, spec->max_positions());
 
   ServerSetup setup;
   setup.spec = spec;
@@ -94,6 +148,11 @@ int run_inference(const InferOptions& o) {
   setup.weights = models::has_hf_weights(o.model_path) ? o.model_path : std::string();
   setup.seed = o.sampling.seed;
   setup.trace_path = o.trace_path;
+  setup.quant = quant;
+  if (perplexity) {
+    setup.batch = 1;
+    setup.perplexity_window = window;
+  }
   if (setup.weights.empty()) {
     log::warn("{} holds no weights: random weights from --seed {}", o.model_path.empty() ? o.preset : o.model_path,
               o.sampling.seed);
@@ -102,6 +161,26 @@ int run_inference(const InferOptions& o) {
                prompts.size());
   Server server(std::move(setup), /*verbose=*/true);
   std::fprintf(stderr, "ready in %.2f s\n", seconds_since(start));
+
+  if (perplexity) {
+    const auto t0 = std::chrono::steady_clock::now();
+    runtime::zero::InferenceEngine& engine = server.engine();
+    const runtime::zero::EngineCounters loaded = engine.counters();  // the weights' load moved bytes too
+    const PerplexityResult r = evaluate_perplexity(server.model(), text_ids, window, server.hooks());
+    runtime::zero::EngineCounters c = engine.counters();
+    c.h2d_bytes -= loaded.h2d_bytes;
+    c.nvme_read_bytes -= loaded.nvme_read_bytes;
+    // One JSON line on stdout; bytes streamed per forward pass = per decoded token when generating.
+    std::printf("{\"tokens\": %zu, \"windows\": %zu, \"window\": %d, \"mean_nll\": %.6f, \"perplexity\": %.6f, "
+                "\"dtype\": \"%s\", \"quantize\": \"%s\", \"h2d_bytes\": %llu, \"nvme_read_bytes\": %llu, "
+                "\"streamed_bytes_per_pass\": %llu, \"seconds\": %.3f}\n",
+                r.tokens, r.windows, window, r.mean_nll, r.perplexity, std::string(dtype_name(server.dtype())).c_str(),
+                quant.enabled() ? quant.describe().c_str() : "none", static_cast<unsigned long long>(c.h2d_bytes),
+                static_cast<unsigned long long>(c.nvme_read_bytes),
+                static_cast<unsigned long long>(r.windows ? c.h2d_bytes / r.windows : 0), seconds_since(t0));
+    std::fflush(stdout);
+    return 0;
+  }
 
   GenerateOptions gen;
   gen.max_new_tokens = o.max_new_tokens;

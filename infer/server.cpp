@@ -71,12 +71,17 @@ Server::Server(ServerSetup setup, bool verbose) : setup_(std::move(setup)) {
   engine_setup.module_numels = layout.module_numels();
   engine_setup.module_names = layout.module_names();
   engine_setup.dtype = dtype_;
-  engine_setup.activation_bytes = spec.inference_bytes(options, batch_, setup_.prompt_T, setup_.max_T);
+  engine_setup.activation_bytes = setup_.perplexity_window > 0
+                                      ? spec.activation_bytes(options, 1, setup_.perplexity_window)
+                                      : spec.inference_bytes(options, batch_, setup_.prompt_T, setup_.max_T);
+  engine_setup.quant = setup_.quant;
   engine_ = std::make_unique<runtime::zero::InferenceEngine>(setup_.config, engine_setup, *device_, *compute_, *comm_,
                                                              *tracer_);
   if (verbose) {
-    std::fprintf(stderr, "model: %s; %s, batch %d, %d positions, device %s\n", spec.describe().c_str(),
-                 std::string(dtype_name(dtype_)).c_str(), batch_, setup_.max_T, device_->name().c_str());
+    std::fprintf(stderr, "model: %s; %s%s, batch %d, %d positions, device %s\n", spec.describe().c_str(),
+                 std::string(dtype_name(dtype_)).c_str(),
+                 setup_.quant.enabled() ? (", streamed weights " + setup_.quant.describe()).c_str() : "", batch_,
+                 setup_.max_T, device_->name().c_str());
     if (engine_->resident_modules() == engine_->module_count()) {
       std::fprintf(stderr, "plan: every module resident on the device\n");
     } else {

@@ -13,6 +13,7 @@
 #include "runtime/comm/comm.h"
 #include "runtime/config/config.h"
 #include "runtime/device/device.h"
+#include "runtime/tiers/plan.h"
 #include "runtime/trace/trace.h"
 #include "runtime/zero/inference_engine.h"
 
@@ -30,6 +31,8 @@ struct ServerSetup {
   std::string weights;                            // a model folder or safetensors; "" = init from seed
   std::uint64_t seed = 0;
   std::string trace_path;
+  runtime::tiers::WeightQuant quant;              // streamed modules' storage (--quantize)
+  int perplexity_window = 0;                      // > 0: sized for training-style forwards of this length
 };
 
 class Server {

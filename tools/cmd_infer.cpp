@@ -33,7 +33,17 @@ void add_infer_command(CLI::App& app) {
   cmd->add_option("--seed", o->sampling.seed, "seed of the sampling (and of random weights)");
   cmd->add_option("--dtype", o->dtype, "auto (the config's bf16/fp16, else bf16 on cuda, fp32 on host), fp32, bf16, fp16")
       ->check(CLI::IsMember({"auto", "fp32", "bf16", "fp16"}));
-  cmd->add_option("--quantize", o->quantize, "int8 or int4 weights for streaming (not available yet)");
+  cmd->add_option("--quantize", o->quantize,
+                  "int8 or int4: the streamed modules' weights group-wise quantized (bf16 scales), dequantized on "
+                  "the device before use; resident modules stay in --dtype")
+      ->check(CLI::IsMember({"none", "int8", "int4"}));
+  cmd->add_option("--quantize-group", o->quantize_group, "elements per quantization scale: 64 or 128 (default)")
+      ->check(CLI::IsMember({64, 128}));
+  cmd->add_option("--perplexity", o->perplexity_path,
+                  "instead of generating, print the perplexity of this text (its tokens, or its bytes for a "
+                  "byte-level model) as one JSON line");
+  cmd->add_option("--perplexity-window", o->perplexity_window,
+                  "positions per forward pass for --perplexity (default min(256, the model's longest))");
   cmd->add_option("--trace", o->trace_path, "write a Chrome trace of every stream here");
   cmd->callback([o, device] {
     o->config_path = device->config_path;

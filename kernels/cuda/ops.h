@@ -10,6 +10,7 @@
 //
 // Results agree with the host ops within floating-point tolerance, not bit for bit (different
 // summation orders; embedding_bwd and the bias / LayerNorm weight sums may use atomics).
+#include <cstddef>
 #include <cstdint>
 
 #include "core/dtype.h"
@@ -99,5 +100,10 @@ void softmax_xent_fwd(float* losses, const void* logits, const std::int32_t* tar
 void softmax_xent_bwd(void* dlogits, const void* logits, const std::int32_t* targets,
                       std::int64_t N, int V, int ld, float dloss, DType dtype,
                       cudaStream_t stream);
+
+// Group-wise weight dequantization: kernels/host/quantize.h (format, arithmetic). Bit-identical
+// to kernels::host::dequantize_groupwise.
+void dequantize_groupwise(void* out, DType dtype, const void* in, std::size_t numel, int group, int bits,
+                          cudaStream_t stream);
 
 }  // namespace strata::kernels::cuda

@@ -11,6 +11,7 @@
 #include "kernels/host/embedding.h"
 #include "kernels/host/layernorm.h"
 #include "kernels/host/matmul.h"
+#include "kernels/host/quantize.h"
 #include "kernels/host/rmsnorm.h"
 #include "kernels/host/rope.h"
 #include "kernels/host/swiglu.h"
@@ -302,6 +303,16 @@ void cast(device::Stream& s, const void* src, DType src_dtype, void* dst, DType 
     return;
   }
   s.host_task([=] { kh::cast(src, src_dtype, dst, dst_dtype, n); }, "cast");
+}
+
+void dequantize_groupwise(device::Stream& s, void* out, DType dtype, const void* in, std::size_t numel, int group,
+                          int bits) {
+  const OpScope scope(s, "dequantize_groupwise");
+  if (cudaStream_t cs = cuda_stream(s)) {
+    CUDA_OP(kc::dequantize_groupwise(out, dtype, in, numel, group, bits, cs));
+    return;
+  }
+  s.host_task([=] { kh::dequantize_groupwise(out, dtype, in, numel, group, bits); }, "dequantize_groupwise");
 }
 
 }  // namespace strata::runtime::ops

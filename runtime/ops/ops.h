@@ -6,6 +6,7 @@
 // stream's cudaStream_t. Arguments mean exactly what the kernels/host/*.h headers say; every
 // pointer must stay valid until the stream has run the op (device memory from the arena, or
 // host memory the caller keeps alive). Calls return after enqueueing.
+#include <cstddef>
 #include <cstdint>
 
 #include "core/dtype.h"
@@ -81,5 +82,10 @@ void softmax_xent_bwd(device::Stream& s, void* dlogits, const void* logits,
 
 void cast(device::Stream& s, const void* src, DType src_dtype, void* dst, DType dst_dtype,
           std::size_t n);
+
+// Group-wise weight dequantization (kernels/host/quantize.h): `in` holds the packed values and
+// bf16 scales of numel elements; out gets numel elements of dtype.
+void dequantize_groupwise(device::Stream& s, void* out, DType dtype, const void* in, std::size_t numel, int group,
+                          int bits);
 
 }  // namespace strata::runtime::ops

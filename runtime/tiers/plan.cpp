@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/units.h"
+#include "kernels/host/quantize.h"
 #include "runtime/device/arena.h"
 
 namespace strata::runtime::tiers {
@@ -60,6 +61,10 @@ std::vector<std::string> nvme_paths(const config::Config& config) {
   return paths;
 }
 
+std::string WeightQuant::describe() const {
+  return "int" + std::to_string(bits) + ", group " + std::to_string(group) + ", bf16 scales";
+}
+
 std::uint64_t ZeroPlan::needed(Tier tier) const {
   if (tier == Tier::device) return device_minimum_bytes;
   std::uint64_t sum = 0;
@@ -113,6 +118,18 @@ ZeroPlan compute_plan(const config::Config& config, const PlanInputs& in) {
   const Tier param_tier = z.stage == 3 || !in.optimizer ? tier_of(z.offload_param.device) : Tier::device;
   const Tier opt_tier = in.optimizer ? tier_of(z.offload_optimizer.device) : Tier::device;
   const std::uint64_t persistence = z.stage3_param_persistence_threshold.value_or(100'000);
+  if (in.quant.enabled()) {
+    if (in.optimizer) throw Error("weight quantization is for inference only", "--quantize");
+    if (!kernels::host::quant_format_valid(in.quant.bits, in.quant.group)) {
+      throw Error("weight quantization int" + std::to_string(in.quant.bits) + " with group size " +
+                      std::to_string(in.quant.group) + " is not supported",
+                  "--quantize", "use int8 or int4, with --quantize-group 64 or 128");
+    }
+    if (in.world > 1) {
+      throw Error("weight quantization with " + std::to_string(in.world) + " ranks is not supported",
+                  "--quantize", "serve a quantized model on one rank, or unquantized on several");
+    }
+  }
 
   std::uint64_t total_numel = 0;
   for (std::size_t n : in.module_numels) total_numel += n;
@@ -136,6 +153,16 @@ ZeroPlan compute_plan(const config::Config& config, const PlanInputs& in) {
                   "offload the optimizer too (offload_optimizer.device \"cpu\" or \"nvme\", ratio 1) "
                   "whenever offload_param.device is \"cpu\" or \"nvme\"");
     }
+    // Quantization is a storage format of the streamed shards; resident modules stay in the
+    // compute dtype.
+    mp.quantized = in.quant.enabled() && !mp.resident;
+    if (mp.quantized) {
+      mp.shard_bytes = kernels::host::quant_bytes(mp.part.padded_numel, in.quant.group, in.quant.bits);
+      mp.gathered_bytes = mp.shard_bytes;
+    } else {
+      mp.shard_bytes = mp.part.shard_numel * ds;
+      mp.gathered_bytes = mp.part.padded_numel * ds;
+    }
     plan.max_shard_numel = std::max(plan.max_shard_numel, mp.part.shard_numel);
     plan.modules.push_back(mp);
   }
@@ -144,18 +171,20 @@ ZeroPlan compute_plan(const config::Config& config, const PlanInputs& in) {
   std::uint64_t resident_full = 0, dev_shards = 0, pin_shards = 0, nvme_shards = 0;
   std::uint64_t opt_dev = 0, opt_pin = 0, opt_nvme = 0, acc_host = 0;
   std::size_t max_nvme_param_shard = 0, max_offloaded_shard = 0;
+  std::uint64_t max_nvme_param_bytes = 0;
   int nvme_param_modules = 0;
   for (const ModulePlan& mp : plan.modules) {
     const std::uint64_t sh = mp.part.shard_numel;
     if (mp.resident) {
       resident_full += mp.part.padded_numel * ds;
     } else if (mp.param_tier == Tier::device) {
-      dev_shards += sh * ds;
+      dev_shards += mp.shard_bytes;
     } else if (mp.param_tier == Tier::pinned) {
-      pin_shards += pinned_bytes(sh * ds);
+      pin_shards += pinned_bytes(mp.shard_bytes);
     } else {
-      nvme_shards += round_up(sh * ds, in.nvme_block_bytes);
+      nvme_shards += round_up(mp.shard_bytes, in.nvme_block_bytes);
       max_nvme_param_shard = std::max<std::size_t>(max_nvme_param_shard, sh);
+      max_nvme_param_bytes = std::max(max_nvme_param_bytes, mp.shard_bytes);
       ++nvme_param_modules;
     }
     if (!in.optimizer) continue;
@@ -175,17 +204,20 @@ ZeroPlan compute_plan(const config::Config& config, const PlanInputs& in) {
   };
   line(Tier::device, "parameters kept on the device (" + std::string(dtype_name(in.dtype)) + ")",
        resident_full);
-  line(Tier::device, "parameter shards (" + std::string(dtype_name(in.dtype)) + ")", dev_shards);
+  // The streamed shards' format: the compute dtype, or the quantized one.
+  const std::string shard_format = in.quant.enabled() ? in.quant.describe() : std::string(dtype_name(in.dtype));
+  line(Tier::device, "parameter shards (" + shard_format + ")", dev_shards);
   line(Tier::device, "optimizer states: fp32 master, exp_avg, exp_avg_sq, gradient", opt_dev);
   line(Tier::device,
-       in.optimizer ? "activations, logits and scratch of the micro-batch" : "KV cache and decoding scratch of the batch",
+       in.optimizer ? "activations, logits and scratch of the micro-batch"
+                    : "the model's activations (KV cache and decoding scratch, or --perplexity's forward)",
        in.activation_bytes);
 
   // Transient device buffers: gathered parameters of modules not resident, and every module's
   // gradient buffer during backward. Module 0 (the tied embedding) keeps its gradient buffer
   // for the whole backward.
   auto gathered = [&](std::size_t m) -> std::uint64_t {
-    return plan.modules[m].resident ? 0 : plan.modules[m].part.padded_numel * ds;
+    return plan.modules[m].resident ? 0 : plan.modules[m].gathered_bytes;
   };
   auto grad = [&](std::size_t m) -> std::uint64_t {
     return in.optimizer ? plan.modules[m].part.padded_numel * ds : 0;
@@ -194,7 +226,10 @@ ZeroPlan compute_plan(const config::Config& config, const PlanInputs& in) {
   // whole backward (with its parameters during the LM head's backward); any other module holds
   // its parameters and its gradient together.
   // (Inference has no gradients: the classes go by the parameters' size.)
-  auto size = [&](std::size_t m) -> std::uint64_t { return plan.modules[m].part.padded_numel * ds; };
+  // (Quantized modules: their gathered bytes.)
+  auto size = [&](std::size_t m) -> std::uint64_t {
+    return plan.modules[m].quantized ? plan.modules[m].gathered_bytes : plan.modules[m].part.padded_numel * ds;
+  };
   std::uint64_t largest = 0;
   for (std::size_t m = 0; m < plan.modules.size(); ++m) largest = std::max(largest, size(m));
   for (std::size_t m = 0; m < plan.modules.size(); ++m) {
@@ -229,11 +264,16 @@ ZeroPlan compute_plan(const config::Config& config, const PlanInputs& in) {
        in.optimizer ? "gathered parameters and gradient buffers (one module at a time, minimum)"
                     : "gathered parameters (one module at a time, minimum)",
        minimum_working);
+  const std::uint64_t dequant = dequant_buffer_bytes(plan, in.dtype);
+  line(Tier::device,
+       "dequantized parameters (" + std::to_string(kDequantBuffers) + " buffers of the largest streamed module, " +
+           std::string(dtype_name(in.dtype)) + ")",
+       dequant);
   line(Tier::device, "scratch for collectives and reports", kDeviceScratchBytes);
-  plan.device_minimum_bytes =
-      resident_full + dev_shards + opt_dev + in.activation_bytes + minimum_working + kDeviceScratchBytes;
+  plan.device_minimum_bytes = resident_full + dev_shards + opt_dev + in.activation_bytes + minimum_working +
+                              dequant + kDeviceScratchBytes;
 
-  line(Tier::pinned, "parameter shards (" + std::string(dtype_name(in.dtype)) + ")", pin_shards);
+  line(Tier::pinned, "parameter shards (" + shard_format + ")", pin_shards);
   if (nvme_param_modules > 0 && max_nvme_param_shard > z.offload_param.buffer_size) {
     throw Error("a parameter shard of " + std::to_string(max_nvme_param_shard) +
                     " elements does not fit in an NVMe staging buffer of offload_param.buffer_size = " +
@@ -246,7 +286,7 @@ ZeroPlan compute_plan(const config::Config& config, const PlanInputs& in) {
     plan.param_staging_buffers = static_cast<int>(std::clamp<std::uint64_t>(
         z.offload_param.buffer_count, 2, static_cast<std::uint64_t>(nvme_param_modules) + 1));
     line(Tier::pinned, "NVMe parameter read buffers (offload_param.buffer_count)",
-         pinned_bytes(max_nvme_param_shard * ds) * static_cast<std::uint64_t>(plan.param_staging_buffers));
+         pinned_bytes(max_nvme_param_bytes) * static_cast<std::uint64_t>(plan.param_staging_buffers));
   }
   line(Tier::pinned, "optimizer states: fp32 master, exp_avg, exp_avg_sq, gradient", opt_pin);
   line(Tier::pinned, "fp32 gradient accumulators of the NVMe-offloaded optimizer", acc_host);
@@ -268,7 +308,7 @@ ZeroPlan compute_plan(const config::Config& config, const PlanInputs& in) {
     const std::size_t chunk = plan.optimizer_chunk_numel ? plan.optimizer_chunk_numel : plan.max_shard_numel;
     line(Tier::pinned, "updated parameter staging (2 buffers)", 2 * pinned_bytes(chunk * ds));
   }
-  line(Tier::nvme, "parameter shards", nvme_shards);
+  line(Tier::nvme, in.quant.enabled() ? "parameter shards (" + shard_format + ")" : "parameter shards", nvme_shards);
   line(Tier::nvme, "optimizer states: fp32 master, exp_avg, exp_avg_sq", opt_nvme);
   return plan;
 }
@@ -308,13 +348,21 @@ ZeroPlan make_plan(const config::Config& config, const PlanInputs& in) {
   return plan;
 }
 
-std::uint64_t inference_slot_bytes(const config::Config& config, const ZeroPlan& plan, DType dtype) {
+std::uint64_t inference_slot_bytes(const config::Config& config, const ZeroPlan& plan) {
   std::uint64_t largest = 0;
   for (const ModulePlan& mp : plan.modules) {
-    if (!mp.resident) largest = std::max<std::uint64_t>(largest, mp.part.padded_numel * dtype_size(dtype));
+    if (!mp.resident) largest = std::max<std::uint64_t>(largest, mp.gathered_bytes);
   }
   const std::uint64_t k = std::max<std::uint64_t>(2, config.zero_optimization.offload_param.buffer_count);
   return k * (largest + device::Arena::kAlignment);
+}
+
+std::uint64_t dequant_buffer_bytes(const ZeroPlan& plan, DType dtype) {
+  std::uint64_t largest = 0;
+  for (const ModulePlan& mp : plan.modules) {
+    if (mp.quantized) largest = std::max<std::uint64_t>(largest, mp.part.padded_numel * dtype_size(dtype));
+  }
+  return largest == 0 ? 0 : kDequantBuffers * (largest + device::Arena::kAlignment);
 }
 
 ZeroPlan make_inference_plan(const config::Config& config, const PlanInputs& inputs) {
@@ -335,7 +383,7 @@ ZeroPlan make_inference_plan(const config::Config& config, const PlanInputs& inp
     ZeroPlan candidate = compute_plan(config, in);
     const bool all_resident = std::all_of(candidate.modules.begin(), candidate.modules.end(),
                                           [](const ModulePlan& mp) { return mp.resident; });
-    const std::uint64_t slots = all_resident ? 0 : inference_slot_bytes(config, candidate, in.dtype);
+    const std::uint64_t slots = all_resident ? 0 : inference_slot_bytes(config, candidate);
     if (candidate.device_minimum_bytes + slots <= in.device_budget_bytes) {
       plan = std::move(candidate);
     } else {

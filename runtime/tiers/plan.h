@@ -34,6 +34,16 @@ namespace strata::runtime::tiers {
 // all-reduces, gathering masters for --save).
 inline constexpr std::uint64_t kDeviceScratchBytes = std::uint64_t{1} << 20;
 
+// Inference only: the storage format of the streamed modules' parameter shards
+// (kernels/host/quantize.h: group-wise symmetric INT8 / INT4 with bf16 scales). Resident modules
+// keep the compute dtype. bits 0 = unquantized.
+struct WeightQuant {
+  int bits = 0;      // 8 or 4; 0 = off
+  int group = 128;   // 64 or 128
+  bool enabled() const { return bits != 0; }
+  std::string describe() const;  // "int8, group 128, bf16 scales"
+};
+
 struct PlanInputs {
   std::vector<std::size_t> module_numels;
   std::vector<std::string> module_names;
@@ -49,6 +59,7 @@ struct PlanInputs {
   // module m's full parameters on the device whatever the config offloads (empty: none).
   bool optimizer = true;
   std::vector<char> keep_resident;
+  WeightQuant quant;  // inference only
 };
 
 struct ModulePlan {
@@ -61,6 +72,12 @@ struct ModulePlan {
   // region have similar sizes, so a small buffer held long (the tied embedding's gradient in a
   // model with a small vocabulary) never splits the space the large ones need.
   int size_class = 0;
+  // The parameter state's bytes: this rank's shard (shard_numel elements of the compute dtype,
+  // or, quantized, its packed values and scales), and what a fetch gathers on the device
+  // (padded_numel elements, or the quantized bytes: quantization needs one shard).
+  bool quantized = false;       // a streamed module of an inference plan with quant enabled
+  std::uint64_t shard_bytes = 0;
+  std::uint64_t gathered_bytes = 0;
 };
 
 struct PlanLine {
@@ -93,11 +110,18 @@ ZeroPlan make_plan(const config::Config& config, const PlanInputs& inputs);
 // offload_param.buffer_count device slots of the largest streamed module; what fits the device
 // budget beside those slots stays resident, greedily: the embedding, the head, then the blocks in
 // forward order (each resident module is one fetch less per forward pass). Throws like make_plan
-// when even the minimum does not fit.
+// when even the minimum does not fit. With inputs.quant, every streamed module is quantized
+// (ModulePlan::quantized; its shard_bytes / gathered_bytes are the packed values and scales), and
+// the device also holds kDequantBuffers buffers to dequantize into; several ranks are refused.
 ZeroPlan make_inference_plan(const config::Config& config, const PlanInputs& inputs);
 
-// Device bytes the streamed modules' K slots take in `plan` (K x the largest streamed module).
-std::uint64_t inference_slot_bytes(const config::Config& config, const ZeroPlan& plan, DType dtype);
+// Device bytes the streamed modules' K slots take in `plan` (K x the largest streamed module's
+// gathered bytes: quantized when the plan quantizes).
+std::uint64_t inference_slot_bytes(const config::Config& config, const ZeroPlan& plan);
+// Quantized plans: the device buffers the streamed modules are dequantized into before the model
+// reads them (kDequantBuffers of the largest streamed module in the compute dtype); 0 otherwise.
+inline constexpr int kDequantBuffers = 2;
+std::uint64_t dequant_buffer_bytes(const ZeroPlan& plan, DType dtype);
 
 // The NVMe folders the plan's states may use: offload_param's then
 // offload_optimizer's, each once, in order; empty when neither section offloads to NVMe.

@@ -123,6 +123,7 @@ void TierStore::fill_inputs(const StoreSetup& setup, device::Device& device) {
   inputs_.dtype = setup.dtype;
   inputs_.activation_bytes = setup.activation_bytes;
   inputs_.optimizer = setup.optimizer;
+  inputs_.quant = setup.quant;
   const device::ArenaStats arena = device.memory_stats();
   inputs_.device_budget_bytes = arena.budget_bytes - arena.current_bytes;
   const offload::HostPoolStats pinned_stats = pinned().stats();
@@ -149,8 +150,8 @@ void TierStore::allocate(const StoreSetup& setup, device::Device& device, device
   for (std::size_t m = 0; m < plan_.modules.size(); ++m) {
     const ModulePlan& mp = plan_.modules[m];
     const std::string& name = setup.module_names[m];
-    const std::size_t shard = mp.part.shard_numel;
-    auto make = [&](StateKind kind, Tier tier, std::size_t elem_bytes) {
+    auto make = [&](StateKind kind, Tier tier, std::size_t elem_bytes, std::size_t shard = 0) {
+      if (shard == 0) shard = mp.part.shard_numel;
       const std::size_t bytes = shard * elem_bytes;
       switch (tier) {
         case Tier::device:
@@ -168,8 +169,10 @@ void TierStore::allocate(const StoreSetup& setup, device::Device& device, device
     TierState& param = states[static_cast<int>(StateKind::param)];
     if (mp.resident) {
       const std::size_t offset_bytes = mp.part.shard_offset(shard_rank_) * ds;
-      param = TierState::on_device(device.allocate(mp.part.padded_numel * ds, name + " parameters"), shard, ds,
-                                   offset_bytes, transfers_);
+      param = TierState::on_device(device.allocate(mp.part.padded_numel * ds, name + " parameters"),
+                                   mp.part.shard_numel, ds, offset_bytes, transfers_);
+    } else if (mp.quantized) {
+      param = make(StateKind::param, mp.param_tier, 1, mp.shard_bytes);
     } else {
       param = make(StateKind::param, mp.param_tier, ds);
     }

@@ -14,7 +14,9 @@
 //     exp_avg_sq and the fp32 gradient accumulator.
 // Nothing else in the engine decides or tests where a state lives beyond asking its TierState.
 //
-// Without an optimizer (inference) only the parameters are allocated.
+// Without an optimizer (inference) only the parameters are allocated. A quantized parameter
+// shard (ModulePlan::quantized) is a state of bytes (elem_bytes 1, numel = shard_bytes): its
+// packed values and scales (kernels/host/quantize.h).
 #include <array>
 #include <atomic>
 #include <cstddef>
@@ -44,6 +46,7 @@ struct StoreSetup {
   int rank = 0;
   bool optimizer = true;               // allocate the optimizer states and gradient accumulators
   offload::CompletionHook io_completion_hook;  // tests only: the I/O engine's (aio_engine.h)
+  WeightQuant quant;                   // inference only: the streamed shards' format (plan.h)
 };
 
 class TierStore {

@@ -32,6 +32,7 @@ tiers::StoreSetup ZeroEngine::Parts::store_setup(const EngineSetup& setup, const
   s.world = comm.world();
   s.rank = comm.rank();
   s.io_completion_hook = setup.io_completion_hook;
+  s.quant = setup.quant;  // the plan refuses it with an optimizer
   return s;
 }
 

@@ -57,6 +57,9 @@ struct EngineSetup {
   DType dtype = DType::f32;              // compute dtype of parameters and gradients
   std::uint64_t activation_bytes = 0;    // the model's reserve() for the micro-batch (for the plan)
   offload::CompletionHook io_completion_hook;  // tests only: the tier I/O engine's (aio_engine.h)
+  // Inference only (InferenceEngine): the streamed modules' weights quantized (tiers/plan.h);
+  // the training engine refuses it.
+  tiers::WeightQuant quant;
 };
 
 // Bytes moved and fetch statistics since the engine was made (this rank).

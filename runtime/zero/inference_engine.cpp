@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "runtime/ops/ops.h"
 #include "runtime/zero/engine_streams.h"
 #include "runtime/zero/param_fetcher.h"
 #include "runtime/zero/state_load.h"
@@ -23,7 +24,32 @@ tiers::StoreSetup store_setup(const EngineSetup& setup, const comm::Communicator
   s.rank = comm.rank();
   s.optimizer = false;
   s.io_completion_hook = setup.io_completion_hook;
+  s.quant = setup.quant;
   return s;
+}
+
+// A device buffer quantized modules are dequantized into, and the module it holds while the
+// model holds it.
+struct DequantBuffer {
+  device::DeviceBuffer buffer;
+  int module = -1;
+  int holders = 0;  // acquires not yet released
+};
+
+// Allocated before the fetcher, which carves what the device has left into its regions.
+std::vector<DequantBuffer> make_dequant_buffers(const tiers::TierStore& store, device::Device& device) {
+  std::vector<DequantBuffer> buffers;
+  std::size_t largest = 0;  // elements of the largest quantized module (plan.cpp: dequant_buffer_bytes)
+  for (const tiers::ModulePlan& mp : store.plan().modules) {
+    if (mp.quantized) largest = std::max(largest, mp.part.padded_numel);
+  }
+  if (largest == 0) return buffers;
+  for (int i = 0; i < tiers::kDequantBuffers; ++i) {
+    DequantBuffer b;
+    b.buffer = device.allocate(largest * dtype_size(store.dtype()), "dequantized parameters");
+    buffers.push_back(std::move(b));
+  }
+  return buffers;
 }
 
 }  // namespace
@@ -34,16 +60,18 @@ struct InferenceEngine::Parts {
         comm::Communicator& comm)
       : streams(device),
         store(config, store_setup(setup, comm), device, *streams.optim),
+        dequant(make_dequant_buffers(store, device)),
         fetcher(config, store, device, compute, streams, comm, /*gate=*/nullptr, setup.activation_bytes) {}
 
   EngineStreams streams;
   tiers::TierStore store;
+  std::vector<DequantBuffer> dequant;  // quantized plans only
   ParamFetcher fetcher;
 };
 
 InferenceEngine::InferenceEngine(const config::Config& config, const EngineSetup& setup, device::Device& device,
                                  device::Stream& compute, comm::Communicator& comm, trace::Tracer& /*tracer*/)
-    : config_(config), device_(device) {
+    : config_(config), device_(device), compute_(compute) {
   parts_ = std::make_unique<Parts>(config, setup, device, compute, comm);
   if (offload::SwapSpace* sw = parts_->store.swap()) io_read_base_ = sw->engine().stats().bytes_read;
 }
@@ -68,7 +96,7 @@ int InferenceEngine::resident_modules() const {
 
 std::uint64_t InferenceEngine::slot_bytes() const {
   if (resident_modules() == module_count()) return 0;
-  return tiers::inference_slot_bytes(config_, plan(), parts_->store.dtype());
+  return tiers::inference_slot_bytes(config_, plan());
 }
 
 void InferenceEngine::load_module(int module, const float* values) {
@@ -103,10 +131,59 @@ std::size_t InferenceEngine::module_numel(int module) const {
   return parts_->store.module_plan(module).part.numel;
 }
 
-params::ModuleView InferenceEngine::acquire(int module) { return parts_->fetcher.acquire(module); }
+params::ModuleView InferenceEngine::acquire(int module) {
+  Parts& p = *parts_;
+  const tiers::ModulePlan& mp = p.store.module_plan(module);
+  if (!mp.quantized) return p.fetcher.acquire(module);
+  params::ModuleView view;
+  view.numel = mp.part.numel;
+  view.dtype = p.store.dtype();
+  view.ready = nullptr;  // written on the compute stream, which the model computes on
+  for (DequantBuffer& d : p.dequant) {
+    if (d.module == module && d.holders > 0) {  // acquired again while held (a tied module)
+      ++d.holders;
+      view.data = d.buffer.data();
+      return view;
+    }
+  }
+  DequantBuffer* target = nullptr;
+  for (DequantBuffer& d : p.dequant) {
+    if (d.holders == 0) {
+      target = &d;
+      break;
+    }
+  }
+  STRATA_ASSERT(target != nullptr, "more quantized modules held at once than there are dequantization buffers");
+  const params::ModuleView q = p.fetcher.acquire(module);
+  if (q.ready != nullptr) compute_.wait(*q.ready);
+  const tiers::WeightQuant& quant = p.store.plan_inputs().quant;
+  // The whole padded module: its layout (where the scales start) is the padded one.
+  ops::dequantize_groupwise(compute_, target->buffer.data(), view.dtype, q.data, mp.part.padded_numel, quant.group,
+                            quant.bits);
+  // The fetched bytes go back now: the fetcher frees them after the compute stream's work so far
+  // (the dequantization), and its fetches ahead go on.
+  p.fetcher.release(module);
+  target->module = module;
+  target->holders = 1;
+  view.data = target->buffer.data();
+  return view;
+}
 
-void InferenceEngine::release(int module, const device::Event& /*done: recorded on the compute stream*/) {
-  parts_->fetcher.release(module);
+void InferenceEngine::release(int module, const device::Event& done) {
+  Parts& p = *parts_;
+  if (!p.store.module_plan(module).quantized) {
+    p.fetcher.release(module);  // `done` was recorded on the compute stream
+    return;
+  }
+  for (DequantBuffer& d : p.dequant) {
+    if (d.module == module && d.holders > 0) {
+      // The next dequantization into this buffer runs on the compute stream: after `done`.
+      compute_.wait(done);
+      --d.holders;
+      return;
+    }
+  }
+  STRATA_ASSERT(false, "release of a quantized module that was not acquired");
 }
 
 params::ModuleView InferenceEngine::acquire_grads(int /*module*/) {

@@ -11,6 +11,17 @@
 // Per forward pass (a prefill or one decoding step), driven by one thread:
 //   begin_pass(); model.forward / forward_decode (acquire / release come here); end_pass()
 // The first pass records the module order; from the second on, fetches run ahead along it.
+//
+// Quantized streaming (EngineSetup::quant, kernels/host/quantize.h): the streamed modules' shards
+// are stored, read from NVMe, copied to the device and kept in their slots as INT8 / INT4 values
+// with bf16 scales, quantized once by load_module. acquire() of such a module waits for its
+// fetched bytes on the compute stream, dequantizes them there into one of kDequantBuffers device
+// buffers (compute dtype, the largest streamed module's size; plan.h counts them) and hands the
+// fetched bytes back to the fetcher at once (stream-ordered: they are reused after the
+// dequantization); the model reads the dequantized buffer, which is free again at release() (the
+// next dequantization into it is ordered after the model's work on the compute stream). At most
+// kDequantBuffers quantized modules may be held at once. Resident modules stay in the compute
+// dtype.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -70,6 +81,7 @@ class InferenceEngine final : public params::ParamProvider {
  private:
   const config::Config& config_;
   device::Device& device_;
+  device::Stream& compute_;
   std::uint64_t io_read_base_ = 0;
   std::unique_ptr<Parts> parts_;
 };

@@ -46,7 +46,7 @@ ParamFetcher::~ParamFetcher() {
 }
 
 std::size_t ParamFetcher::shard_bytes(int module) const {
-  return plan_of(module).part.shard_numel * dtype_size(dtype_);
+  return plan_of(module).shard_bytes;  // the compute dtype's, or quantized (plan.h)
 }
 
 void ParamFetcher::make_pools(std::uint64_t activation_bytes) {
@@ -105,7 +105,7 @@ bool ParamFetcher::gather(int module, bool on_demand) {
   const tiers::ModulePlan& mp = plan_of(module);
   STRATA_ASSERT(!mp.resident && s.fetch != FetchState::gathered, "gather of a gathered module");
   const tiers::TierState& param = store_.state(module, tiers::StateKind::param);
-  const std::size_t full_bytes = mp.part.padded_numel * dtype_size(dtype_);
+  const std::size_t full_bytes = mp.gathered_bytes;
   if (param.needs_staging() && s.fetch == FetchState::idle) {
     if (!on_demand) return false;
     if (free_staging() < 0) {
@@ -127,7 +127,7 @@ bool ParamFetcher::gather(int module, bool on_demand) {
   if (buffer.empty()) return false;
 
   device::Stream& copy_in = *streams_.copy_in;
-  char* slice = static_cast<char*>(buffer.data()) + mp.part.shard_offset(store_.shard_rank()) * dtype_size(dtype_);
+  char* slice = static_cast<char*>(buffer.data()) + static_cast<std::size_t>(store_.shard_rank()) * shard_bytes(module);
   if (!param.needs_staging()) {
     // The last update wrote the shard: on the optimizer stream (device tier) or before this
     // module's gate opened (host tiers).

@@ -3,6 +3,10 @@
 // scheduler, and the device memory for transient buffers. It needs no optimizer: inference
 // streams parameters through it with no update gate.
 //
+// Bytes are the parameter state's (ModulePlan::shard_bytes, gathered_bytes): the compute dtype's,
+// or the packed values and scales of a quantized module, which the fetcher moves as they are
+// (the inference engine dequantizes them).
+//
 // A module that is not resident moves idle -> (NVMe: reading) -> gathered -> idle. gather()
 // allocates its device buffer from the stream-ordered pool of its size class, copies this
 // rank's shard into its slice on the H2D stream (from pinned memory, from a pinned staging

@@ -3,8 +3,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
+#include "core/error.h"
 #include "cpu_adam/adam.h"
+#include "kernels/host/quantize.h"
 #include "offload/host_buffer.h"
 
 namespace strata::runtime::zero {
@@ -67,6 +70,28 @@ void load_params(tiers::TierStore& store, int module, const float* values, devic
     offload::HostBuffer cast = offload::HostBuffer::allocate(part.padded_numel * dtype_size(dtype), "initial parameters");
     copy_padded(values, part.numel, 0, part.padded_numel, cast.data(), dtype, store.cpu_threads());
     param.write_full(cast.data(), copy_in);
+    return;
+  }
+  if (store.module_plan(module).quantized) {
+    // Quantized once here, from the fp32 values (padded with zeros), into the shard's bytes
+    // (one shard: plan.cpp refuses quantization with several ranks).
+    const tiers::WeightQuant& q = store.plan_inputs().quant;
+    std::vector<float> padded;
+    const float* x = values;
+    if (part.padded_numel != part.numel) {
+      padded.assign(part.padded_numel, 0.0f);
+      std::copy(values, values + part.numel, padded.begin());
+      x = padded.data();
+    }
+    STRATA_ASSERT(param.numel() == kernels::host::quant_bytes(part.padded_numel, q.group, q.bits),
+                  "quantized shard size");
+    if (param.tier() == tiers::Tier::pinned) {
+      kernels::host::quantize_groupwise(x, part.padded_numel, q.group, q.bits, param.host_data());
+      return;
+    }
+    offload::HostBuffer host = offload::HostBuffer::allocate(param.numel(), "quantized parameters");
+    kernels::host::quantize_groupwise(x, part.padded_numel, q.group, q.bits, host.data());
+    param.write(0, param.numel(), host.data(), copy_in);
     return;
   }
   load_state(param, values, part.numel, part.shard_offset(store.shard_rank()), dtype, store.window_numel(),

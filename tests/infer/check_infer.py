@@ -15,8 +15,11 @@ Usage: check_infer.py STRATA TOKENIZER_JSON WORKDIR
     with the parameters on NVMe (so that nothing else holds them) peaks, in resident memory,
     within 48 MiB of the same run from random weights (about the largest tensors, not the file;
     it fails when the loader keeps what it read resident);
+  - the folder streamed from NVMe with --quantize int8 / int4: the plan names the quantized shards,
+    fewer bytes move than unquantized; --perplexity of a text: the same resident and streamed,
+    close to it quantized (int4 further than int8 at most by a margin);
   - errors, each exit 1 naming the problem: a text prompt without a tokenizer, a prompt longer
-    than the positions allow, --quantize, --top-p 0, an id outside the vocabulary, a device too
+    than the positions allow, --top-p 0, an id outside the vocabulary, a device too
     small for the plan (with the per-tier table).
 """
 import json
@@ -160,6 +163,35 @@ def main():
     print(f"folder: streamed from NVMe through 2 MiB == resident; {nvme_line[0]}")
 
     load_memory(strata, work)
+    # Quantized streaming: the plan names the format, fewer bytes move.
+    def moved(stderr):
+        done = [l for l in stderr.splitlines() if l.startswith("done:")][0]
+        return done.split(" forward passes, ")[1].split(" host->device")[0]
+    quant_moved = {}
+    for q in ("int8", "int4"):
+        r = run(strata, text + ["--config", "nvme.json", "--device-memory", "2MiB", "--quantize", q], work)
+        assert f"parameter shards ({q}, group 128, bf16 scales)" in r.stderr, r.stderr[-2000:]
+        assert len(lines(r.stdout)) == 2, r.stdout
+        quant_moved[q] = moved(r.stderr)
+    print(f"quantized streaming: {moved(streamed_run.stderr)} unquantized, {quant_moved['int8']} int8, "
+          f"{quant_moved['int4']} int4 host->device")
+
+    # Perplexity of a text: resident == streamed; quantized close.
+    with open(os.path.join(work, "held_out.txt"), "w") as f:
+        f.write("The GNU General Public License is a free, copyleft license for software and other kinds "
+                "of works. Everyone is permitted to copy and distribute verbatim copies of this license.\n")
+    ppl_args = ["--model", folder, "--perplexity", "held_out.txt", "--perplexity-window", "32"]
+    ppl = {}
+    for name, extra in (("resident", []), ("streamed", ["--config", "nvme.json", "--device-memory", "3MiB"]),
+                        ("int8", ["--config", "nvme.json", "--device-memory", "3MiB", "--quantize", "int8"]),
+                        ("int4", ["--config", "nvme.json", "--device-memory", "3MiB", "--quantize", "int4"])):
+        out = lines(run(strata, ppl_args + extra, work).stdout)
+        assert len(out) == 1 and out[0]["tokens"] > 32 and out[0]["windows"] >= 2, out
+        ppl[name] = out[0]["perplexity"]
+    assert ppl["streamed"] == ppl["resident"], ppl
+    assert abs(ppl["int8"] / ppl["resident"] - 1) < 0.02, ppl
+    assert abs(ppl["int4"] / ppl["resident"] - 1) < 0.10, ppl
+    print(f"perplexity: {ppl}")
 
     # Errors.
     def refused(args, *needles):
@@ -171,7 +203,7 @@ def main():
 
     refused(["--preset", "llama-tiny", "--prompt", "hello"], "no tokenizer")
     refused(["--model", folder, "--prompt", "word " * 200, "--max-new-tokens", "8"], "--max-new-tokens")
-    refused(["--preset", "llama-tiny", "--prompts", prompts, "--quantize", "int8"], "--quantize")
+    refused(["--preset", "llama-tiny", "--perplexity", "held_out.txt", "--prompts", prompts], "--perplexity")
     refused(["--preset", "llama-tiny", "--prompts", prompts, "--top-p", "0", "--temperature", "1"], "--top-p")
     with open(os.path.join(work, "big.jsonl"), "w") as f:
         f.write('{"ids": [1, 256]}\n')

@@ -2,7 +2,9 @@
 // device from pinned host memory or NVMe (runtime/zero/inference_engine.h) generates exactly
 // what the same model resident on the device generates — the same logits bit for bit (the same
 // ops on the same parameters) — and the plan keeps what fits resident: the embedding and the
-// head first, then the first blocks, with room for the streaming slots.
+// head first, then the first blocks, with room for the streaming slots. Quantized streaming
+// (INT8 / INT4 shards, dequantized on the device) stays close to the unquantized bf16 model and
+// moves exactly the quantized bytes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,6 +17,7 @@
 
 #include "core/error.h"
 #include "core/units.h"
+#include "kernels/host/quantize.h"
 #include "infer/generator.h"
 #include "models/llama/llama_spec.h"
 #include "runtime/comm/comm.h"
@@ -66,10 +69,16 @@ struct Generated {
   std::vector<std::vector<std::int32_t>> out;  // per prompt
   runtime::zero::EngineCounters counters;
   int resident = 0, modules = 0;
+  runtime::tiers::ZeroPlan plan;
+  runtime::zero::EngineCounters loaded;
+  std::uint64_t streamed_h2d() const { return counters.h2d_bytes - loaded.h2d_bytes; }
 };
 
-Generated generate(runtime::config::OffloadDevice params, const std::string& nvme, std::uint64_t device_bytes) {
+Generated generate(runtime::config::OffloadDevice params, const std::string& nvme, std::uint64_t device_bytes,
+                   DType dtype = DType::f32, runtime::tiers::WeightQuant quant = {}) {
   const models::LlamaSpec spec(model_config());
+  models::ModelOptions options;
+  options.dtype = dtype;
   const runtime::config::Config config = make_config(params, nvme, device_bytes);
   runtime::trace::Tracer tracer("", "test", false);
   auto device = runtime::device::Device::create({.kind = "host", .memory_bytes = device_bytes});
@@ -80,7 +89,9 @@ Generated generate(runtime::config::OffloadDevice params, const std::string& nvm
   runtime::zero::EngineSetup setup;
   setup.module_numels = layout.module_numels();
   setup.module_names = layout.module_names();
-  setup.activation_bytes = spec.inference_bytes({}, B, 8, max_T);
+  setup.activation_bytes = spec.inference_bytes(options, B, 8, max_T);
+  setup.dtype = dtype;
+  setup.quant = quant;
   runtime::zero::InferenceEngine engine(config, setup, *device, *compute, *comm, tracer);
   for (std::size_t m = 0; m < layout.modules.size(); ++m) {
     std::vector<float> values(layout.modules[m].numel);
@@ -88,10 +99,12 @@ Generated generate(runtime::config::OffloadDevice params, const std::string& nvm
     for (float& v : values) v *= 3.0f;
     engine.load_module(static_cast<int>(m), values.data());
   }
-  auto model = spec.make_model({}, *device, *compute, engine);
+  auto model = spec.make_model(options, *device, *compute, engine);
   Generated r;
+  r.loaded = engine.counters();  // the resident modules' loads are H2D copies too
   r.resident = engine.resident_modules();
   r.modules = engine.module_count();
+  r.plan = engine.plan();
   std::vector<Prompt> prompts(4);
   for (std::size_t i = 0; i < prompts.size(); ++i) {
     prompts[i].index = i;
@@ -177,6 +190,119 @@ TEST(Streaming, PlanKeepsWhatFitsResidentEmbeddingAndHeadFirst) {
     }
   }
   EXPECT_EQ(last, static_cast<int>(layout.modules.size()));  // 64 MiB holds everything
+}
+
+// Quantized streaming against the unquantized bf16 model streamed the same way: the logits stay
+// close (INT4 looser than INT8), the sampled tokens mostly agree, and every fetch moves exactly
+// the quantized bytes of a block (packed values + bf16 scales): 130/256 (INT8, group 128) and
+// 66/256 (INT4) of the bf16 block's bytes.
+TEST(Streaming, QuantizedStreamingIsCloseAndMovesTheQuantizedBytes) {
+  TempDir dir;
+  const std::uint64_t budget = 1 * kMiB + 512 * kKiB;
+  const models::LlamaSpec spec(model_config());
+  const std::size_t block_numel = runtime::tiers::partition_module(spec.layout().modules[1].numel, 1).padded_numel;
+  for (auto params : {runtime::config::OffloadDevice::kCpu, runtime::config::OffloadDevice::kNvme}) {
+    const bool on_nvme = params == runtime::config::OffloadDevice::kNvme;
+    SCOPED_TRACE(on_nvme ? "nvme" : "cpu");
+    const Generated ref = generate(params, dir.path(), budget, DType::bf16);
+    ASSERT_LT(ref.resident, ref.modules);
+    ASSERT_GT(ref.counters.fetches, 0u);
+    // Only blocks are streamed (the embedding and the head stay resident): every fetch is one block.
+    auto only_blocks_streamed = [](const Generated& g) {
+      return g.plan.modules.front().resident && g.plan.modules.back().resident;
+    };
+    ASSERT_TRUE(only_blocks_streamed(ref));
+    EXPECT_EQ(ref.streamed_h2d(), ref.counters.fetches * block_numel * 2);
+    float ref_max = 0.0f;
+    for (float v : ref.first_logits) ref_max = std::max(ref_max, std::fabs(v));
+    for (int bits : {8, 4}) {
+      SCOPED_TRACE(bits == 8 ? "int8" : "int4");
+      const runtime::tiers::WeightQuant quant{bits, 128};
+      const Generated q = generate(params, dir.path(), budget, DType::bf16, quant);
+      ASSERT_LT(q.resident, q.modules);
+      ASSERT_TRUE(only_blocks_streamed(q));
+      for (std::size_t m = 0; m < q.plan.modules.size(); ++m) {
+        EXPECT_EQ(q.plan.modules[m].quantized, !q.plan.modules[m].resident) << m;
+      }
+      ASSERT_GT(q.counters.fetches, 0u);
+      const std::uint64_t block_bytes = kernels::host::quant_bytes(block_numel, 128, bits);
+      EXPECT_EQ(block_bytes, block_numel * (bits == 8 ? 130 : 66) / 128);
+      EXPECT_EQ(q.streamed_h2d(), q.counters.fetches * block_bytes);
+      if (on_nvme) {
+        EXPECT_GE(q.counters.nvme_read_bytes, q.counters.fetches * block_bytes);
+        EXPECT_LT(q.counters.nvme_read_bytes, ref.counters.nvme_read_bytes);
+      }
+      // Per fetch: 130/256 (int8) and 66/256 (int4) of bf16's bytes.
+      const double per_fetch = static_cast<double>(q.streamed_h2d()) / static_cast<double>(q.counters.fetches);
+      const double ref_per_fetch = static_cast<double>(ref.streamed_h2d()) / static_cast<double>(ref.counters.fetches);
+      EXPECT_DOUBLE_EQ(per_fetch / ref_per_fetch, bits == 8 ? 130.0 / 256.0 : 66.0 / 256.0);
+
+      float err = 0.0f;
+      for (std::size_t i = 0; i < ref.first_logits.size(); ++i) {
+        err = std::max(err, std::fabs(q.first_logits[i] - ref.first_logits[i]));
+      }
+      std::printf("%s %s: max |logit - bf16 logit| = %.4f (max |logit| %.3f)\n", on_nvme ? "nvme" : "cpu",
+                  bits == 8 ? "int8" : "int4", static_cast<double>(err), static_cast<double>(ref_max));
+      EXPECT_LE(err, (bits == 8 ? 0.04f : 0.25f) * ref_max);
+      EXPECT_FALSE(models::test::same_bits(q.first_logits, ref.first_logits)) << "quantization changes something";
+    }
+  }
+}
+
+// The plan of a quantized run: the streamed shards in their quantized bytes, named by their
+// format, and the dequantization buffers on the device; several ranks are refused.
+TEST(Streaming, QuantizedPlanCountsTheQuantizedBytes) {
+  const models::LlamaSpec spec(model_config());
+  const models::ModelLayout layout = spec.layout();
+  runtime::tiers::PlanInputs in;
+  in.module_numels = layout.module_numels();
+  in.module_names = layout.module_names();
+  in.dtype = DType::bf16;
+  in.optimizer = false;
+  in.device_budget_bytes = 1 * kMiB + 512 * kKiB;
+  in.pinned_budget_bytes = 1 * kGiB;
+  in.quant = {8, 64};
+  const runtime::config::Config config = make_config(runtime::config::OffloadDevice::kCpu, "", in.device_budget_bytes);
+  const runtime::tiers::ZeroPlan plan = runtime::tiers::make_inference_plan(config, in);
+  std::uint64_t shards = 0;
+  std::size_t largest = 0;
+  for (const runtime::tiers::ModulePlan& mp : plan.modules) {
+    if (mp.resident) continue;
+    ASSERT_TRUE(mp.quantized);
+    EXPECT_EQ(mp.shard_bytes, kernels::host::quant_bytes(mp.part.padded_numel, 64, 8));
+    shards += (mp.shard_bytes + 4095) / 4096 * 4096;
+    largest = std::max(largest, mp.part.padded_numel);
+  }
+  ASSERT_GT(shards, 0u);
+  bool saw_shards = false, saw_dequant = false;
+  for (const runtime::tiers::PlanLine& l : plan.lines) {
+    if (l.what == "parameter shards (int8, group 64, bf16 scales)") {
+      EXPECT_EQ(l.tier, runtime::tiers::Tier::pinned);
+      EXPECT_EQ(l.bytes, shards);
+      saw_shards = true;
+    }
+    if (l.what.rfind("dequantized parameters", 0) == 0) {
+      EXPECT_EQ(l.bytes, runtime::tiers::dequant_buffer_bytes(plan, DType::bf16));
+      EXPECT_GE(l.bytes, 2 * largest * 2);
+      saw_dequant = true;
+    }
+  }
+  EXPECT_TRUE(saw_shards) << plan.table(in);
+  EXPECT_TRUE(saw_dequant) << plan.table(in);
+  // A budget that holds every module: nothing is quantized, no dequantization buffers.
+  {
+    runtime::tiers::PlanInputs all = in;
+    all.device_budget_bytes = 64 * kMiB;
+    const runtime::config::Config big = make_config(runtime::config::OffloadDevice::kCpu, "", 64 * kMiB);
+    const runtime::tiers::ZeroPlan p = runtime::tiers::make_inference_plan(big, all);
+    for (const runtime::tiers::ModulePlan& mp : p.modules) EXPECT_TRUE(mp.resident && !mp.quantized);
+    EXPECT_EQ(runtime::tiers::dequant_buffer_bytes(p, DType::bf16), 0u);
+  }
+  in.world = 2;
+  EXPECT_THROW(runtime::tiers::make_inference_plan(config, in), Error);
+  in.world = 1;
+  in.quant = {3, 128};
+  EXPECT_THROW(runtime::tiers::make_inference_plan(config, in), Error);
 }
 
 }  // namespace
