@@ -24,6 +24,7 @@ struct InferOptions {
   int batch = 0;               // --batch; 0 = chosen from the device memory (see infer_run.cpp)
   SamplingOptions sampling;    // --temperature --top-k --top-p --seed
   std::string dtype = "auto";  // --dtype auto|fp32|bf16|fp16 (auto: the config's, else bf16 on cuda, fp32 on host)
+  std::string kv_cache = "auto";  // --kv-cache auto|device|host (infer/server.h)
   std::string quantize;        // --quantize int8|int4 (not yet: refused)
   std::string trace_path;      // --trace t.json
   bool progress = true;        // a progress line on stderr when it is a terminal

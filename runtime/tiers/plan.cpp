@@ -178,7 +178,9 @@ ZeroPlan compute_plan(const config::Config& config, const PlanInputs& in) {
   line(Tier::device, "parameter shards (" + std::string(dtype_name(in.dtype)) + ")", dev_shards);
   line(Tier::device, "optimizer states: fp32 master, exp_avg, exp_avg_sq, gradient", opt_dev);
   line(Tier::device,
-       in.optimizer ? "activations, logits and scratch of the micro-batch" : "KV cache and decoding scratch of the batch",
+       in.optimizer                     ? "activations, logits and scratch of the micro-batch"
+       : in.kv_cache_pinned_bytes > 0 ? "KV cache's 2 device slots and decoding scratch of the batch"
+                                        : "KV cache and decoding scratch of the batch",
        in.activation_bytes);
 
   // Transient device buffers: gathered parameters of modules not resident, and every module's
@@ -234,6 +236,7 @@ ZeroPlan compute_plan(const config::Config& config, const PlanInputs& in) {
       resident_full + dev_shards + opt_dev + in.activation_bytes + minimum_working + kDeviceScratchBytes;
 
   line(Tier::pinned, "parameter shards (" + std::string(dtype_name(in.dtype)) + ")", pin_shards);
+  line(Tier::pinned, "KV cache (streamed per layer through 2 device slots)", in.kv_cache_pinned_bytes);
   if (nvme_param_modules > 0 && max_nvme_param_shard > z.offload_param.buffer_size) {
     throw Error("a parameter shard of " + std::to_string(max_nvme_param_shard) +
                     " elements does not fit in an NVMe staging buffer of offload_param.buffer_size = " +
@@ -288,6 +291,9 @@ void check_fits(const ZeroPlan& plan, const PlanInputs& in) {
               "offload_param.device cpu or nvme), or lower --batch or --max-new-tokens (the KV cache). ";
     if (!pinned_fits)
       hint += "pinned host: raise strata.pinned_memory, or offload to nvme instead of cpu. ";
+    if (!pinned_fits && in.kv_cache_pinned_bytes > 0)
+      hint += "The KV cache in pinned host memory: lower --batch or --max-new-tokens, or place it on the device "
+              "(--kv-cache device). ";
     if (!nvme_fits) {
       std::string folders;
       for (const std::string& p : in.nvme_paths) folders += (folders.empty() ? "" : ", ") + p;
@@ -315,6 +321,13 @@ std::uint64_t inference_slot_bytes(const config::Config& config, const ZeroPlan&
   }
   const std::uint64_t k = std::max<std::uint64_t>(2, config.zero_optimization.offload_param.buffer_count);
   return k * (largest + device::Arena::kAlignment);
+}
+
+std::uint64_t inference_device_minimum_bytes(const config::Config& config, const PlanInputs& inputs) {
+  STRATA_ASSERT(!inputs.optimizer, "inference_device_minimum_bytes: inputs.optimizer must be false");
+  PlanInputs in = inputs;
+  in.keep_resident.clear();
+  return compute_plan(config, in).device_minimum_bytes;
 }
 
 ZeroPlan make_inference_plan(const config::Config& config, const PlanInputs& inputs) {

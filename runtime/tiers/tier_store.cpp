@@ -122,6 +122,7 @@ void TierStore::fill_inputs(const StoreSetup& setup, device::Device& device) {
   inputs_.world = setup.world;
   inputs_.dtype = setup.dtype;
   inputs_.activation_bytes = setup.activation_bytes;
+  inputs_.kv_cache_pinned_bytes = setup.kv_cache_pinned_bytes;
   inputs_.optimizer = setup.optimizer;
   const device::ArenaStats arena = device.memory_stats();
   inputs_.device_budget_bytes = arena.budget_bytes - arena.current_bytes;
