@@ -25,7 +25,7 @@ Generator::Generator(models::Model& model, int vocab_size, const GenerateOptions
       max_positions_(max_positions),
       hooks_(std::move(hooks)),
       sampler_(options.sampling),
-      cache_(model.make_kv_cache(options.batch, max_positions)) {
+      cache_(model.make_kv_cache(options.batch, max_positions, options.kv_cache)) {
   if (options.max_new_tokens < 1) {
     throw Error(fmt::format("--max-new-tokens is {}: it must be at least 1", options.max_new_tokens),
                 "--max-new-tokens");

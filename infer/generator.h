@@ -27,6 +27,7 @@ struct GenerateOptions {
   int batch = 1;                       // prompts per batch (the KV cache's rows)
   SamplingOptions sampling;
   std::vector<std::int32_t> stop_ids;  // end-of-sequence tokens; not part of the output
+  models::KvCacheOptions kv_cache;     // where the KV cache lives (Server::kv_cache_options)
 };
 
 struct GenerateStats {

@@ -140,6 +140,7 @@ int run_inference(const InferOptions& o) {
   setup.device.host_threads = static_cast<int>(setup.config.strata.cpu_threads);
   setup.dtype = o.dtype;
   setup.batch = o.batch;
+  setup.kv_cache = o.kv_cache;
   setup.prompts = prompts.size();
   std::size_t longest = 0;
   for (const Prompt& p : prompts) longest = std::max(longest, p.ids.size());
@@ -186,6 +187,7 @@ int run_inference(const InferOptions& o) {
   gen.max_new_tokens = o.max_new_tokens;
   gen.batch = server.batch();
   gen.sampling = o.sampling;
+  gen.kv_cache = server.kv_cache_options();
   if (codec) gen.stop_ids = codec->stop_ids();
   for (int id : spec->stop_token_ids()) {
     if (std::find(gen.stop_ids.begin(), gen.stop_ids.end(), id) == gen.stop_ids.end()) gen.stop_ids.push_back(id);

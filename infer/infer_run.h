@@ -24,6 +24,7 @@ struct InferOptions {
   int batch = 0;               // --batch; 0 = chosen from the device memory (see infer_run.cpp)
   SamplingOptions sampling;    // --temperature --top-k --top-p --seed
   std::string dtype = "auto";  // --dtype auto|fp32|bf16|fp16 (auto: the config's, else bf16 on cuda, fp32 on host)
+  std::string kv_cache = "auto";  // --kv-cache auto|device|host (infer/server.h)
   std::string quantize;        // --quantize int8|int4: streamed modules' weights (resident ones stay in dtype)
   int quantize_group = 128;    // --quantize-group 64|128
   std::string perplexity_path; // --perplexity FILE: report the text's perplexity instead of generating

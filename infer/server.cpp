@@ -12,6 +12,7 @@
 #include "core/units.h"
 #include "models/hf_weights.h"
 #include "offload/host_buffer.h"
+#include "runtime/tiers/plan.h"
 
 namespace strata::infer {
 namespace {
@@ -36,6 +37,29 @@ int auto_batch(const models::ModelSpec& spec, const models::ModelOptions& option
     batch = std::min(most, batch * 2);
   }
   return batch;
+}
+
+// --kv-cache: auto places the cache on the device when it fits there beside the least the
+// parameters need (every module the config keeps on the device, else one streamed module at a
+// time), else in pinned host memory.
+models::KvPlacement choose_kv_placement(const std::string& kv_cache, const runtime::config::Config& config,
+                                        const runtime::zero::EngineSetup& setup, const models::ModelSpec& spec,
+                                        const models::ModelOptions& options, int batch, int prompt_T, int max_T,
+                                        const runtime::device::Device& device) {
+  if (kv_cache == "device") return models::KvPlacement::device;
+  if (kv_cache == "host") return models::KvPlacement::host;
+  if (kv_cache != "auto") throw Error("--kv-cache " + kv_cache + " is not one of auto, device, host", "--kv-cache");
+  runtime::tiers::PlanInputs in;
+  in.module_numels = setup.module_numels;
+  in.module_names = setup.module_names;
+  in.dtype = setup.dtype;
+  in.optimizer = false;
+  in.quant = setup.quant;
+  in.activation_bytes = spec.inference_bytes(options, batch, prompt_T, max_T, models::KvPlacement::device);
+  const runtime::device::ArenaStats arena = device.memory_stats();
+  const std::uint64_t budget = arena.budget_bytes - arena.current_bytes;
+  return runtime::tiers::inference_device_minimum_bytes(config, in) <= budget ? models::KvPlacement::device
+                                                                               : models::KvPlacement::host;
 }
 
 }  // namespace
@@ -71,10 +95,18 @@ Server::Server(ServerSetup setup, bool verbose) : setup_(std::move(setup)) {
   engine_setup.module_numels = layout.module_numels();
   engine_setup.module_names = layout.module_names();
   engine_setup.dtype = dtype_;
-  engine_setup.activation_bytes = setup_.perplexity_window > 0
-                                      ? spec.activation_bytes(options, 1, setup_.perplexity_window)
-                                      : spec.inference_bytes(options, batch_, setup_.prompt_T, setup_.max_T);
   engine_setup.quant = setup_.quant;
+  if (setup_.perplexity_window > 0) {  // training-style forwards: no KV cache
+    kv_placement_ = models::KvPlacement::device;
+    engine_setup.activation_bytes = spec.activation_bytes(options, 1, setup_.perplexity_window);
+  } else {
+    kv_placement_ = choose_kv_placement(setup_.kv_cache, setup_.config, engine_setup, spec, options, batch_,
+                                        setup_.prompt_T, setup_.max_T, *device_);
+    engine_setup.activation_bytes =
+        spec.inference_bytes(options, batch_, setup_.prompt_T, setup_.max_T, kv_placement_);
+    engine_setup.kv_cache_pinned_bytes =
+        models::KvCache::host_bytes(spec.kv_shape(), dtype_, batch_, setup_.max_T, kv_placement_);
+  }
   engine_ = std::make_unique<runtime::zero::InferenceEngine>(setup_.config, engine_setup, *device_, *compute_, *comm_,
                                                              *tracer_);
   if (verbose) {
@@ -87,6 +119,16 @@ Server::Server(ServerSetup setup, bool verbose) : setup_(std::move(setup)) {
     } else {
       std::fprintf(stderr, "plan: %d of %d modules resident on the device, the others streamed through %s of slots\n",
                    engine_->resident_modules(), engine_->module_count(), format_bytes(engine_->slot_bytes()).c_str());
+    }
+    const models::KvShape kv = spec.kv_shape();
+    if (kv_placement_ == models::KvPlacement::device) {
+      std::fprintf(stderr, "KV cache: device, %s\n",
+                   format_bytes(models::KvCache::bytes(kv, dtype_, batch_, setup_.max_T)).c_str());
+    } else {
+      std::fprintf(stderr, "KV cache: pinned host, %s, streamed per layer through 2 device slots of %s\n",
+                   format_bytes(models::KvCache::host_bytes(kv, dtype_, batch_, setup_.max_T, kv_placement_)).c_str(),
+                   format_bytes(models::KvCache::device_bytes(kv, dtype_, batch_, setup_.max_T, kv_placement_) / 2)
+                       .c_str());
     }
     std::fprintf(stderr, "%s", engine_->plan().table(engine_->plan_inputs()).c_str());
   }
@@ -110,6 +152,10 @@ Server::Server(ServerSetup setup, bool verbose) : setup_(std::move(setup)) {
 }
 
 Server::~Server() = default;
+
+models::KvCacheOptions Server::kv_cache_options() {
+  return {kv_placement_, kv_placement_ == models::KvPlacement::host ? &engine_->tiers().pinned() : nullptr};
+}
 
 PassHooks Server::hooks() {
   return PassHooks{[this] { engine_->begin_pass(); }, [this] { engine_->end_pass(); }};

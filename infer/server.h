@@ -25,6 +25,11 @@ struct ServerSetup {
   runtime::device::DeviceOptions device;          // tracer filled by the server
   std::string dtype = "auto";                     // auto | fp32 | bf16 | fp16
   int batch = 1;                                  // 0 = as many prompts as a quarter of the device holds
+  // Where the KV cache lives: "device", "host" (pinned host memory, from the engine's pinned
+  // pool, streamed per layer through 2 device slots: models/kv_cache.h) or "auto": the device when
+  // the cache and the decoding scratch fit beside the smallest parameter working set
+  // (tiers::inference_device_minimum_bytes), else pinned host.
+  std::string kv_cache = "auto";
   std::size_t prompts = 1;                        // for batch 0: no more rows than prompts
   int prompt_T = 1;                               // the longest prompt
   int max_T = 1;                                  // positions in all (prompt + new tokens)
@@ -52,6 +57,9 @@ class Server {
   DType dtype() const { return dtype_; }
   int batch() const { return batch_; }
   int max_T() const { return setup_.max_T; }
+  // Where the plan put the KV cache, and the options to make it with (Model::make_kv_cache).
+  models::KvPlacement kv_placement() const { return kv_placement_; }
+  models::KvCacheOptions kv_cache_options();
   // begin_pass / end_pass of the engine, for a Generator.
   PassHooks hooks();
   // The trace's last spans, then the file (when a path was given).
@@ -61,6 +69,7 @@ class Server {
   ServerSetup setup_;
   DType dtype_ = DType::f32;
   int batch_ = 1;
+  models::KvPlacement kv_placement_ = models::KvPlacement::device;
   std::unique_ptr<runtime::trace::Tracer> tracer_;
   std::unique_ptr<runtime::device::Device> device_;
   std::unique_ptr<runtime::comm::Communicator> comm_;

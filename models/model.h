@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "models/kv_cache.h"
 #include "models/model_layout.h"
 #include "runtime/device/device.h"
 
@@ -36,38 +37,6 @@ struct ModelOptions {
 // on the host backend, where padding buys nothing and its copy of the head costs ~4 % of a GPT-2
 // step (docs/benchmarks.md). The padded path is tested on the host with vocab_multiple = 128.
 int vocab_multiple_for(runtime::device::Backend backend);
-
-// Keys and values of every layer for incremental decoding: (B, max_T, width) per layer, in the
-// model's dtype, from the device arena; width = the key/value heads times the head size. Each
-// row (sequence) has its own length: a batch of prompts of different lengths decodes together.
-class KvCache {
- public:
-  KvCache(runtime::device::Device& device, int layers, int width, DType dtype, int batch, int max_T);
-  int batch() const { return batch_; }
-  int max_T() const { return max_T_; }
-  int width() const { return width_; }
-  DType dtype() const { return dtype_; }
-  int length(int row) const { return lengths_[static_cast<std::size_t>(row)]; }  // positions filled
-  int length() const;        // the longest row's
-  bool uniform() const;      // every row has the same length
-  void reset();
-  void advance(int n);       // every row
-  void set_length(int row, int n);
-  void* keys(int layer) { return k_[static_cast<std::size_t>(layer)].data(); }
-  void* values(int layer) { return v_[static_cast<std::size_t>(layer)].data(); }
-  // Row `row`'s keys / values of a layer: (max_T, width).
-  void* keys(int layer, int row);
-  void* values(int layer, int row);
-  static std::uint64_t bytes(int layers, int width, DType dtype, int batch, int max_T);
-
- private:
-  int batch_;
-  int max_T_;
-  int width_;
-  DType dtype_;
-  std::vector<int> lengths_;
-  std::vector<runtime::device::DeviceBuffer> k_, v_;  // one per layer
-};
 
 class Model {
  public:
@@ -96,8 +65,9 @@ class Model {
   // module's gradient is final.
   virtual void backward(float loss_scale = 1.0f) = 0;
 
-  // A KV cache for `batch` sequences of up to max_T positions (at most the model's longest).
-  virtual KvCache make_kv_cache(int batch, int max_T) = 0;
+  // A KV cache (models/kv_cache.h) for `batch` sequences of up to max_T positions (at most the
+  // model's longest), on the device or in pinned host memory (`kv`).
+  virtual KvCache make_kv_cache(int batch, int max_T, const KvCacheOptions& kv = {}) = 0;
 
   // Incremental decoding: runs `tokens` (B, T_new) of row b at positions [cache.length(b),
   // + T_new), appends their keys / values to the cache and writes the (B, T_new, V) logits as

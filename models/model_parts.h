@@ -70,7 +70,7 @@ void upload_tokens(runtime::device::Stream& stream, std::vector<std::int32_t>& h
 // The mean of per-token losses, summed in token order in double (the same bits on every run).
 float mean_loss(const std::vector<float>& losses);
 
-class KvCache;  // models/model.h
+class KvCache;  // models/kv_cache.h
 
 // Throws strata::Error unless `cache` takes B rows of T_new more tokens (and, for a prefill, is
 // empty and every lengths[b] is in [1, T_new]).

@@ -52,9 +52,13 @@ class ModelSpec {
   // decides) it counts the larger choice, 128.
   virtual std::uint64_t activation_bytes(const ModelOptions& options, int B, int T) const = 0;
   // Device bytes generation allocates (models/model.h: prefill, forward_decode) for `batch`
-  // prompts of up to prompt_T tokens and max_T positions in all: the KV cache and the larger of
-  // the prefill's and a decoding step's scratch (vocab_multiple 0 counts 128, as above).
-  virtual std::uint64_t inference_bytes(const ModelOptions& options, int batch, int prompt_T, int max_T) const = 0;
+  // prompts of up to prompt_T tokens and max_T positions in all: the KV cache (all of it on the
+  // device; its 2 device slots in pinned host: models/kv_cache.h) and the larger of the prefill's
+  // and a decoding step's scratch (vocab_multiple 0 counts 128, as above).
+  virtual std::uint64_t inference_bytes(const ModelOptions& options, int batch, int prompt_T, int max_T,
+                                        KvPlacement kv = KvPlacement::device) const = 0;
+  // What the model's KV cache holds per position (KvCache::bytes, host_bytes).
+  virtual KvShape kv_shape() const = 0;
   // `device`, `compute` and `params` are borrowed and must outlive the model. `params` must
   // have the layout's modules (module_numel(m) == layout().modules[m].numel) in options.dtype.
   virtual std::unique_ptr<Model> make_model(const ModelOptions& options, runtime::device::Device& device,

@@ -33,6 +33,10 @@ void add_infer_command(CLI::App& app) {
   cmd->add_option("--seed", o->sampling.seed, "seed of the sampling (and of random weights)");
   cmd->add_option("--dtype", o->dtype, "auto (the config's bf16/fp16, else bf16 on cuda, fp32 on host), fp32, bf16, fp16")
       ->check(CLI::IsMember({"auto", "fp32", "bf16", "fp16"}));
+  cmd->add_option("--kv-cache", o->kv_cache,
+                  "where the KV cache lives: auto (default: the device when it fits beside the smallest parameter "
+                  "working set, else pinned host), device, host (pinned host memory, streamed per layer)")
+      ->check(CLI::IsMember({"auto", "device", "host"}));
   cmd->add_option("--quantize", o->quantize,
                   "int8 or int4: the streamed modules' weights group-wise quantized (bf16 scales), dequantized on "
                   "the device before use; resident modules stay in --dtype")

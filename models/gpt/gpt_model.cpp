@@ -374,7 +374,7 @@ std::vector<std::size_t> GptModel::decode_sizes(const GptConfig& cfg, const Mode
 }
 
 std::uint64_t GptModel::inference_bytes(const GptConfig& config, const ModelOptions& options, int batch, int prompt_T,
-                                        int max_T) {
+                                        int max_T, KvPlacement kv) {
   ModelOptions counted = options;
   if (counted.vocab_multiple == 0) counted.vocab_multiple = vocab_multiple_for(runtime::device::Backend::cuda);
   auto carved = [](const std::vector<std::size_t>& sizes) {
@@ -384,16 +384,18 @@ std::uint64_t GptModel::inference_bytes(const GptConfig& config, const ModelOpti
   };
   const std::uint64_t scratch = std::max(carved(decode_sizes(config, counted, batch, prompt_T, true)),
                                          carved(decode_sizes(config, counted, batch, 1, false)));
-  return KvCache::bytes(config.n_layer, config.n_embd, options.dtype, batch, max_T) + scratch +
+  return KvCache::device_bytes(kv_shape(config), options.dtype, batch, max_T, kv) + scratch +
          kCarveAlign * (2 * static_cast<std::uint64_t>(config.n_layer) + 2);
 }
 
-KvCache GptModel::make_kv_cache(int batch, int max_T) {
+KvShape GptModel::kv_shape(const GptConfig& config) { return {config.n_layer, config.n_embd}; }
+
+KvCache GptModel::make_kv_cache(int batch, int max_T, const KvCacheOptions& kv) {
   if (max_T > config_.n_positions) {
     throw Error(fmt::format("a KV cache of {} positions is longer than the model's n_positions ({})", max_T,
                             config_.n_positions));
   }
-  return KvCache(device_, config_.n_layer, config_.n_embd, options_.dtype, batch, max_T);
+  return KvCache(device_, kv_shape(config_), options_.dtype, batch, max_T, kv);
 }
 
 void GptModel::forward_decode(KvCache& cache, const std::int32_t* tokens, int B, int T_new,
@@ -460,11 +462,13 @@ void GptModel::decode(KvCache& cache, const std::int32_t* tokens, int B, int T_n
     }
   }
   modules_.release(layout_.embedding_module());
+  cache.begin_pass(compute_, T_new, last_of_row);
   for (int l = 0; l < config_.n_layer; ++l) {
     const int m = layout_.block_module(l);
     const BlockParams p = block_params(modules_.acquire(m));
     ops::layernorm_fwd(compute_, ln, nullptr, nullptr, x, p.t[kLn1W], p.t[kLn1B], N, C, eps, dt);
     ops::matmul_fwd(compute_, qkv, ln, p.t[kQkvW], p.t[kQkvB], N, C, 3 * C, dt);
+    cache.begin_layer(l, compute_);
     if (uniform) {
       ops::attention_decode(compute_, atty, cache.keys(l), cache.values(l), qkv, B, T_new, cache.length(0),
                             cache.max_T(), NH, NH, C / NH, dt);
@@ -475,6 +479,7 @@ void GptModel::decode(KvCache& cache, const std::int32_t* tokens, int B, int T_n
                               T_new, cache.length(b), cache.max_T(), NH, NH, C / NH, dt);
       }
     }
+    cache.end_layer(l, compute_);
     ops::matmul_fwd(compute_, proj, atty, p.t[kAttProjW], p.t[kAttProjB], N, C, C, dt);
     ops::residual_fwd(compute_, x, x, proj, N * C, dt);
     ops::layernorm_fwd(compute_, ln, nullptr, nullptr, x, p.t[kLn2W], p.t[kLn2B], N, C, eps, dt);

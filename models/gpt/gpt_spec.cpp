@@ -29,8 +29,9 @@ std::uint64_t GptSpec::activation_bytes(const ModelOptions& options, int B, int 
   return GptModel::activation_bytes(config_, options, B, T);
 }
 
-std::uint64_t GptSpec::inference_bytes(const ModelOptions& options, int batch, int prompt_T, int max_T) const {
-  return GptModel::inference_bytes(config_, options, batch, prompt_T, max_T);
+std::uint64_t GptSpec::inference_bytes(const ModelOptions& options, int batch, int prompt_T, int max_T,
+                                  KvPlacement kv) const {
+  return GptModel::inference_bytes(config_, options, batch, prompt_T, max_T, kv);
 }
 
 std::unique_ptr<Model> GptSpec::make_model(const ModelOptions& options, runtime::device::Device& device,
@@ -56,5 +57,7 @@ const Family& gpt_family() {
   };
   return kFamily;
 }
+
+KvShape GptSpec::kv_shape() const { return GptModel::kv_shape(config_); }
 
 }  // namespace strata::models

@@ -24,7 +24,9 @@ class GptSpec final : public ModelSpec {
   // GptConfig keeps no token ids: the tokenizer's or generation_config.json's end tokens apply.
   std::vector<int> stop_token_ids() const override { return {}; }
   std::uint64_t activation_bytes(const ModelOptions& options, int B, int T) const override;
-  std::uint64_t inference_bytes(const ModelOptions& options, int batch, int prompt_T, int max_T) const override;
+  std::uint64_t inference_bytes(const ModelOptions& options, int batch, int prompt_T, int max_T,
+                                KvPlacement kv = KvPlacement::device) const override;
+  KvShape kv_shape() const override;
   std::unique_ptr<Model> make_model(const ModelOptions& options, runtime::device::Device& device,
                                     runtime::device::Stream& compute,
                                     runtime::params::ParamProvider& params) const override;

@@ -393,7 +393,7 @@ std::vector<std::size_t> LlamaModel::decode_sizes(const LlamaConfig& cfg, const 
 }
 
 std::uint64_t LlamaModel::inference_bytes(const LlamaConfig& config, const ModelOptions& options, int batch,
-                                          int prompt_T, int max_T) {
+                                          int prompt_T, int max_T, KvPlacement kv) {
   ModelOptions counted = options;
   if (counted.vocab_multiple == 0) counted.vocab_multiple = vocab_multiple_for(runtime::device::Backend::cuda);
   auto carved = [](const std::vector<std::size_t>& sizes) {
@@ -403,15 +403,16 @@ std::uint64_t LlamaModel::inference_bytes(const LlamaConfig& config, const Model
   };
   const std::uint64_t scratch = std::max(carved(decode_sizes(config, counted, batch, prompt_T, true)),
                                          carved(decode_sizes(config, counted, batch, 1, false)));
-  return KvCache::bytes(config.num_hidden_layers, config.num_key_value_heads * config.head_dim, options.dtype, batch,
-                        max_T) +
-         scratch + kCarveAlign * (2 * static_cast<std::uint64_t>(config.num_hidden_layers) + 2);
+  return KvCache::device_bytes(kv_shape(config), options.dtype, batch, max_T, kv) + scratch + kCarveAlign * (2 * static_cast<std::uint64_t>(config.num_hidden_layers) + 2);
 }
 
-KvCache LlamaModel::make_kv_cache(int batch, int max_T) {
+KvShape LlamaModel::kv_shape(const LlamaConfig& config) {
+  return {config.num_hidden_layers, config.num_key_value_heads * config.head_dim};
+}
+
+KvCache LlamaModel::make_kv_cache(int batch, int max_T, const KvCacheOptions& kv) {
   check_length(max_T);
-  return KvCache(device_, config_.num_hidden_layers, config_.num_key_value_heads * config_.head_dim, options_.dtype,
-                 batch, max_T);
+  return KvCache(device_, kv_shape(config_), options_.dtype, batch, max_T, kv);
 }
 
 void LlamaModel::forward_decode(KvCache& cache, const std::int32_t* tokens, int B, int T_new, float* logits_out) {
@@ -472,11 +473,13 @@ void LlamaModel::decode(KvCache& cache, const std::int32_t* tokens, int B, int T
   modules_.release(E);
   const bool uniform = cache.uniform();
   const std::size_t row_tokens = static_cast<std::size_t>(T_new);
+  cache.begin_pass(compute_, T_new, last_of_row);
   for (int l = 0; l < config_.num_hidden_layers; ++l) {
     const int m = layout_.block_module(l);
     const BlockParams p = block_params(modules_.acquire(m));
     ops::rmsnorm_fwd(compute_, n, nullptr, x, p.attn_norm, N, C, eps, dt);
     ops::matmul_fwd(compute_, qkv, n, p.qkv, p.qkv_bias, N, C, QKV, dt);
+    cache.begin_layer(l, compute_);
     if (uniform) {
       ops::rope_fwd(compute_, qkv, B, T_new, NH, NKV, hs, cache.length(0), inv_freq, dt);
       ops::attention_decode(compute_, atty, cache.keys(l), cache.values(l), qkv, B, T_new, cache.length(0),
@@ -491,6 +494,7 @@ void LlamaModel::decode(KvCache& cache, const std::int32_t* tokens, int B, int T
                               cache.max_T(), NH, NKV, hs, dt);
       }
     }
+    cache.end_layer(l, compute_);
     ops::matmul_fwd(compute_, proj, atty, p.o_proj, nullptr, N, A, C, dt);
     ops::residual_fwd(compute_, x, x, proj, N * C, dt);
     ops::rmsnorm_fwd(compute_, n, nullptr, x, p.mlp_norm, N, C, eps, dt);

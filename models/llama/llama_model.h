@@ -36,13 +36,14 @@ class LlamaModel final : public Model {
   // Device bytes of generation for `batch` prompts of up to prompt_T tokens and max_T positions in
   // all: the KV cache and the larger of the prefill's and a decoding step's scratch.
   static std::uint64_t inference_bytes(const LlamaConfig& config, const ModelOptions& options, int batch,
-                                       int prompt_T, int max_T);
+                                       int prompt_T, int max_T, KvPlacement kv = KvPlacement::device);
 
   void reserve(int B, int T) override;
   float forward(const std::int32_t* inputs, const std::int32_t* targets, int B, int T, bool for_backward,
                 float* logits_out = nullptr) override;
   void backward(float loss_scale = 1.0f) override;
-  KvCache make_kv_cache(int batch, int max_T) override;
+  KvCache make_kv_cache(int batch, int max_T, const KvCacheOptions& kv = {}) override;
+  static KvShape kv_shape(const LlamaConfig& config);
   void forward_decode(KvCache& cache, const std::int32_t* tokens, int B, int T_new, float* logits_out) override;
   void prefill(KvCache& cache, const std::int32_t* tokens, const int* lengths, int B, int T,
                float* last_logits) override;

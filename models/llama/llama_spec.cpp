@@ -31,8 +31,9 @@ std::uint64_t LlamaSpec::activation_bytes(const ModelOptions& options, int B, in
   return LlamaModel::activation_bytes(config_, options, B, T);
 }
 
-std::uint64_t LlamaSpec::inference_bytes(const ModelOptions& options, int batch, int prompt_T, int max_T) const {
-  return LlamaModel::inference_bytes(config_, options, batch, prompt_T, max_T);
+std::uint64_t LlamaSpec::inference_bytes(const ModelOptions& options, int batch, int prompt_T, int max_T,
+                                  KvPlacement kv) const {
+  return LlamaModel::inference_bytes(config_, options, batch, prompt_T, max_T, kv);
 }
 
 std::unique_ptr<Model> LlamaSpec::make_model(const ModelOptions& options, runtime::device::Device& device,
@@ -68,5 +69,7 @@ const Family& llama_family() {
   };
   return kFamily;
 }
+
+KvShape LlamaSpec::kv_shape() const { return LlamaModel::kv_shape(config_); }
 
 }  // namespace strata::models

@@ -28,7 +28,9 @@ class LlamaSpec final : public ModelSpec {
   const HfNaming& hf_naming() const override { return naming_; }
   std::vector<int> stop_token_ids() const override { return config_.eos_token_ids; }
   std::uint64_t activation_bytes(const ModelOptions& options, int B, int T) const override;
-  std::uint64_t inference_bytes(const ModelOptions& options, int batch, int prompt_T, int max_T) const override;
+  std::uint64_t inference_bytes(const ModelOptions& options, int batch, int prompt_T, int max_T,
+                                KvPlacement kv = KvPlacement::device) const override;
+  KvShape kv_shape() const override;
   std::unique_ptr<Model> make_model(const ModelOptions& options, runtime::device::Device& device,
                                     runtime::device::Stream& compute,
                                     runtime::params::ParamProvider& params) const override;

@@ -209,8 +209,9 @@ ZeroPlan compute_plan(const config::Config& config, const PlanInputs& in) {
   line(Tier::device, "parameter shards (" + shard_format + ")", dev_shards);
   line(Tier::device, "optimizer states: fp32 master, exp_avg, exp_avg_sq, gradient", opt_dev);
   line(Tier::device,
-       in.optimizer ? "activations, logits and scratch of the micro-batch"
-                    : "the model's activations (KV cache and decoding scratch, or --perplexity's forward)",
+       in.optimizer                     ? "activations, logits and scratch of the micro-batch"
+       : in.kv_cache_pinned_bytes > 0 ? "KV cache's 2 device slots and decoding scratch of the batch"
+                                        : "the model's activations (KV cache and decoding scratch, or --perplexity's forward)",
        in.activation_bytes);
 
   // Transient device buffers: gathered parameters of modules not resident, and every module's
@@ -274,6 +275,7 @@ ZeroPlan compute_plan(const config::Config& config, const PlanInputs& in) {
                               dequant + kDeviceScratchBytes;
 
   line(Tier::pinned, "parameter shards (" + shard_format + ")", pin_shards);
+  line(Tier::pinned, "KV cache (streamed per layer through 2 device slots)", in.kv_cache_pinned_bytes);
   if (nvme_param_modules > 0 && max_nvme_param_shard > z.offload_param.buffer_size) {
     throw Error("a parameter shard of " + std::to_string(max_nvme_param_shard) +
                     " elements does not fit in an NVMe staging buffer of offload_param.buffer_size = " +
@@ -328,6 +330,9 @@ void check_fits(const ZeroPlan& plan, const PlanInputs& in) {
               "offload_param.device cpu or nvme), or lower --batch or --max-new-tokens (the KV cache). ";
     if (!pinned_fits)
       hint += "pinned host: raise strata.pinned_memory, or offload to nvme instead of cpu. ";
+    if (!pinned_fits && in.kv_cache_pinned_bytes > 0)
+      hint += "The KV cache in pinned host memory: lower --batch or --max-new-tokens, or place it on the device "
+              "(--kv-cache device). ";
     if (!nvme_fits) {
       std::string folders;
       for (const std::string& p : in.nvme_paths) folders += (folders.empty() ? "" : ", ") + p;
@@ -363,6 +368,13 @@ std::uint64_t dequant_buffer_bytes(const ZeroPlan& plan, DType dtype) {
     if (mp.quantized) largest = std::max<std::uint64_t>(largest, mp.part.padded_numel * dtype_size(dtype));
   }
   return largest == 0 ? 0 : kDequantBuffers * (largest + device::Arena::kAlignment);
+}
+
+std::uint64_t inference_device_minimum_bytes(const config::Config& config, const PlanInputs& inputs) {
+  STRATA_ASSERT(!inputs.optimizer, "inference_device_minimum_bytes: inputs.optimizer must be false");
+  PlanInputs in = inputs;
+  in.keep_resident.clear();
+  return compute_plan(config, in).device_minimum_bytes;
 }
 
 ZeroPlan make_inference_plan(const config::Config& config, const PlanInputs& inputs) {

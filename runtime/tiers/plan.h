@@ -50,6 +50,9 @@ struct PlanInputs {
   int world = 1;
   DType dtype = DType::f32;
   std::uint64_t activation_bytes = 0;  // the model's reserve() for the micro-batch
+  // Inference: a KV cache in pinned host memory (models/kv_cache.h), taken from the pinned pool;
+  // its device slots are in activation_bytes.
+  std::uint64_t kv_cache_pinned_bytes = 0;
   std::uint64_t device_budget_bytes = 0;
   std::uint64_t pinned_budget_bytes = 0;
   std::uint64_t nvme_free_bytes = 0;   // over the nvme_path folders' file systems (each once)
@@ -114,6 +117,12 @@ ZeroPlan make_plan(const config::Config& config, const PlanInputs& inputs);
 // (ModulePlan::quantized; its shard_bytes / gathered_bytes are the packed values and scales), and
 // the device also holds kDequantBuffers buffers to dequantize into; several ranks are refused.
 ZeroPlan make_inference_plan(const config::Config& config, const PlanInputs& inputs);
+
+// The least device memory an inference run needs (inputs.optimizer false): what the config keeps
+// on the device, inputs.activation_bytes and one streamed module at a time, with nothing kept
+// resident by choice. Budgets are not checked. strata infer places the KV cache on the device when
+// it fits this way (infer/server.cpp), else in pinned host memory.
+std::uint64_t inference_device_minimum_bytes(const config::Config& config, const PlanInputs& inputs);
 
 // Device bytes the streamed modules' K slots take in `plan` (K x the largest streamed module's
 // gathered bytes: quantized when the plan quantizes).

@@ -56,6 +56,7 @@ struct EngineSetup {
   std::vector<std::string> module_names;
   DType dtype = DType::f32;              // compute dtype of parameters and gradients
   std::uint64_t activation_bytes = 0;    // the model's reserve() for the micro-batch (for the plan)
+  std::uint64_t kv_cache_pinned_bytes = 0;  // inference: a KV cache in pinned host memory (for the plan)
   offload::CompletionHook io_completion_hook;  // tests only: the tier I/O engine's (aio_engine.h)
   // Inference only (InferenceEngine): the streamed modules' weights quantized (tiers/plan.h);
   // the training engine refuses it.

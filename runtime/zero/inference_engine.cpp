@@ -20,6 +20,7 @@ tiers::StoreSetup store_setup(const EngineSetup& setup, const comm::Communicator
   s.module_names = setup.module_names;
   s.dtype = setup.dtype;
   s.activation_bytes = setup.activation_bytes;
+  s.kv_cache_pinned_bytes = setup.kv_cache_pinned_bytes;
   s.world = comm.world();
   s.rank = comm.rank();
   s.optimizer = false;

@@ -128,6 +128,25 @@ def main():
     assert lines(b.stdout) == out, f"--batch 1 changed the outputs:\n{b.stdout}\nvs\n{a.stdout}"
     print(f"preset: {len(out)} prompts, the same outputs at --batch 3 and 1")
 
+    # The KV cache in pinned host memory (streamed per layer through 2 device slots) generates what
+    # the device-placed one does, ragged rows included.
+    on_device = run(strata, common + ["--batch", "3", "--kv-cache", "device"], work)
+    on_host = run(strata, common + ["--batch", "3", "--kv-cache", "host"], work)
+    assert "KV cache: device" in on_device.stderr, on_device.stderr[-2000:]
+    assert "KV cache: pinned host" in on_host.stderr and "2 device slots" in on_host.stderr, on_host.stderr[-2000:]
+    assert "KV cache (streamed per layer through 2 device slots)" in on_host.stderr, on_host.stderr[-2000:]
+    assert lines(on_device.stdout) == out and lines(on_host.stdout) == out, (on_device.stdout, on_host.stdout)
+    print("preset: --kv-cache host == --kv-cache device")
+    # auto: the device while the cache fits there beside the parameters (llama-tiny: 3.1 MiB, and 1 MiB
+    # of scratch), else pinned host.
+    long = ["--preset", "llama-tiny", "--prompts", prompts, "--max-new-tokens", "100", "--batch", "3"]
+    roomy = run(strata, long + ["--device-memory", "6MiB"], work)
+    tight = run(strata, long + ["--device-memory", "4800KiB"], work)
+    assert "KV cache: device" in roomy.stderr, roomy.stderr[-2000:]
+    assert "KV cache: pinned host" in tight.stderr, tight.stderr[-2000:]
+    assert lines(tight.stdout) == lines(roomy.stdout)
+    print("preset: --kv-cache auto puts the cache in pinned host memory when the device is tight, same outputs")
+
     # A model folder with a tokenizer, resident and streamed from NVMe.
     folder = os.path.join(work, "model")
     with open(os.path.join(work, "gpt.json"), "w") as f:
@@ -161,6 +180,11 @@ def main():
     leftovers = [os.path.join(b, x) for b, _, files in os.walk(swap) for x in files]
     assert not leftovers, f"swap files left: {leftovers}"
     print(f"folder: streamed from NVMe through 2 MiB == resident; {nvme_line[0]}")
+    # The layers and the KV cache both streamed.
+    both = lines(run(strata, text + ["--config", "nvme.json", "--device-memory", "2MiB", "--kv-cache", "host"],
+                     work).stdout)
+    assert [o["ids"] for o in both] == [o["ids"] for o in resident], (both, resident)
+    print("folder: layers from NVMe and the KV cache from pinned host == resident")
 
     load_memory(strata, work)
     # Quantized streaming: the plan names the format, fewer bytes move.
@@ -209,6 +233,12 @@ def main():
         f.write('{"ids": [1, 256]}\n')
     refused(["--preset", "llama-tiny", "--prompts", "big.jsonl"], "big.jsonl:1")
     refused(["--model", folder, "--prompts", "text.jsonl", "--device-memory", "1MiB"], "do not fit", "needed")
+    with open(os.path.join(work, "small_pinned.json"), "w") as f:
+        json.dump({"strata": {"pinned_memory": "16KiB"}}, f)
+    refused(["--preset", "llama-tiny", "--prompts", prompts, "--kv-cache", "host", "--config", "small_pinned.json"],
+            "do not fit", "KV cache (streamed per layer", "strata.pinned_memory", "--kv-cache device")
+    r = run(strata, ["--preset", "llama-tiny", "--prompts", prompts, "--kv-cache", "disk"], work, expect_ok=False)
+    assert r.returncode != 0 and "--kv-cache" in r.stderr, r.stderr[-1500:]  # CLI11 refuses it
     return 0
 
 

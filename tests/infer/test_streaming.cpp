@@ -19,6 +19,7 @@
 #include "core/units.h"
 #include "kernels/host/quantize.h"
 #include "infer/generator.h"
+#include "runtime/tiers/plan.h"
 #include "models/llama/llama_spec.h"
 #include "runtime/comm/comm.h"
 #include "runtime/config/config.h"
@@ -72,10 +73,13 @@ struct Generated {
   runtime::tiers::ZeroPlan plan;
   runtime::zero::EngineCounters loaded;
   std::uint64_t streamed_h2d() const { return counters.h2d_bytes - loaded.h2d_bytes; }
+  bool kv_line = false;              // the plan's pinned "KV cache" line
+  std::uint64_t kv_pinned_peak = 0;  // the pinned pool's peak while generating
 };
 
 Generated generate(runtime::config::OffloadDevice params, const std::string& nvme, std::uint64_t device_bytes,
-                   DType dtype = DType::f32, runtime::tiers::WeightQuant quant = {}) {
+                   DType dtype = DType::f32, runtime::tiers::WeightQuant quant = {},
+                   models::KvPlacement kv = models::KvPlacement::device) {
   const models::LlamaSpec spec(model_config());
   models::ModelOptions options;
   options.dtype = dtype;
@@ -86,13 +90,19 @@ Generated generate(runtime::config::OffloadDevice params, const std::string& nvm
   auto compute = device->create_stream("compute");
   const models::ModelLayout layout = spec.layout();
   const int B = 3, max_T = 24;
+  Generated r;
   runtime::zero::EngineSetup setup;
   setup.module_numels = layout.module_numels();
   setup.module_names = layout.module_names();
-  setup.activation_bytes = spec.inference_bytes(options, B, 8, max_T);
+  setup.activation_bytes = spec.inference_bytes(options, B, 8, max_T, kv);
+  setup.kv_cache_pinned_bytes = models::KvCache::host_bytes(spec.kv_shape(), dtype, B, max_T, kv);
   setup.dtype = dtype;
   setup.quant = quant;
   runtime::zero::InferenceEngine engine(config, setup, *device, *compute, *comm, tracer);
+  for (const runtime::tiers::PlanLine& line : engine.plan().lines) {
+    r.kv_line |= line.tier == runtime::tiers::Tier::pinned && line.what.starts_with("KV cache") &&
+                 line.bytes == setup.kv_cache_pinned_bytes;
+  }
   for (std::size_t m = 0; m < layout.modules.size(); ++m) {
     std::vector<float> values(layout.modules[m].numel);
     spec.init_module(layout.modules[m], 5, values.data());
@@ -100,7 +110,6 @@ Generated generate(runtime::config::OffloadDevice params, const std::string& nvm
     engine.load_module(static_cast<int>(m), values.data());
   }
   auto model = spec.make_model(options, *device, *compute, engine);
-  Generated r;
   r.loaded = engine.counters();  // the resident modules' loads are H2D copies too
   r.resident = engine.resident_modules();
   r.modules = engine.module_count();
@@ -115,9 +124,11 @@ Generated generate(runtime::config::OffloadDevice params, const std::string& nvm
   gen.batch = B;
   gen.sampling.temperature = 0.8f;
   gen.sampling.seed = 3;
+  gen.kv_cache = {kv, kv == models::KvPlacement::host ? &engine.tiers().pinned() : nullptr};
   Generator g(*model, 61, gen, max_T, PassHooks{[&] { engine.begin_pass(); }, [&] { engine.end_pass(); }});
   r.out.resize(prompts.size());
   g.run(prompts, [&](Completion c) { r.out[c.index] = c.ids; });
+  r.kv_pinned_peak = engine.tiers().pinned().stats().peak_bytes;
   // The prefill's logits of one batch, to compare bit for bit.
   models::KvCache cache = model->make_kv_cache(1, 8);
   r.first_logits.resize(61);
@@ -148,6 +159,44 @@ TEST(Streaming, CpuAndNvmeGenerateWhatTheResidentModelGenerates) {
     EXPECT_EQ(streamed.out, resident.out);
     EXPECT_TRUE(models::test::same_bits(streamed.first_logits, resident.first_logits));
   }
+}
+
+// The greedy plan: with a budget that grows, more modules stay resident, embedding and head first.
+TEST(Streaming, HostPlacedKvCacheGeneratesWhatTheDeviceCacheGenerates) {
+  const Generated resident = generate(runtime::config::OffloadDevice::kNone, "", 64 * kMiB);
+  EXPECT_FALSE(resident.kv_line);
+  for (auto params : {runtime::config::OffloadDevice::kNone, runtime::config::OffloadDevice::kCpu}) {
+    SCOPED_TRACE(params == runtime::config::OffloadDevice::kCpu ? "cpu" : "resident");
+    const Generated host_kv =
+        generate(params, "", params == runtime::config::OffloadDevice::kCpu ? 2 * kMiB : 64 * kMiB, DType::f32, {},
+                 models::KvPlacement::host);
+    EXPECT_TRUE(host_kv.kv_line);
+    EXPECT_GE(host_kv.kv_pinned_peak, models::KvCache::host_bytes(models::LlamaSpec(model_config()).kv_shape(),
+                                                                  DType::f32, 3, 24, models::KvPlacement::host));
+    EXPECT_EQ(host_kv.out, resident.out);
+  }
+}
+
+// The least device memory a run needs shrinks by the KV cache less its 2 slots when the cache is
+// in pinned host memory (what --kv-cache auto compares with the device budget).
+TEST(Streaming, DeviceMinimumCountsOnlyTheSlotsOfAHostPlacedCache) {
+  const models::LlamaSpec spec(model_config());
+  const models::ModelLayout layout = spec.layout();
+  const runtime::config::Config config = make_config(runtime::config::OffloadDevice::kCpu, "", 2 * kMiB);
+  runtime::tiers::PlanInputs in;
+  in.module_numels = layout.module_numels();
+  in.module_names = layout.module_names();
+  in.optimizer = false;
+  in.activation_bytes = spec.inference_bytes({}, 16, 8, 64, models::KvPlacement::device);
+  const std::uint64_t on_device = runtime::tiers::inference_device_minimum_bytes(config, in);
+  in.activation_bytes = spec.inference_bytes({}, 16, 8, 64, models::KvPlacement::host);
+  const std::uint64_t on_host = runtime::tiers::inference_device_minimum_bytes(config, in);
+  EXPECT_EQ(on_device - on_host,
+            models::KvCache::bytes(spec.kv_shape(), DType::f32, 16, 64) -
+                models::KvCache::device_bytes(spec.kv_shape(), DType::f32, 16, 64, models::KvPlacement::host));
+  // With a 2.5 MiB device, --kv-cache auto would place this cache in pinned host memory.
+  EXPECT_GT(on_device, 5 * kMiB / 2);
+  EXPECT_LT(on_host, 5 * kMiB / 2);
 }
 
 // The greedy plan: with a budget that grows, more modules stay resident, embedding and head first.

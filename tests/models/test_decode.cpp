@@ -1,10 +1,12 @@
 // Batched generation through the KV cache, for every family (models/model.h): a prefill of
 // prompts of different lengths (right-padded) and decoding steps at each row's own positions
-// give the logits each prompt gets alone from the full forward.
+// give the logits each prompt gets alone from the full forward; a KV cache in pinned host memory
+// (models/kv_cache.h) gives the device cache's bits and moves only the filled positions.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,6 +15,7 @@
 #include "models/gpt/gpt_spec.h"
 #include "models/llama/llama_spec.h"
 #include "models/model_parts.h"
+#include "offload/host_buffer.h"
 #include "runtime/device/device.h"
 #include "runtime/params/resident_params.h"
 #include "tests/models/model_test_util.h"
@@ -22,23 +25,23 @@ namespace {
 
 using test::random_tokens;
 
-ModelSpecPtr small_gpt() {
+ModelSpecPtr small_gpt(int layers = 2) {
   GptConfig c;
   c.vocab_size = 37;
   c.n_positions = 16;
   c.n_embd = 24;
-  c.n_layer = 2;
+  c.n_layer = layers;
   c.n_head = 3;
   return std::make_shared<GptSpec>(c);
 }
 
-ModelSpecPtr small_llama(bool tied) {
+ModelSpecPtr small_llama(bool tied, int layers = 2) {
   LlamaConfig c;
   c.architecture = tied ? "LlamaForCausalLM" : "Qwen2ForCausalLM";
   c.vocab_size = 37;
   c.hidden_size = 40;
   c.intermediate_size = 52;
-  c.num_hidden_layers = 2;
+  c.num_hidden_layers = layers;
   c.num_attention_heads = 6;
   c.num_key_value_heads = 2;
   c.head_dim = 8;
@@ -130,6 +133,99 @@ TEST(Decode, BadPrefillsAreErrors) {
   EXPECT_THROW(rig.model->prefill(cache, tokens.data(), ok, 2, 4, logits.data()), Error);  // not empty
   cache.reset();
   EXPECT_NO_THROW(rig.model->prefill(cache, tokens.data(), ok, 2, 4, logits.data()));
+}
+
+// A ragged (or uniform) prefill of `lengths`, then `steps` decoding steps: every pass's logits,
+// in order.
+std::vector<float> generate(Model& model, KvCache& cache, const std::vector<int>& lengths, int steps, int V) {
+  const int B = static_cast<int>(lengths.size());
+  const int T = *std::max_element(lengths.begin(), lengths.end());
+  std::vector<std::int32_t> padded(static_cast<std::size_t>(B * T), 0);
+  for (int b = 0; b < B; ++b) {
+    const std::vector<std::int32_t> prompt = random_tokens(static_cast<std::size_t>(lengths[b]), V, 40 + b);
+    std::copy(prompt.begin(), prompt.end(), padded.begin() + b * T);
+  }
+  std::vector<float> all;
+  std::vector<float> logits(static_cast<std::size_t>(B * V));
+  model.prefill(cache, padded.data(), lengths.data(), B, T, logits.data());
+  all.insert(all.end(), logits.begin(), logits.end());
+  for (int s = 0; s < steps; ++s) {
+    const std::vector<std::int32_t> next = random_tokens(static_cast<std::size_t>(B), V, 60 + s);
+    model.forward_decode(cache, next.data(), B, 1, logits.data());
+    all.insert(all.end(), logits.begin(), logits.end());
+  }
+  return all;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST(Decode, HostPlacedCacheGivesTheDeviceCacheBits) {
+  // 5 layers: the ring's slots are refilled (layer l + 2 after layer l) and wrap across passes.
+  for (const ModelSpecPtr& spec : {small_gpt(5), small_llama(true, 5), small_llama(false, 5)}) {
+    for (const std::vector<int>& lengths : {std::vector<int>{3, 7, 5}, std::vector<int>{4, 4, 4}}) {
+      SCOPED_TRACE(spec->architecture() + (lengths[0] == lengths[1] ? " uniform" : " ragged"));
+      Rig rig(spec);
+      const int V = spec->vocab_size(), B = 3, steps = 5, max_T = 14;
+      KvCache on_device = rig.model->make_kv_cache(B, max_T);
+      const std::vector<float> want = generate(*rig.model, on_device, lengths, steps, V);
+      EXPECT_EQ(on_device.transfers().h2d_bytes + on_device.transfers().d2h_bytes, 0u);
+
+      offload::HostPool pool(1ull << 20);
+      KvCache on_host = rig.model->make_kv_cache(B, max_T, {KvPlacement::host, &pool});
+      EXPECT_EQ(on_host.placement(), KvPlacement::host);
+      const KvShape shape = spec->kv_shape();
+      EXPECT_EQ(pool.stats().current_bytes, KvCache::host_bytes(shape, DType::f32, B, max_T, KvPlacement::host));
+      EXPECT_TRUE(same_bits(generate(*rig.model, on_host, lengths, steps, V), want));
+      for (int b = 0; b < B; ++b) EXPECT_EQ(on_host.length(b), lengths[static_cast<std::size_t>(b)] + steps);
+
+      // Only the filled positions move: per layer and row, keys and values of the positions
+      // before the pass (H2D) and of the positions it keeps (D2H; a prefill keeps the prompt).
+      const std::uint64_t pos = static_cast<std::uint64_t>(shape.width) * sizeof(float);
+      const std::uint64_t L = static_cast<std::uint64_t>(shape.layers);
+      std::uint64_t h2d = 0, d2h = 0;
+      for (int len : lengths) {
+        d2h += 2 * L * static_cast<std::uint64_t>(len + steps) * pos;
+        for (int s = 0; s < steps; ++s) h2d += 2 * L * static_cast<std::uint64_t>(len + s) * pos;
+      }
+      EXPECT_EQ(on_host.transfers().h2d_bytes, h2d);
+      EXPECT_EQ(on_host.transfers().d2h_bytes, d2h);
+
+      // The cache is reused for the next batch as the generator does.
+      on_host.reset();
+      EXPECT_TRUE(same_bits(generate(*rig.model, on_host, lengths, steps, V), want));
+    }
+  }
+}
+
+TEST(Decode, HostPlacedCacheSizes) {
+  const KvShape shape{4, 24};
+  // 2 bytes x 3 rows x 10 positions x 24 = 1440 bytes per layer's keys (or values).
+  EXPECT_EQ(KvCache::bytes(shape, DType::bf16, 3, 10), 4u * 2 * 1440);
+  EXPECT_EQ(KvCache::device_bytes(shape, DType::bf16, 3, 10, KvPlacement::device), 4u * 2 * 1440);
+  EXPECT_EQ(KvCache::device_bytes(shape, DType::bf16, 3, 10, KvPlacement::host), 2u * 2 * 1440);
+  EXPECT_EQ(KvCache::host_bytes(shape, DType::bf16, 3, 10, KvPlacement::device), 0u);
+  EXPECT_EQ(KvCache::host_bytes(shape, DType::bf16, 3, 10, KvPlacement::host), 4u * 4096);
+  // The device scratch a spec counts shrinks to the slots.
+  const ModelSpecPtr spec = small_llama(true, 6);
+  const std::uint64_t on_device = spec->inference_bytes({}, 3, 5, 12, KvPlacement::device);
+  const std::uint64_t on_host = spec->inference_bytes({}, 3, 5, 12, KvPlacement::host);
+  EXPECT_EQ(on_device - on_host, KvCache::bytes(spec->kv_shape(), DType::f32, 3, 12) -
+                                     KvCache::device_bytes(spec->kv_shape(), DType::f32, 3, 12, KvPlacement::host));
+}
+
+TEST(Decode, HostPlacedCacheBeyondThePinnedBudgetIsAnError) {
+  Rig rig(small_gpt(3));
+  offload::HostPool pool(8192);  // two layers' buffers at most
+  try {
+    (void)rig.model->make_kv_cache(2, 16, {KvPlacement::host, &pool});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("strata.pinned_memory"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("KV cache"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(pool.stats().current_bytes, 0u);  // what was taken went back
 }
 
 }  // namespace

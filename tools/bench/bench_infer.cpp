@@ -152,7 +152,7 @@ void bench_infer(const InferBenchOptions& o) {
         std::vector<std::int32_t> prompts(static_cast<std::size_t>(batch) * static_cast<std::size_t>(o.prompt_len));
         for (auto& t : prompts) t = static_cast<std::int32_t>(rng() % static_cast<unsigned>(V));
         std::vector<int> lengths(static_cast<std::size_t>(batch), o.prompt_len);
-        models::KvCache cache = server.model().make_kv_cache(batch, max_T);
+        models::KvCache cache = server.model().make_kv_cache(batch, max_T, server.kv_cache_options());
         std::vector<float> logits(static_cast<std::size_t>(batch) * static_cast<std::size_t>(V));
         std::vector<std::int32_t> next(static_cast<std::size_t>(batch));
         const infer::Sampler greedy({});
