@@ -213,12 +213,15 @@ void add_bench_command(CLI::App& app) {
   infer->add_option("--model", infer_options->model, "a Hugging Face model folder or config.json instead");
   infer->add_option("--placements", infer_options->placements, "comma-separated: device, cpu, nvme")
       ->capture_default_str();
-  infer->add_option("--batches", infer_options->batches, "comma-separated batch sizes")->capture_default_str();
+  infer->add_option("--batches", infer_options->batches,
+                    "comma-separated batch sizes; auto = the largest that fits (a quarter of the device)")
+      ->capture_default_str();
   infer->add_option("--prompt-len", infer_options->prompt_len, "tokens per prompt")->capture_default_str();
   infer->add_option("--steps", infer_options->steps, "timed decoding steps (after one untimed)")->capture_default_str();
   infer->add_option("--slots", infer_options->slots, "offload_param.buffer_count of the streamed cells")
       ->capture_default_str();
   infer->add_option("--dtype", infer_options->dtype, "auto, fp32, bf16 or fp16")->capture_default_str();
+  infer->add_option("--quantize", infer_options->quantize, "int8 or int4: the streamed cells' weights (group 128)");
   infer->add_option("--dir", infer_options->dir, "parent of the scratch folder (NVMe swap); default $TMPDIR or /var/tmp");
   infer->add_flag("--json", infer_options->json, "one JSON object per cell on stdout, the table on stderr");
   infer->callback([infer_options] { bench_infer(*infer_options); });

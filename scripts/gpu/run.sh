@@ -90,5 +90,8 @@ if [[ ${BENCH_INFER:-0} == 1 ]]; then
   .gpu/bin/strata bench infer --device cuda --device-memory 4GiB --preset llama-2-7b --dtype bf16 \
     --placements cpu${NVME_DIR:+,nvme} ${NVME_DIR:+--dir "$NVME_DIR"} --batches 1,16 --prompt-len 128 --steps 8 \
     --slots 4 --json 2>>"$out/bench_infer.txt" | tee -a "$out/bench_infer.jsonl"
+  .gpu/bin/strata bench infer --device cuda --device-memory 4GiB --preset llama-2-7b --dtype bf16 \
+    --placements cpu --quantize int4 --batches 1,16 --prompt-len 128 --steps 8 --slots 4 --json \
+    2>>"$out/bench_infer.txt" | tee -a "$out/bench_infer.jsonl"
 fi
 exit $failed

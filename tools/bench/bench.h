@@ -110,11 +110,12 @@ struct InferBenchOptions {
   std::string preset = "llama-tiny";  // models::model_preset names
   std::string model;                   // a Hugging Face folder or config.json instead
   std::string placements = "device,cpu,nvme";
-  std::string batches = "1,16";
+  std::string batches = "1,16,auto";  // "auto": the largest the server fits (up to 256)
   int prompt_len = 32;
   int steps = 8;                       // timed decoding steps after one untimed; the median is reported
   int slots = 3;                       // offload_param.buffer_count of the streamed cells
   std::string dtype = "auto";
+  std::string quantize;                // int8 | int4: the streamed cells' weights (group 128)
   std::string dir;                     // parent of the scratch folder (the NVMe swap); empty: $TMPDIR or /var/tmp
   bool json = false;
   DeviceFlags device;                  // --device, --device-memory (the streamed cells' budget)

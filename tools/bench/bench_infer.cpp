@@ -35,6 +35,8 @@ using Clock = std::chrono::steady_clock;
 struct Cell {
   std::string placement;
   int batch = 0;
+  double prefill_ms = 0;         // the prompts' prefill (one pass, untimed trace: the first)
+  double prefill_tokens_per_s = 0;
   double step_ms = 0;            // median decoding step
   double tokens_per_s = 0;       // batch / step
   double h2d_bytes_per_step = 0;
@@ -82,8 +84,19 @@ double h2d_rate(infer::Server& server) {
 void bench_infer(const InferBenchOptions& o) {
   const models::ModelSpecPtr spec = o.model.empty() ? models::model_preset(o.preset) : models::model_from_path(o.model);
   const std::vector<std::string> placements = split_list(o.placements);
-  std::vector<int> batches;
-  for (const std::string& b : split_list(o.batches)) batches.push_back(std::stoi(b));
+  std::vector<int> batches;  // 0: "auto", the largest the server's rule fits
+  for (const std::string& b : split_list(o.batches)) {
+    if (b == "auto") {
+      batches.push_back(0);
+      continue;
+    }
+    try {
+      batches.push_back(std::stoi(b));
+    } catch (const std::exception&) {
+      throw Error("--batches: " + b + " is not a number or auto", "--batches");
+    }
+    if (batches.back() < 1) throw Error("--batches: " + b + " must be positive", "--batches");
+  }
   if (o.prompt_len < 1 || o.steps < 2) throw Error("--prompt-len must be >= 1 and --steps >= 2", "--steps");
   const int max_T = o.prompt_len + o.steps + 1;
   if (max_T > spec->max_positions()) {
@@ -107,16 +120,20 @@ void bench_infer(const InferBenchOptions& o) {
                o.device.device_memory.empty() ? "" : (", device memory " + o.device.device_memory).c_str());
 
   double h2d_gbps = 0, disk_gbps = 0;
+  std::string device_name;
   std::vector<Cell> cells;
   for (const std::string& placement : placements) {
     if (placement != "device" && placement != "cpu" && placement != "nvme") {
       throw Error("--placements: " + placement + " is not device, cpu or nvme", "--placements");
     }
-    for (int batch : batches) {
+    for (int requested : batches) {
+      int batch = requested;
       Cell cell;
       cell.placement = placement;
       cell.batch = batch;
       try {
+        // "auto": the server sizes the batch (a quarter of the device for the KV cache), given up to
+        // 256 prompts.
         infer::ServerSetup setup;
         setup.spec = spec;
         const Json config = cell_config(placement, nvme_path, o);
@@ -132,13 +149,20 @@ void bench_infer(const InferBenchOptions& o) {
         if (placement == "device") setup.device.memory_bytes = 0;  // the backend's default: hold everything
         setup.dtype = o.dtype;
         setup.batch = batch;
-        setup.prompts = static_cast<std::size_t>(batch);
+        setup.prompts = batch > 0 ? static_cast<std::size_t>(batch) : 256;
         setup.prompt_T = o.prompt_len;
         setup.max_T = max_T;
         setup.weights = weights;
+        if (placement != "device" && !o.quantize.empty() && o.quantize != "none") {
+          setup.quant.bits = o.quantize == "int8" ? 8 : o.quantize == "int4" ? 4 : -1;
+          if (setup.quant.bits < 0) throw Error("--quantize " + o.quantize + " is not int8 or int4", "--quantize");
+        }
         setup.seed = 1;
         infer::Server server(std::move(setup), /*verbose=*/false);
+        batch = server.batch();
+        cell.batch = batch;
         cell.resident = server.engine().resident_modules();
+        if (device_name.empty()) device_name = server.device().name();
         cell.modules = server.engine().module_count();
         if (h2d_gbps == 0) h2d_gbps = h2d_rate(server) / 1e9;
         if (placement == "nvme" && disk_gbps == 0) {
@@ -165,9 +189,12 @@ void bench_infer(const InferBenchOptions& o) {
           }
         };
         runtime::zero::InferenceEngine& engine = server.engine();
+        const auto p0 = Clock::now();
         engine.begin_pass();
         server.model().prefill(cache, prompts.data(), lengths.data(), batch, o.prompt_len, logits.data());
         engine.end_pass();
+        cell.prefill_ms = std::chrono::duration<double, std::milli>(Clock::now() - p0).count();
+        cell.prefill_tokens_per_s = 1e3 * batch * o.prompt_len / cell.prefill_ms;
         pick();
         std::vector<double> ms;
         runtime::zero::EngineCounters before{};
@@ -194,9 +221,9 @@ void bench_infer(const InferBenchOptions& o) {
       }
       std::fprintf(text, "  %-6s batch %-4d %s\n", placement.c_str(), batch,
                    cell.error.empty()
-                       ? fmt::format("{:9.2f} ms/step {:10.1f} tokens/s  streamed {}/step (nvme {}), {} of {} modules "
+                       ? fmt::format("prefill {:9.1f} tokens/s; decode {:9.2f} ms/step {:10.1f} tokens/s  streamed {}/step (nvme {}), {} of {} modules "
                                      "resident{}",
-                                     cell.step_ms, cell.tokens_per_s,
+                                     cell.prefill_tokens_per_s, cell.step_ms, cell.tokens_per_s,
                                      format_bytes(static_cast<std::uint64_t>(cell.h2d_bytes_per_step)),
                                      format_bytes(static_cast<std::uint64_t>(cell.nvme_bytes_per_step)), cell.resident,
                                      cell.modules,
@@ -213,8 +240,11 @@ void bench_infer(const InferBenchOptions& o) {
                disk_gbps > 0 ? fmt::format(", disk read {:.2f} GB/s", disk_gbps).c_str() : "");
   if (!o.json) return;
   for (const Cell& c : cells) {
-    Json j = {{"model", o.model.empty() ? o.preset : o.model},
+    Json j = {{"device", device_name},
+              {"model", o.model.empty() ? o.preset : o.model},
               {"placement", c.placement},
+              {"weights", c.placement == "device" ? "device" : c.placement == "cpu" ? "pinned" : "nvme"},
+              {"quantize", c.placement != "device" && !o.quantize.empty() ? o.quantize : "none"},
               {"batch", c.batch},
               {"prompt_len", o.prompt_len},
               {"h2d_gbps", h2d_gbps},
@@ -222,6 +252,8 @@ void bench_infer(const InferBenchOptions& o) {
     if (!c.error.empty()) {
       j["error"] = c.error;
     } else {
+      j["prefill_ms"] = c.prefill_ms;
+      j["prefill_tokens_per_s"] = c.prefill_tokens_per_s;
       j["step_ms"] = c.step_ms;
       j["tokens_per_s"] = c.tokens_per_s;
       j["h2d_bytes_per_step"] = c.h2d_bytes_per_step;
