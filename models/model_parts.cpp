@@ -1,5 +1,6 @@
 #include "models/model_parts.h"
 
+#include <algorithm>
 #include <vector>
 
 #include <fmt/format.h>
@@ -95,6 +96,20 @@ void gather_last_tokens(runtime::device::Stream& stream, void* out, const void* 
     stream.copy_async(static_cast<std::byte*>(out) + static_cast<std::size_t>(b) * row_bytes,
                       static_cast<const std::byte*>(x) + row * row_bytes, row_bytes);
   }
+}
+
+std::uint64_t carved_bytes(const std::vector<std::size_t>& sizes) {
+  Carver c(nullptr);
+  for (std::size_t b : sizes) c.take(b);
+  return c.bytes();
+}
+
+std::uint64_t generation_bytes(const KvShape& kv, DType dtype, int batch, int max_T, KvPlacement placement,
+                               const std::vector<std::size_t>& prefill_scratch,
+                               const std::vector<std::size_t>& step_scratch) {
+  return KvCache::device_bytes(kv, dtype, batch, max_T, placement) +
+         std::max(carved_bytes(prefill_scratch), carved_bytes(step_scratch)) +
+         kCarveAlign * (2 * static_cast<std::uint64_t>(kv.layers) + 2);
 }
 
 float mean_loss(const std::vector<float>& losses) {

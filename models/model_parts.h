@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "models/kv_cache.h"
 #include "models/model_layout.h"
 #include "runtime/device/device.h"
 #include "runtime/params/param_provider.h"
@@ -66,6 +67,15 @@ void check_tokens(const std::int32_t* tokens, std::size_t n, int vocab, const ch
 void upload_tokens(runtime::device::Stream& stream, std::vector<std::int32_t>& host, std::int32_t* inputs,
                    std::int32_t* targets, const std::int32_t* host_inputs, const std::int32_t* host_targets,
                    std::size_t n);
+
+// Bytes of one allocation carved into `sizes` (Carver's alignment).
+std::uint64_t carved_bytes(const std::vector<std::size_t>& sizes);
+
+// Device bytes of generation (ModelSpec::inference_bytes): the KV cache's device part and the
+// larger of the prefill's and a decoding step's scratch (carving orders), with alignment slack.
+std::uint64_t generation_bytes(const KvShape& kv, DType dtype, int batch, int max_T, KvPlacement placement,
+                               const std::vector<std::size_t>& prefill_scratch,
+                               const std::vector<std::size_t>& step_scratch);
 
 // The mean of per-token losses, summed in token order in double (the same bits on every run).
 float mean_loss(const std::vector<float>& losses);

@@ -377,15 +377,9 @@ std::uint64_t GptModel::inference_bytes(const GptConfig& config, const ModelOpti
                                         int max_T, KvPlacement kv) {
   ModelOptions counted = options;
   if (counted.vocab_multiple == 0) counted.vocab_multiple = vocab_multiple_for(runtime::device::Backend::cuda);
-  auto carved = [](const std::vector<std::size_t>& sizes) {
-    Carver c(nullptr);
-    for (std::size_t b : sizes) c.take(b);
-    return static_cast<std::uint64_t>(c.bytes());
-  };
-  const std::uint64_t scratch = std::max(carved(decode_sizes(config, counted, batch, prompt_T, true)),
-                                         carved(decode_sizes(config, counted, batch, 1, false)));
-  return KvCache::device_bytes(kv_shape(config), options.dtype, batch, max_T, kv) + scratch +
-         kCarveAlign * (2 * static_cast<std::uint64_t>(config.n_layer) + 2);
+  return generation_bytes(kv_shape(config), options.dtype, batch, max_T, kv,
+                          decode_sizes(config, counted, batch, prompt_T, true),
+                          decode_sizes(config, counted, batch, 1, false));
 }
 
 KvShape GptModel::kv_shape(const GptConfig& config) { return {config.n_layer, config.n_embd}; }
