@@ -222,6 +222,10 @@ void add_bench_command(CLI::App& app) {
       ->capture_default_str();
   infer->add_option("--dtype", infer_options->dtype, "auto, fp32, bf16 or fp16")->capture_default_str();
   infer->add_option("--quantize", infer_options->quantize, "int8 or int4: the streamed cells' weights (group 128)");
+  infer->add_flag("--peers", infer_options->peers,
+                  "also run transformers + Accelerate's offloaded decoding of the same model, batch and budget "
+                  "next to each cpu cell (tools/bench/infer_peers.py)");
+  infer->add_option("--python", infer_options->python, "the peers' interpreter (default python3 on cuda)");
   infer->add_option("--dir", infer_options->dir, "parent of the scratch folder (NVMe swap); default $TMPDIR or /var/tmp");
   infer->add_flag("--json", infer_options->json, "one JSON object per cell on stdout, the table on stderr");
   infer->callback([infer_options] { bench_infer(*infer_options); });

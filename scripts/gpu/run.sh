@@ -83,13 +83,14 @@ fi
 # (llama-2-7b, random bf16 weights, 12.6 GiB): everything resident, then streamed from pinned
 # host memory with 4 GiB of device memory (the baseline's Accelerate setup), at batch 1 and 16,
 # against the bound of the bytes each step streams (pinned H2D measured in the same run; target
-# vs_bound >= 0.85), and the same from NVMe when NVME_DIR names a folder on a local NVMe drive.
+# vs_bound >= 0.85) and against transformers + Accelerate's offload in the same budget (--peers),
+# and the same from NVMe when NVME_DIR names a folder on a local NVMe drive.
 if [[ ${BENCH_INFER:-0} == 1 ]]; then
   .gpu/bin/strata bench infer --device cuda --preset llama-2-7b --dtype bf16 --placements device \
     --batches 1,16 --prompt-len 128 --steps 8 --json 2>"$out/bench_infer.txt" | tee -a "$out/bench_infer.jsonl"
   .gpu/bin/strata bench infer --device cuda --device-memory 4GiB --preset llama-2-7b --dtype bf16 \
     --placements cpu${NVME_DIR:+,nvme} ${NVME_DIR:+--dir "$NVME_DIR"} --batches 1,16 --prompt-len 128 --steps 8 \
-    --slots 4 --json 2>>"$out/bench_infer.txt" | tee -a "$out/bench_infer.jsonl"
+    --slots 4 --peers --python "$(command -v python3)" --json 2>>"$out/bench_infer.txt" | tee -a "$out/bench_infer.jsonl"
   .gpu/bin/strata bench infer --device cuda --device-memory 4GiB --preset llama-2-7b --dtype bf16 \
     --placements cpu --quantize int4 --batches 1,16 --prompt-len 128 --steps 8 --slots 4 --json \
     2>>"$out/bench_infer.txt" | tee -a "$out/bench_infer.jsonl"

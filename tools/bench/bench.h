@@ -116,6 +116,9 @@ struct InferBenchOptions {
   int slots = 3;                       // offload_param.buffer_count of the streamed cells
   std::string dtype = "auto";
   std::string quantize;                // int8 | int4: the streamed cells' weights (group 128)
+  bool peers = false;                  // the cpu cells also run transformers + Accelerate (infer_peers.py)
+  std::string python;                  // its interpreter; empty: python3 with --device cuda, else /usr/bin/python3
+  std::string peer_script;             // empty: tools/bench/infer_peers.py found as the other scripts
   std::string dir;                     // parent of the scratch folder (the NVMe swap); empty: $TMPDIR or /var/tmp
   bool json = false;
   DeviceFlags device;                  // --device, --device-memory (the streamed cells' budget)

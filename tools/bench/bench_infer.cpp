@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,7 @@
 #include "tools/bench/bench.h"
 #include "tools/bench/bench_children.h"
 #include "tools/bench/bench_nvme_disk.h"
+#include "tools/bench/bench_scripts.h"
 
 namespace strata::tools {
 namespace {
@@ -44,6 +46,8 @@ struct Cell {
   double bound_tokens_per_s = 0;  // 0: nothing streamed (no bound from the links)
   int resident = 0, modules = 0;
   std::string error;
+  double accelerate_tokens_per_s = 0;  // the peer on the same model, batch and budget (cpu cells)
+  std::string accelerate_error;
 };
 
 
@@ -77,6 +81,57 @@ double h2d_rate(infer::Server& server) {
     best = std::max(best, static_cast<double>(kBytes) / secs);
   }
   return best;
+}
+
+// transformers + Accelerate's offloaded decoding of the same model, batch and device budget
+// (tools/bench/infer_peers.py), as a child; its tokens/s, or an error saying why not.
+void run_accelerate_peer(const InferBenchOptions& o, const models::ModelSpec& spec, const ScratchFolder& scratch,
+                         bool cuda, int batch, Cell& cell) {
+  const auto script = find_bench_script("infer_peers.py", o.peer_script);
+  if (!script) {
+    cell.accelerate_error = "tools/bench/infer_peers.py not found";
+    return;
+  }
+  const std::string dir = scratch.file("peer-model");
+  std::filesystem::create_directories(dir);
+  {
+    std::FILE* f = std::fopen((dir + "/config.json").c_str(), "w");
+    if (f == nullptr) throw Error("cannot write " + dir + "/config.json");
+    std::fputs(spec.to_json().c_str(), f);
+    std::fclose(f);
+  }
+  const std::string python = !o.python.empty() ? o.python : cuda ? "python3" : "/usr/bin/python3";
+  const std::string log = scratch.file("peer.log");
+  const std::string command = fmt::format(
+      "{} {} --config-dir {} --batch {} --prompt-len {} --steps {} --dtype {} --device-memory {} --device {} "
+      "</dev/null 2>{}",
+      shell_quote(python), shell_quote(script->string()), shell_quote(dir), batch, o.prompt_len, o.steps,
+      o.dtype == "auto" ? (cuda ? "bf16" : "fp32") : o.dtype,
+      shell_quote(o.device.device_memory.empty() ? "4GiB" : o.device.device_memory), cuda ? "cuda" : "cpu",
+      shell_quote(log));
+  std::fflush(nullptr);
+  std::FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) {
+    cell.accelerate_error = "cannot start " + python;
+    return;
+  }
+  std::string out;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, pipe) != nullptr) out += buf;
+  pclose(pipe);
+  Json result;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    Json j = Json::parse(line, nullptr, false);
+    if (!j.is_discarded() && j.is_object() && j.contains("peer")) result = std::move(j);
+  }
+  if (!result.is_object()) {
+    cell.accelerate_error = "no result from infer_peers.py (see " + log + ")";
+  } else if (!result.value("ok", false)) {
+    cell.accelerate_error = result.value("error", std::string("failed"));
+  } else {
+    cell.accelerate_tokens_per_s = result.value("tokens_per_s", 0.0);
+  }
 }
 
 }  // namespace
@@ -216,6 +271,10 @@ void bench_infer(const InferBenchOptions& o) {
         if (h2d_gbps > 0) bound_s = std::max(bound_s, cell.h2d_bytes_per_step / (h2d_gbps * 1e9));
         if (disk_gbps > 0) bound_s = std::max(bound_s, cell.nvme_bytes_per_step / (disk_gbps * 1e9));
         cell.bound_tokens_per_s = bound_s > 0 ? batch / bound_s : 0;
+        if (o.peers && placement == "cpu") {
+          run_accelerate_peer(o, *spec, scratch, server.device().backend() == runtime::device::Backend::cuda, batch,
+                              cell);
+        }
       } catch (const Error& e) {
         cell.error = e.what();
       }
@@ -233,6 +292,14 @@ void bench_infer(const InferBenchOptions& o) {
                                          : std::string())
                              .c_str()
                        : ("error: " + cell.error).c_str());
+      if (cell.accelerate_tokens_per_s > 0) {
+        std::fprintf(text, "         transformers%s, same model and batch: %.1f tokens/s (strata %.2fx)\n",
+                     device_name == "host" ? " on the CPU (no offload: the host backend)"
+                                           : " + Accelerate offload within the same device budget",
+                     cell.accelerate_tokens_per_s, cell.tokens_per_s / cell.accelerate_tokens_per_s);
+      } else if (!cell.accelerate_error.empty()) {
+        std::fprintf(text, "         transformers + Accelerate: %s\n", cell.accelerate_error.c_str());
+      }
       cells.push_back(cell);
     }
   }
@@ -260,6 +327,8 @@ void bench_infer(const InferBenchOptions& o) {
       j["nvme_bytes_per_step"] = c.nvme_bytes_per_step;
       j["resident_modules"] = c.resident;
       j["modules"] = c.modules;
+      if (c.accelerate_tokens_per_s > 0) j["accelerate_tokens_per_s"] = c.accelerate_tokens_per_s;
+      if (!c.accelerate_error.empty()) j["accelerate_error"] = c.accelerate_error;
       if (c.bound_tokens_per_s > 0) {
         j["bound_tokens_per_s"] = c.bound_tokens_per_s;
         j["vs_bound"] = c.tokens_per_s / c.bound_tokens_per_s;
