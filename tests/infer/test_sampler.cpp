@@ -233,7 +233,8 @@ TEST(Sampler, TopKKeepsExactlyTheKHighest) {
     sum += d[i].probability;
   }
   EXPECT_NEAR(sum, 1.0, 1e-12);
-  const std::set<std::int32_t> kept(ids_of(d).begin(), ids_of(d).end());
+  const std::vector<std::int32_t> kept_ids = ids_of(d);
+  const std::set<std::int32_t> kept(kept_ids.begin(), kept_ids.end());
   for (std::uint64_t step = 0; step < 20000; ++step) {
     ASSERT_TRUE(kept.contains(s.sample(logits, {0, step})));
   }
