@@ -1,9 +1,5 @@
 #include "models/hf_weights.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <set>
@@ -15,6 +11,7 @@
 
 #include "core/error.h"
 #include "models/io/hf_checkpoint.h"
+#include "runtime/checkpoint/checkpoint_dir.h"
 
 namespace strata::models {
 namespace {
@@ -190,30 +187,6 @@ std::string config_json(const ModelSpec& spec, DType out_dtype) {
   return j.dump(2) + "\n";
 }
 
-void write_text_atomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw system_error(errno, "open", tmp, "check that the folder is writable");
-  std::size_t done = 0;
-  int err = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      err = errno;
-      break;
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  if (err == 0 && ::fsync(fd) != 0) err = errno;
-  ::close(fd);
-  if (err == 0 && ::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
-  if (err != 0) {
-    ::unlink(tmp.c_str());
-    throw system_error(err, "write", path, "check the free space and permissions of the folder");
-  }
-}
-
 }  // namespace
 
 void write_hf_model(const std::string& path, const ModelSpec& spec,
@@ -232,7 +205,8 @@ void write_hf_model(const std::string& path, const ModelSpec& spec,
     }
   }
   writer.finish();
-  write_text_atomic((std::filesystem::path(path) / "config.json").string(), config_json(spec, out_dtype));
+  runtime::checkpoint::write_file_atomic((std::filesystem::path(path) / "config.json").string(),
+                                        config_json(spec, out_dtype));
 }
 
 }  // namespace strata::models

@@ -38,6 +38,10 @@ struct ModelOptions {
 // step (docs/benchmarks.md). The padded path is tested on the host with vocab_multiple = 128.
 int vocab_multiple_for(runtime::device::Backend backend);
 
+// `options` with vocab_multiple 0 replaced by the backend's choice; throws strata::Error for a
+// negative one. Sizing before a device exists passes Backend::cuda: it counts the larger choice.
+ModelOptions resolved_options(ModelOptions options, runtime::device::Backend backend);
+
 class Model {
  public:
   virtual ~Model() = default;

@@ -128,16 +128,11 @@ struct GptModel::Activations {
 GptModel::GptModel(const GptConfig& config, ModelOptions options, runtime::device::Device& device,
                    runtime::device::Stream& compute, runtime::params::ParamProvider& params)
     : config_(config),
-      options_(options),
+      options_(resolved_options(options, device.backend())),
       layout_(gpt_layout(config)),
       device_(device),
       compute_(compute),
       modules_(layout_, options.dtype, device, compute, params) {
-  if (options_.vocab_multiple == 0) options_.vocab_multiple = vocab_multiple_for(device.backend());
-  if (options_.vocab_multiple < 1) {
-    throw Error(fmt::format("ModelOptions::vocab_multiple is {}: it must be 0 (the device's choice) or "
-                            "positive", options_.vocab_multiple));
-  }
 }
 
 GptModel::~GptModel() {
@@ -151,8 +146,7 @@ GptModel::~GptModel() {
 std::uint64_t GptModel::activation_bytes(const GptConfig& config, const ModelOptions& options,
                                          int B, int T) {
   config.validate();
-  ModelOptions counted = options;
-  if (counted.vocab_multiple == 0) counted.vocab_multiple = vocab_multiple_for(runtime::device::Backend::cuda);
+  const ModelOptions counted = resolved_options(options, runtime::device::Backend::cuda);
   return Activations::carve(nullptr, nullptr, config, counted, B, T);
 }
 
@@ -375,8 +369,7 @@ std::vector<std::size_t> GptModel::decode_sizes(const GptConfig& cfg, const Mode
 
 std::uint64_t GptModel::inference_bytes(const GptConfig& config, const ModelOptions& options, int batch, int prompt_T,
                                         int max_T, KvPlacement kv) {
-  ModelOptions counted = options;
-  if (counted.vocab_multiple == 0) counted.vocab_multiple = vocab_multiple_for(runtime::device::Backend::cuda);
+  const ModelOptions counted = resolved_options(options, runtime::device::Backend::cuda);
   return generation_bytes(kv_shape(config), options.dtype, batch, max_T, kv,
                           decode_sizes(config, counted, batch, prompt_T, true),
                           decode_sizes(config, counted, batch, 1, false));

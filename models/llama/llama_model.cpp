@@ -124,17 +124,12 @@ struct LlamaModel::Activations {
 LlamaModel::LlamaModel(const LlamaConfig& config, ModelOptions options, runtime::device::Device& device,
                        runtime::device::Stream& compute, runtime::params::ParamProvider& params)
     : config_(config),
-      options_(options),
+      options_(resolved_options(options, device.backend())),
       layout_(llama_layout(config)),
       slots_(LlamaBlockSlots::of(config)),
       device_(device),
       compute_(compute),
       modules_(layout_, options.dtype, device, compute, params) {
-  if (options_.vocab_multiple == 0) options_.vocab_multiple = vocab_multiple_for(device.backend());
-  if (options_.vocab_multiple < 1) {
-    throw Error(fmt::format("ModelOptions::vocab_multiple is {}: it must be 0 (the device's choice) or positive",
-                            options_.vocab_multiple));
-  }
   host_inv_freq_ = config_.rope_inv_freq();
   inv_freq_ = device_.allocate(host_inv_freq_.size() * sizeof(float), "rotary frequencies");
   compute_.copy_async(inv_freq_.data(), host_inv_freq_.data(), host_inv_freq_.size() * sizeof(float));
@@ -150,8 +145,7 @@ LlamaModel::~LlamaModel() {
 
 std::uint64_t LlamaModel::activation_bytes(const LlamaConfig& config, const ModelOptions& options, int B, int T) {
   config.validate();
-  ModelOptions counted = options;
-  if (counted.vocab_multiple == 0) counted.vocab_multiple = vocab_multiple_for(runtime::device::Backend::cuda);
+  const ModelOptions counted = resolved_options(options, runtime::device::Backend::cuda);
   return Activations::carve(nullptr, nullptr, config, counted, B, T);
 }
 
@@ -394,8 +388,7 @@ std::vector<std::size_t> LlamaModel::decode_sizes(const LlamaConfig& cfg, const 
 
 std::uint64_t LlamaModel::inference_bytes(const LlamaConfig& config, const ModelOptions& options, int batch,
                                           int prompt_T, int max_T, KvPlacement kv) {
-  ModelOptions counted = options;
-  if (counted.vocab_multiple == 0) counted.vocab_multiple = vocab_multiple_for(runtime::device::Backend::cuda);
+  const ModelOptions counted = resolved_options(options, runtime::device::Backend::cuda);
   return generation_bytes(kv_shape(config), options.dtype, batch, max_T, kv,
                           decode_sizes(config, counted, batch, prompt_T, true),
                           decode_sizes(config, counted, batch, 1, false));
