@@ -13,7 +13,8 @@ that does not exist yet is simply not walked.
 
 Runtime's subfolders. Inside runtime/ the subfolders are ordered too, lowest first:
 
-    config, trace, launch, device, comm, topology, ops, params, tiers, zero, checkpoint, telemetry
+    config, trace, launch, device, comm, topology, ops, params, tiers, zero, checkpoint, telemetry,
+    estimate
 
 A file in runtime/X/ may include runtime/X/ and the subfolders before X, never one after it
 (so device/ does not include comm/). One narrower rule: from zero/, checkpoint/ may include
@@ -45,7 +46,7 @@ ALLOWED = {
     "tools": set(LAYERS),
 }
 RUNTIME_ORDER = ["config", "trace", "launch", "device", "comm", "topology", "ops", "params",
-                 "tiers", "zero", "checkpoint", "telemetry"]
+                 "tiers", "zero", "checkpoint", "telemetry", "estimate"]
 RUNTIME_RANK = {name: i for i, name in enumerate(RUNTIME_ORDER)}
 # (including subfolder, included subfolder) -> the only headers of the latter it may include,
 # on top of what the order allows.
