@@ -3,6 +3,7 @@
 
 #include <cstdio>
 
+#include "runtime/estimate/zero_theory.h"
 #include "runtime/telemetry/tables.h"
 
 namespace strata::train {
@@ -54,11 +55,10 @@ runtime::telemetry::LinkBytes minus(const runtime::telemetry::LinkBytes& a, cons
 }
 
 double collective_theory_bytes(const Session& s) {
-  double psi_bytes = 0;  // Ψ: the model's parameters in the compute dtype
-  for (std::size_t n : s.setup.module_numels) psi_bytes += static_cast<double>(n * dtype_size(s.dtype));
-  const int stage = s.config.zero_optimization.stage;
-  const int world = s.comm->world();
-  return world == 1 ? 0.0 : (stage == 3 ? 3.0 : 2.0) * psi_bytes * (world - 1) / world;
+  std::uint64_t psi = 0;  // Ψ: the model's parameters (unpadded: what the collectives carry)
+  for (std::size_t n : s.setup.module_numels) psi += n;
+  return runtime::estimate::zero_collective_bytes(s.config.zero_optimization.stage, s.comm->world(), psi,
+                                                  static_cast<int>(dtype_size(s.dtype)));
 }
 
 void print_end_report(const Session& s, const TrainOptions& o, const TierSnapshot& after_init,

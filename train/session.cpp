@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "models/registry.h"
+#include "train/run_plan.h"
 
 namespace strata::train {
 namespace {
@@ -23,12 +24,6 @@ models::TokenData load_data(const TrainOptions& o) {
   if (!o.data_path.empty()) return models::read_token_file(o.data_path);
   if (!o.text_path.empty()) return models::read_bytes_as_tokens(o.text_path);
   throw Error("no training data was given", "--data", "give --data tokens.bin (llm.c format) or --text FILE");
-}
-
-DType compute_dtype(const runtime::config::Config& c) {
-  if (c.bf16.enabled.value_or(false)) return DType::bf16;
-  if (c.fp16.enabled.value_or(false)) return DType::f16;
-  return DType::f32;
 }
 
 void check_optimizer(const runtime::config::Config& config) {
@@ -109,14 +104,9 @@ std::unique_ptr<Session> make_session(const TrainOptions& o) {
   // Engine and model.
   s.dtype = compute_dtype(config);
   s.layout = s.spec->layout();
-  s.setup.module_numels = s.layout.module_numels();
-  s.setup.module_names = s.layout.module_names();
-  s.setup.dtype = s.dtype;
-  models::ModelOptions model_options;
-  model_options.dtype = s.dtype;
-  model_options.checkpointing = o.activation_checkpointing;
-  model_options.vocab_multiple = models::vocab_multiple_for(s.device->backend());
-  s.setup.activation_bytes = s.spec->activation_bytes(model_options, s.B, s.T);
+  const models::ModelOptions model_options =
+      run_model_options(s.dtype, o.activation_checkpointing, s.device->backend());
+  s.setup = run_engine_setup(*s.spec, model_options, s.B, s.T);
   const auto engine_start = std::chrono::steady_clock::now();
   s.engine = std::make_unique<runtime::zero::ZeroEngine>(config, s.setup, *s.device, *s.compute, *s.comm, *s.tracer);
   s.engine_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - engine_start).count();

@@ -36,6 +36,17 @@ const char* tier_name(Tier tier) {
   return "?";
 }
 
+const char* state_class_name(StateClass c) {
+  switch (c) {
+    case StateClass::parameters: return "parameters";
+    case StateClass::gradients: return "gradients";
+    case StateClass::optimizer_states: return "optimizer states";
+    case StateClass::activations: return "activations";
+    case StateClass::buffers: return "buffers";
+  }
+  return "?";
+}
+
 const char* state_name(StateKind kind) {
   switch (kind) {
     case StateKind::param: return "param";
@@ -103,9 +114,6 @@ std::string ZeroPlan::table(const PlanInputs& in) const {
   return out;
 }
 
-namespace {
-
-// The plan, without the check that it fits (make_plan, make_inference_plan).
 ZeroPlan compute_plan(const config::Config& config, const PlanInputs& in) {
   const config::ZeroConfig& z = config.zero_optimization;
   STRATA_ASSERT(in.module_numels.size() == in.module_names.size() && !in.module_numels.empty(),
@@ -169,7 +177,9 @@ ZeroPlan compute_plan(const config::Config& config, const PlanInputs& in) {
 
   // Sums per kind of state.
   std::uint64_t resident_full = 0, dev_shards = 0, pin_shards = 0, nvme_shards = 0;
-  std::uint64_t opt_dev = 0, opt_pin = 0, opt_nvme = 0, acc_host = 0;
+  // Optimizer states (fp32 master, exp_avg, exp_avg_sq) and the fp32 gradient accumulators,
+  // per tier.
+  std::uint64_t opt_dev = 0, opt_pin = 0, opt_nvme = 0, acc_dev = 0, acc_pin = 0, acc_host = 0;
   std::size_t max_nvme_param_shard = 0, max_offloaded_shard = 0;
   std::uint64_t max_nvme_param_bytes = 0;
   int nvme_param_modules = 0;
@@ -189,8 +199,14 @@ ZeroPlan compute_plan(const config::Config& config, const PlanInputs& in) {
     }
     if (!in.optimizer) continue;
     switch (mp.optimizer_tier) {
-      case Tier::device: opt_dev += sh * 16; break;
-      case Tier::pinned: opt_pin += pinned_bytes(sh * 4) * 4; break;
+      case Tier::device:
+        opt_dev += sh * 12;
+        acc_dev += sh * 4;
+        break;
+      case Tier::pinned:
+        opt_pin += pinned_bytes(sh * 4) * 3;
+        acc_pin += pinned_bytes(sh * 4);
+        break;
       case Tier::nvme:
         opt_nvme += round_up(sh * 4, in.nvme_block_bytes) * 3;
         acc_host += pinned_bytes(sh * 4);
@@ -199,16 +215,18 @@ ZeroPlan compute_plan(const config::Config& config, const PlanInputs& in) {
     if (mp.optimizer_tier != Tier::device) max_offloaded_shard = std::max<std::size_t>(max_offloaded_shard, sh);
   }
 
-  auto line = [&](Tier t, std::string what, std::uint64_t bytes) {
-    if (bytes > 0) plan.lines.push_back({t, std::move(what), bytes});
+  auto line = [&](Tier t, StateClass kind, std::string what, std::uint64_t bytes) {
+    if (bytes > 0) plan.lines.push_back({t, kind, std::move(what), bytes});
   };
-  line(Tier::device, "parameters kept on the device (" + std::string(dtype_name(in.dtype)) + ")",
+  using SC = StateClass;
+  line(Tier::device, SC::parameters, "parameters kept on the device (" + std::string(dtype_name(in.dtype)) + ")",
        resident_full);
   // The streamed shards' format: the compute dtype, or the quantized one.
   const std::string shard_format = in.quant.enabled() ? in.quant.describe() : std::string(dtype_name(in.dtype));
-  line(Tier::device, "parameter shards (" + shard_format + ")", dev_shards);
-  line(Tier::device, "optimizer states: fp32 master, exp_avg, exp_avg_sq, gradient", opt_dev);
-  line(Tier::device,
+  line(Tier::device, SC::parameters, "parameter shards (" + shard_format + ")", dev_shards);
+  line(Tier::device, SC::optimizer_states, "optimizer states: fp32 master, exp_avg, exp_avg_sq", opt_dev);
+  line(Tier::device, SC::gradients, "fp32 gradient accumulators", acc_dev);
+  line(Tier::device, SC::activations,
        in.optimizer                     ? "activations, logits and scratch of the micro-batch"
        : in.kv_cache_pinned_bytes > 0 ? "KV cache's 2 device slots and decoding scratch of the batch"
                                         : "the model's activations (KV cache and decoding scratch, or --perplexity's forward)",
@@ -261,21 +279,21 @@ ZeroPlan compute_plan(const config::Config& config, const PlanInputs& in) {
     plan.class_minimum_bytes[c] = need;
   }
   const std::uint64_t minimum_working = plan.class_minimum_bytes[0] + plan.class_minimum_bytes[1];
-  line(Tier::device,
+  line(Tier::device, SC::buffers,
        in.optimizer ? "gathered parameters and gradient buffers (one module at a time, minimum)"
                     : "gathered parameters (one module at a time, minimum)",
        minimum_working);
   const std::uint64_t dequant = dequant_buffer_bytes(plan, in.dtype);
-  line(Tier::device,
+  line(Tier::device, SC::buffers,
        "dequantized parameters (" + std::to_string(kDequantBuffers) + " buffers of the largest streamed module, " +
            std::string(dtype_name(in.dtype)) + ")",
        dequant);
-  line(Tier::device, "scratch for collectives and reports", kDeviceScratchBytes);
-  plan.device_minimum_bytes = resident_full + dev_shards + opt_dev + in.activation_bytes + minimum_working +
+  line(Tier::device, SC::buffers, "scratch for collectives and reports", kDeviceScratchBytes);
+  plan.device_minimum_bytes = resident_full + dev_shards + opt_dev + acc_dev + in.activation_bytes + minimum_working +
                               dequant + kDeviceScratchBytes;
 
-  line(Tier::pinned, "parameter shards (" + shard_format + ")", pin_shards);
-  line(Tier::pinned, "KV cache (streamed per layer through 2 device slots)", in.kv_cache_pinned_bytes);
+  line(Tier::pinned, SC::parameters, "parameter shards (" + shard_format + ")", pin_shards);
+  line(Tier::pinned, SC::activations, "KV cache (streamed per layer through 2 device slots)", in.kv_cache_pinned_bytes);
   if (nvme_param_modules > 0 && max_nvme_param_shard > z.offload_param.buffer_size) {
     throw Error("a parameter shard of " + std::to_string(max_nvme_param_shard) +
                     " elements does not fit in an NVMe staging buffer of offload_param.buffer_size = " +
@@ -287,13 +305,13 @@ ZeroPlan compute_plan(const config::Config& config, const PlanInputs& in) {
   if (nvme_param_modules > 0) {
     plan.param_staging_buffers = static_cast<int>(std::clamp<std::uint64_t>(
         z.offload_param.buffer_count, 2, static_cast<std::uint64_t>(nvme_param_modules) + 1));
-    line(Tier::pinned, "NVMe parameter read buffers (offload_param.buffer_count)",
+    line(Tier::pinned, SC::buffers, "NVMe parameter read buffers (offload_param.buffer_count)",
          pinned_bytes(max_nvme_param_bytes) * static_cast<std::uint64_t>(plan.param_staging_buffers));
   }
-  line(Tier::pinned, "optimizer states: fp32 master, exp_avg, exp_avg_sq, gradient", opt_pin);
-  line(Tier::pinned, "fp32 gradient accumulators of the NVMe-offloaded optimizer", acc_host);
+  line(Tier::pinned, SC::optimizer_states, "optimizer states: fp32 master, exp_avg, exp_avg_sq", opt_pin);
+  line(Tier::pinned, SC::gradients, "fp32 gradient accumulators", acc_pin + acc_host);
   if (max_offloaded_shard > 0) {
-    line(Tier::pinned, "gradient D2H staging (2 buffers)", 2 * pinned_bytes(max_offloaded_shard * ds));
+    line(Tier::pinned, SC::buffers, "gradient D2H staging (2 buffers)", 2 * pinned_bytes(max_offloaded_shard * ds));
   }
   if (opt_nvme > 0) {
     // Chunk offsets stay block-aligned in fp32 states and in 2-byte parameters alike.
@@ -302,23 +320,38 @@ ZeroPlan compute_plan(const config::Config& config, const PlanInputs& in) {
     chunk = (chunk + block_numel - 1) / block_numel * block_numel;
     plan.optimizer_chunk_numel = chunk;
     plan.optimizer_swap_buffers = static_cast<int>(std::max<std::uint64_t>(3, z.offload_optimizer.buffer_count));
-    line(Tier::pinned, "optimizer swap buffers (offload_optimizer.buffer_count x master, exp_avg, exp_avg_sq)",
+    line(Tier::pinned, SC::buffers, "optimizer swap buffers (offload_optimizer.buffer_count x master, exp_avg, exp_avg_sq)",
          pinned_bytes(chunk * 4) * 3 * static_cast<std::uint64_t>(plan.optimizer_swap_buffers));
   }
   const bool host_param_out = in.optimizer && (max_offloaded_shard > 0 || nvme_param_modules > 0);
   if (host_param_out) {
     const std::size_t chunk = plan.optimizer_chunk_numel ? plan.optimizer_chunk_numel : plan.max_shard_numel;
-    line(Tier::pinned, "updated parameter staging (2 buffers)", 2 * pinned_bytes(chunk * ds));
+    line(Tier::pinned, SC::buffers, "updated parameter staging (2 buffers)", 2 * pinned_bytes(chunk * ds));
   }
-  line(Tier::nvme, in.quant.enabled() ? "parameter shards (" + shard_format + ")" : "parameter shards", nvme_shards);
-  line(Tier::nvme, "optimizer states: fp32 master, exp_avg, exp_avg_sq", opt_nvme);
+  line(Tier::nvme, SC::parameters, in.quant.enabled() ? "parameter shards (" + shard_format + ")" : "parameter shards", nvme_shards);
+  line(Tier::nvme, SC::optimizer_states, "optimizer states: fp32 master, exp_avg, exp_avg_sq", opt_nvme);
   return plan;
 }
 
+namespace {
+
+struct TierFits {
+  bool device, pinned, nvme;
+};
+TierFits tier_fits(const ZeroPlan& plan, const PlanInputs& in) {
+  return {plan.needed(Tier::device) <= in.device_budget_bytes, plan.needed(Tier::pinned) <= in.pinned_budget_bytes,
+          plan.needed(Tier::nvme) <= in.nvme_free_bytes || plan.needed(Tier::nvme) == 0};
+}
+
+}  // namespace
+
+bool fits(const ZeroPlan& plan, const PlanInputs& in) {
+  const TierFits f = tier_fits(plan, in);
+  return f.device && f.pinned && f.nvme;
+}
+
 void check_fits(const ZeroPlan& plan, const PlanInputs& in) {
-  const bool device_fits = plan.needed(Tier::device) <= in.device_budget_bytes;
-  const bool pinned_fits = plan.needed(Tier::pinned) <= in.pinned_budget_bytes;
-  const bool nvme_fits = plan.needed(Tier::nvme) <= in.nvme_free_bytes || plan.needed(Tier::nvme) == 0;
+  const auto [device_fits, pinned_fits, nvme_fits] = tier_fits(plan, in);
   if (!device_fits || !pinned_fits || !nvme_fits) {
     std::string hint;
     if (!device_fits && in.optimizer)
@@ -345,7 +378,34 @@ void check_fits(const ZeroPlan& plan, const PlanInputs& in) {
   }
 }
 
-}  // namespace
+TransientPools transient_pools(const ZeroPlan& plan, std::uint64_t left) {
+  TransientPools pools;
+  const std::uint64_t need = plan.class_minimum_bytes[0] + plan.class_minimum_bytes[1];
+  if (left < need) return pools;
+  const std::uint64_t extra = left - need;
+  const double total = static_cast<double>(plan.class_total_bytes[0] + plan.class_total_bytes[1]);
+  for (int c = 0; c < 2; ++c) {
+    std::uint64_t bytes = plan.class_minimum_bytes[c];
+    if (total > 0 && plan.class_minimum_bytes[c] > 0) {
+      const auto share = static_cast<std::uint64_t>(static_cast<double>(extra) *
+                                                    (static_cast<double>(plan.class_total_bytes[c]) / total));
+      bytes += std::min(share, plan.class_total_bytes[c]);
+    }
+    pools.bytes[c] = bytes / device::Arena::kAlignment * device::Arena::kAlignment;
+  }
+  return pools;
+}
+
+std::uint64_t device_bytes_beside_pools(const ZeroPlan& plan, const PlanInputs& in) {
+  std::uint64_t held = in.activation_bytes + kDeviceScratchBytes + 4 * device::Arena::kAlignment;
+  for (const PlanLine& l : plan.lines) {
+    if (l.tier == Tier::device && (l.kind == StateClass::parameters || l.kind == StateClass::optimizer_states ||
+                                   l.kind == StateClass::gradients)) {
+      held += l.bytes;
+    }
+  }
+  return held;
+}
 
 ZeroPlan make_plan(const config::Config& config, const PlanInputs& in) {
   ZeroPlan plan = compute_plan(config, in);

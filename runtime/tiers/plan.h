@@ -85,6 +85,7 @@ struct ModulePlan {
 
 struct PlanLine {
   Tier tier = Tier::device;
+  StateClass kind = StateClass::buffers;
   std::string what;
   std::uint64_t bytes = 0;
 };
@@ -97,7 +98,8 @@ struct ZeroPlan {
   int optimizer_swap_buffers = 0;         // sets of (master, exp_avg, exp_avg_sq) pinned buffers
   int param_staging_buffers = 0;          // pinned buffers for NVMe parameter reads
   std::size_t max_shard_numel = 0;
-  std::vector<PlanLine> lines;            // every allocation the plan counts
+  std::vector<PlanLine> lines;            // every allocation the plan counts (the device's
+                                          // transient buffers at their minimum)
   std::uint64_t device_minimum_bytes = 0; // resident + activations + the smallest working set
   std::uint64_t class_minimum_bytes[2] = {0, 0};  // per size class: the smallest region that works
   std::uint64_t class_total_bytes[2] = {0, 0};    // per size class: parameters + gradients
@@ -107,6 +109,31 @@ struct ZeroPlan {
 };
 
 ZeroPlan make_plan(const config::Config& config, const PlanInputs& inputs);
+
+// The plan without the check that it fits the budgets (strata estimate shows every cell, also
+// those that do not fit). Throws for configs that cannot work at any budget.
+ZeroPlan compute_plan(const config::Config& config, const PlanInputs& inputs);
+// Throws strata::Error with plan.table() and what to change when the plan does not fit the
+// budgets of `inputs`.
+void check_fits(const ZeroPlan& plan, const PlanInputs& inputs);
+// Whether each tier's need fits its budget (no throw).
+bool fits(const ZeroPlan& plan, const PlanInputs& inputs);
+
+// The two regions of transient device buffers (gathered parameters, gradient buffers, reduce
+// buckets) the parameter fetcher carves from the device (ParamFetcher::make_pools), given the
+// bytes the device has left once everything else is allocated: each class's minimum, plus the
+// rest in proportion to the classes' sizes, but never more than a class can use at once (every
+// module's buffers together, class_total_bytes, beside its minimum). Both 0 when `left` is below
+// the minimums (the fetcher then refuses to start).
+struct TransientPools {
+  std::uint64_t bytes[2] = {0, 0};
+  std::uint64_t total() const { return bytes[0] + bytes[1]; }
+};
+TransientPools transient_pools(const ZeroPlan& plan, std::uint64_t left);
+// The device bytes allocated before the fetcher's pools (resident parameters, device shards and
+// optimizer states) that ParamFetcher::make_pools finds in the arena, plus what it holds back for
+// the activations and scratch: the device's `left` is the budget minus this.
+std::uint64_t device_bytes_beside_pools(const ZeroPlan& plan, const PlanInputs& inputs);
 
 // The plan of an inference run (inputs.optimizer false): parameters only. Streamed modules
 // (offload_param.device cpu or nvme, at any stage) are fetched ahead through up to K =

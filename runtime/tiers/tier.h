@@ -18,6 +18,13 @@ enum class StateKind {
 inline constexpr int kStateKinds = 5;
 const char* state_name(StateKind kind);  // "param", "master", ...
 
+// What an allocation holds, as the ZeRO analysis groups a run's memory: the model states
+// (parameters, gradients, optimizer states), the activations of the micro-batch, and buffers
+// (transient gathered parameters and gradients, staging for copies and swaps, scratch).
+enum class StateClass { parameters, gradients, optimizer_states, activations, buffers };
+inline constexpr int kStateClasses = 5;
+const char* state_class_name(StateClass c);  // "parameters", "gradients", "optimizer states", ...
+
 // The optimizer states of a shard, as checkpoints name and order them.
 enum class OptimState { master = 0, exp_avg = 1, exp_avg_sq = 2 };
 inline constexpr int kOptimStates = 3;

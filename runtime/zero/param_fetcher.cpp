@@ -62,19 +62,13 @@ void ParamFetcher::make_pools(std::uint64_t activation_bytes) {
                       "buffers, and needs " + format_bytes(need),
                       "strata.device_memory", "raise strata.device_memory or offload more", need);
   }
-  // The memory beyond the minimums goes to the classes in proportion to their sizes: room to
-  // fetch ahead and to keep modules for reuse.
-  const std::uint64_t extra = avail - need;
-  const double total = static_cast<double>(plan.class_total_bytes[0] + plan.class_total_bytes[1]);
+  // The memory beyond the minimums goes to the classes in proportion to their sizes, up to what
+  // each can use: room to fetch ahead and to keep modules for reuse (tiers::transient_pools, which
+  // strata estimate calls too).
+  const tiers::TransientPools sizes = tiers::transient_pools(plan, avail);
   for (int c = 0; c < 2; ++c) {
-    std::uint64_t bytes = plan.class_minimum_bytes[c];
-    if (total > 0 && plan.class_minimum_bytes[c] > 0) {
-      bytes += static_cast<std::uint64_t>(static_cast<double>(extra) *
-                                          (static_cast<double>(plan.class_total_bytes[c]) / total));
-    }
-    bytes = bytes / device::Arena::kAlignment * device::Arena::kAlignment;
-    pools_[c] = std::make_unique<device::DevicePool>(device_, bytes, c == 0 ? "transient buffers (large modules)"
-                                                                    : "transient buffers (small modules)");
+    pools_[c] = std::make_unique<device::DevicePool>(device_, sizes.bytes[c], c == 0 ? "transient buffers (large modules)"
+                                                                              : "transient buffers (small modules)");
   }
 }
 

@@ -1,0 +1,66 @@
+#include "runtime/estimate/step_model.h"
+
+#include <algorithm>
+
+namespace strata::runtime::estimate {
+
+StepWork step_work(const tiers::ZeroPlan& plan, const tiers::PlanInputs& in, int micro_batches, double num_params,
+                   double tokens, bool activation_checkpointing) {
+  StepWork w;
+  w.model_flops = (activation_checkpointing ? 8.0 : 6.0) * num_params * tokens;
+  const double ds = static_cast<double>(dtype_size(in.dtype));
+  const double gas = micro_batches;
+  for (const tiers::ModulePlan& mp : plan.modules) {
+    const double shard = static_cast<double>(mp.part.shard_numel);
+    const bool streamed = !mp.resident && mp.param_tier != tiers::Tier::device;
+    const bool offloaded_optimizer = mp.optimizer_tier != tiers::Tier::device;
+    if (streamed) {
+      const double fetched = 2.0 * gas * static_cast<double>(mp.shard_bytes);
+      w.h2d_bytes += fetched;
+      if (mp.param_tier == tiers::Tier::nvme) {
+        w.disk_read_bytes += fetched;
+        w.disk_write_bytes += static_cast<double>(mp.shard_bytes);
+      }
+    }
+    if (!offloaded_optimizer) continue;
+    w.d2h_bytes += gas * shard * ds;
+    if (!streamed) w.h2d_bytes += shard * ds;
+    w.cpu_adam_elements += shard;
+    if (mp.optimizer_tier == tiers::Tier::nvme) {
+      w.disk_read_bytes += 12.0 * shard;
+      w.disk_write_bytes += 12.0 * shard;
+    }
+  }
+  return w;
+}
+
+StepPrediction predict_step(const StepWork& w, const MachineProfile& p, bool host_backend) {
+  StepPrediction out;
+  auto ms = [](double amount, double rate) { return rate > 0 ? amount / rate * 1e3 : 0.0; };
+  const double compute = ms(w.model_flops, p.step_flops_per_s);
+  const double h2d = ms(w.h2d_bytes, p.h2d_bytes_per_s);
+  const double d2h = ms(w.d2h_bytes, p.d2h_bytes_per_s);
+  const double adam = ms(w.cpu_adam_elements, p.cpu_adam_elements_per_s);
+  const double disk = ms(w.disk_read_bytes, p.disk_read_bytes_per_s) + ms(w.disk_write_bytes, p.disk_write_bytes_per_s);
+  out.resource_ms = {{"compute", compute}, {"h2d", h2d}, {"d2h", d2h}, {"cpu adam", adam}, {"disk", disk}};
+  if (host_backend) {
+    const double cpu = compute + h2d + d2h + adam;
+    out.step_ms = std::max(cpu, disk);
+    if (disk > cpu) {
+      out.bottleneck = "disk";
+    } else {
+      // The largest of the CPU's shares names it.
+      auto it = std::max_element(out.resource_ms.begin(), out.resource_ms.end() - 1,
+                                 [](const auto& a, const auto& b) { return a.second < b.second; });
+      out.bottleneck = it->first;
+    }
+    return out;
+  }
+  auto it = std::max_element(out.resource_ms.begin(), out.resource_ms.end(),
+                             [](const auto& a, const auto& b) { return a.second < b.second; });
+  out.step_ms = it->second;
+  out.bottleneck = it->first;
+  return out;
+}
+
+}  // namespace strata::runtime::estimate

@@ -1,0 +1,171 @@
+#include "tools/estimate/estimate.h"
+
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/units.h"
+#include "runtime/estimate/zero_theory.h"
+#include "runtime/tiers/plan.h"
+#include "train/run_plan.h"
+
+namespace strata::tools {
+namespace {
+
+using runtime::config::OffloadDevice;
+using runtime::tiers::Tier;
+
+std::string device_word(OffloadDevice d) {
+  switch (d) {
+    case OffloadDevice::kNone: return "device";
+    case OffloadDevice::kCpu: return "cpu";
+    case OffloadDevice::kNvme: return "nvme";
+  }
+  return "?";
+}
+
+// "device: short by 1.2 GiB (needs 3.2 GiB, has 2 GiB)" for each tier that does not fit, and
+// what would make it fit.
+std::string advice_for(const EstimateRow& row, const Budgets& b) {
+  std::string out;
+  const std::pair<Tier, std::uint64_t> tiers[] = {{Tier::device, b.device}, {Tier::pinned, b.pinned}, {Tier::nvme, b.nvme}};
+  for (const auto& [tier, have] : tiers) {
+    const std::uint64_t need = row.need[static_cast<int>(tier)];
+    if (need <= have || (tier == Tier::nvme && need == 0)) continue;
+    if (!out.empty()) out += "; ";
+    out += std::string(runtime::tiers::tier_name(tier)) + " short by " + format_bytes(need - have) + " (needs " +
+           format_bytes(need) + ", has " + format_bytes(have) + ")";
+  }
+  if (out.empty()) return out;
+  const Placement& p = row.placement;
+  if (row.need[0] > b.device) {
+    if (p.stage < 3) out += ": a higher stage or more offload, more ranks, a smaller micro-batch or activation checkpointing";
+    else if (p.param == OffloadDevice::kNone) out += ": offload the parameters (offload_param), or a smaller micro-batch";
+    else out += ": a smaller micro-batch, --seq-len or activation checkpointing, or a larger device";
+  } else if (row.need[1] > b.pinned) {
+    out += ": offload to nvme instead of cpu, or raise strata.pinned_memory";
+  } else {
+    out += ": free space in nvme_path or add folders on other drives";
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string Placement::label() const {
+  std::string s = "stage " + std::to_string(stage);
+  if (stage == 3) s += ", params " + device_word(param);
+  s += ", optimizer " + device_word(optimizer);
+  return s;
+}
+
+std::vector<Placement> all_placements() {
+  std::vector<Placement> out;
+  const OffloadDevice devices[] = {OffloadDevice::kNone, OffloadDevice::kCpu, OffloadDevice::kNvme};
+  out.push_back({0, OffloadDevice::kNone, OffloadDevice::kNone});
+  for (int stage = 1; stage <= 2; ++stage) {
+    for (OffloadDevice o : devices) out.push_back({stage, OffloadDevice::kNone, o});
+  }
+  for (OffloadDevice param : devices) {
+    for (OffloadDevice o : devices) {
+      // Offloaded parameters need an offloaded optimizer (tiers/plan.h).
+      if (param != OffloadDevice::kNone && o == OffloadDevice::kNone) continue;
+      out.push_back({3, param, o});
+    }
+  }
+  return out;
+}
+
+std::uint64_t free_nvme_bytes(const std::vector<std::string>& paths) {
+  std::vector<dev_t> seen;
+  std::uint64_t sum = 0;
+  for (const std::string& p : paths) {
+    struct stat st {};
+    struct statvfs fs {};
+    if (::stat(p.c_str(), &st) != 0 || ::statvfs(p.c_str(), &fs) != 0) continue;
+    if (std::find(seen.begin(), seen.end(), st.st_dev) != seen.end()) continue;
+    seen.push_back(st.st_dev);
+    sum += static_cast<std::uint64_t>(fs.f_bavail) * fs.f_frsize;
+  }
+  return sum;
+}
+
+runtime::config::Config cell_config(const EstimateInputs& in, const Placement& p) {
+  runtime::config::Config c = in.config;
+  runtime::config::ZeroConfig& z = c.zero_optimization;
+  z.stage = p.stage;
+  z.offload_param.device = p.param;
+  z.offload_optimizer.device = p.optimizer;
+  if (p.param == OffloadDevice::kNvme && z.offload_param.nvme_path.empty()) z.offload_param.nvme_path = {in.nvme_path};
+  if (p.optimizer == OffloadDevice::kNvme && z.offload_optimizer.nvme_path.empty()) {
+    z.offload_optimizer.nvme_path = {in.nvme_path};
+  }
+  if (!c.train_micro_batch_size_per_gpu || c.train_micro_batch_size_per_gpu->is_auto()) {
+    c.train_micro_batch_size_per_gpu = static_cast<std::uint64_t>(in.batch);
+    c.train_batch_size.reset();
+  }
+  runtime::config::ResolveInputs resolve;
+  resolve.world_size = static_cast<std::uint32_t>(in.world);
+  resolve.hidden_size = static_cast<std::uint64_t>(in.model->hidden_size());
+  return runtime::config::resolve_config(c, resolve);
+}
+
+EstimateRow estimate_row(const EstimateInputs& in, const Placement& p, const runtime::config::Config& resolved) {
+  EstimateRow row;
+  row.placement = p;
+  row.world = in.world;
+  const int B = static_cast<int>(resolved.train_micro_batch_size_per_gpu->value());
+  const int T = in.seq_len > 0 ? in.seq_len : std::min(in.model->max_positions(), 1024);
+  const int gas = static_cast<int>(resolved.gradient_accumulation_steps->value());
+  const DType dtype = train::compute_dtype(resolved);
+  const runtime::zero::EngineSetup setup = train::run_engine_setup(
+      *in.model, train::run_model_options(dtype, in.activation_checkpointing, in.backend), B, T);
+  runtime::tiers::PlanInputs pin = train::run_plan_inputs(resolved, setup, in.world);
+  pin.device_budget_bytes = in.budgets.device;
+  pin.pinned_budget_bytes = in.budgets.pinned;
+  pin.nvme_free_bytes = in.budgets.nvme;
+  const runtime::tiers::ZeroPlan plan = runtime::tiers::compute_plan(resolved, pin);
+  row.bytes = runtime::tiers::footprint(plan, pin);
+  row.model_states_bytes = row.bytes.model_states_bytes();
+  for (const runtime::tiers::ModulePlan& mp : plan.modules) row.psi_padded += mp.part.padded_numel;
+  const int ds = static_cast<int>(dtype_size(dtype));
+  row.formula_bytes = runtime::estimate::zero_model_states_bytes(p.stage, in.world, row.psi_padded, ds);
+  std::uint64_t psi = 0;
+  for (std::size_t n : setup.module_numels) psi += n;
+  row.collective_bytes = runtime::estimate::zero_collective_bytes(p.stage, in.world, psi, ds);
+  for (Tier t : {Tier::device, Tier::pinned, Tier::nvme}) row.need[static_cast<int>(t)] = plan.needed(t);
+  row.fits = runtime::tiers::fits(plan, pin);
+  if (!row.fits) row.advice = advice_for(row, in.budgets);
+  if (in.profile) {
+    const double tokens = static_cast<double>(B) * T * gas;
+    const runtime::estimate::StepWork work = runtime::estimate::step_work(
+        plan, pin, gas, static_cast<double>(in.model->num_params()), tokens, in.activation_checkpointing);
+    row.step = runtime::estimate::predict_step(work, *in.profile, in.backend == runtime::device::Backend::host);
+  }
+  return row;
+}
+
+Estimate make_estimate(const EstimateInputs& in, const std::vector<Placement>& placements) {
+  Estimate out;
+  out.resolved_base = cell_config(in, {in.config.zero_optimization.stage, OffloadDevice::kNone, OffloadDevice::kNone});
+  out.batch = static_cast<int>(out.resolved_base.train_micro_batch_size_per_gpu->value());
+  out.seq_len = in.seq_len > 0 ? in.seq_len : std::min(in.model->max_positions(), 1024);
+  out.gas = static_cast<int>(out.resolved_base.gradient_accumulation_steps->value());
+  out.dtype = train::compute_dtype(out.resolved_base);
+  for (const Placement& p : placements) {
+    try {
+      out.rows.push_back(estimate_row(in, p, cell_config(in, p)));
+    } catch (const Error& e) {
+      EstimateRow row;
+      row.placement = p;
+      row.world = in.world;
+      row.error = e.what();
+      out.rows.push_back(std::move(row));
+    }
+  }
+  return out;
+}
+
+}  // namespace strata::tools
