@@ -14,6 +14,7 @@ runtime::telemetry::TierMemory tier_memory(std::uint64_t current, std::uint64_t 
   t.current_bytes = current;
   t.peak_bytes = peak;
   t.budget_bytes = budget;
+  t.allocated_bytes = peak;
   return t;
 }
 
@@ -23,6 +24,7 @@ TierSnapshot snapshot(const Session& s) {
   TierSnapshot snap;
   const runtime::device::ArenaStats a = s.engine->device_memory();
   snap.device = tier_memory(a.current_bytes, a.peak_bytes, a.budget_bytes);
+  snap.device.allocated_bytes = s.device->memory_stats().peak_bytes;  // the pools' regions whole
   const offload::HostPoolStats p = s.pinned().stats();
   snap.pinned = tier_memory(p.current_bytes, p.peak_bytes, p.budget_bytes);
   if (offload::SwapSpace* sw = s.swap()) {

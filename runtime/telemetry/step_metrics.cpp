@@ -19,6 +19,7 @@ Json tier_json(const TierMemory& t) {
   j["current_bytes"] = t.current_bytes;
   j["peak_bytes"] = t.peak_bytes;
   j["budget_bytes"] = t.budget_bytes;
+  j["allocated_bytes"] = t.allocated_bytes;
   return j;
 }
 

@@ -17,6 +17,10 @@ struct TierMemory {
   std::uint64_t current_bytes = 0;
   std::uint64_t peak_bytes = 0;
   std::uint64_t budget_bytes = 0;  // 0 = no limit
+  // The most ever taken from the budget. The device's peak_bytes counts what is in use in the
+  // parameter fetcher's pools; this counts the pools' regions whole, as they are carved from the
+  // arena at start (what `strata estimate` predicts). Pinned and NVMe: their peak_bytes.
+  std::uint64_t allocated_bytes = 0;
 };
 
 // Bytes moved over each link.
@@ -73,7 +77,7 @@ struct StepMetrics {
 // One JSON object, no newline. Keys, in this order: step, loss, lr, step_ms, tokens_per_s,
 // tflops, grad_norm, loss_scale, skipped, phase_ms {name: ms, ...}, bytes {nvme_read,
 // nvme_write, h2d, d2h, collective}, collective_theory_bytes, memory {device, pinned, nvme:
-// {current_bytes, peak_bytes, budget_bytes}}, memory_at_phase {name: {current_bytes, ...}}
+// {current_bytes, peak_bytes, budget_bytes, allocated_bytes}}, memory_at_phase {name: {current_bytes, ...}}
 // (an empty object when none), busiest, busiest_ms, overlap, busy_ms {track: ms, ...} (every
 // track, an empty object when none), and checkpoints [{step, ok, bytes,
 // write_ms, wait_ms, publish_ms}, ...] when checkpoints finished at the end of the step. A non-finite number (a NaN loss)

@@ -20,7 +20,9 @@ std::uint64_t Footprint::model_states_bytes() const {
 
 Footprint footprint(const ZeroPlan& plan, const PlanInputs& inputs) {
   Footprint f;
-  for (const PlanLine& l : plan.lines) f.bytes[static_cast<int>(l.tier)][static_cast<int>(l.kind)] += l.bytes;
+  for (const PlanLine& l : plan.lines) {
+    if (!l.headroom) f.bytes[static_cast<int>(l.tier)][static_cast<int>(l.kind)] += l.bytes;
+  }
   // The transient buffers' line counts the minimum; the fetcher takes what the budget leaves.
   const std::uint64_t beside = device_bytes_beside_pools(plan, inputs);
   const std::uint64_t minimum = plan.class_minimum_bytes[0] + plan.class_minimum_bytes[1];

@@ -1,6 +1,6 @@
 #pragma once
 // What a plan allocates on one rank, per tier and per class of state: the plan's lines
-// (plan.h), with the device's transient buffers at the size the parameter fetcher gives its
+// (plan.h) but the headroom kept free for scratch, with the device's transient buffers at the size the parameter fetcher gives its
 // pools when the device budget of the plan inputs is what is left (transient_pools), not at
 // their minimum. This is what `strata estimate` prints and what `strata train` measures as each
 // tier's peak (the pinned pool's and the swap space's are exact; the device arena adds only its

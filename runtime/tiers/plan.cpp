@@ -216,7 +216,7 @@ ZeroPlan compute_plan(const config::Config& config, const PlanInputs& in) {
   }
 
   auto line = [&](Tier t, StateClass kind, std::string what, std::uint64_t bytes) {
-    if (bytes > 0) plan.lines.push_back({t, kind, std::move(what), bytes});
+    if (bytes > 0) plan.lines.push_back({t, kind, std::move(what), bytes, false});
   };
   using SC = StateClass;
   line(Tier::device, SC::parameters, "parameters kept on the device (" + std::string(dtype_name(in.dtype)) + ")",
@@ -288,7 +288,7 @@ ZeroPlan compute_plan(const config::Config& config, const PlanInputs& in) {
        "dequantized parameters (" + std::to_string(kDequantBuffers) + " buffers of the largest streamed module, " +
            std::string(dtype_name(in.dtype)) + ")",
        dequant);
-  line(Tier::device, SC::buffers, "scratch for collectives and reports", kDeviceScratchBytes);
+  plan.lines.push_back({Tier::device, SC::buffers, "scratch for collectives and reports", kDeviceScratchBytes, true});
   plan.device_minimum_bytes = resident_full + dev_shards + opt_dev + acc_dev + in.activation_bytes + minimum_working +
                               dequant + kDeviceScratchBytes;
 

@@ -88,6 +88,7 @@ struct PlanLine {
   StateClass kind = StateClass::buffers;
   std::string what;
   std::uint64_t bytes = 0;
+  bool headroom = false;  // kept free for short-lived buffers, not allocated up front
 };
 
 struct ZeroPlan {
