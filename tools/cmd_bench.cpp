@@ -15,6 +15,9 @@
 //                   [--python PATH] [--peer-script PATH]
 // strata bench checkpoint [--preset bytes-30m | --model config.json] [--placements cpu,nvme]
 //                   [--steps 8] [--rounds 2] [--dir|--scratch DIR] and the other flags of bench step
+// strata bench machine [--out strata-machine.json] [--dir DIR] [--dtype auto|bf16|fp32] [--seconds 5]
+//                      [--step-preset NAME] [--json] [--device host|cuda|auto] [--device-memory SIZE]
+//                      [--config ds.json]
 #include <memory>
 #include <string>
 
@@ -203,6 +206,26 @@ void add_bench_command(CLI::App& app) {
                          "comma-separated: device (nothing offloaded), cpu, nvme")
       ->capture_default_str();
   checkpoint->callback([checkpoint_options] { bench_checkpoint(*checkpoint_options); });
+
+  auto machine_options = std::make_shared<MachineBenchOptions>();
+  CLI::App* machine = bench->add_subcommand(
+      "machine", "what a placement's speed depends on (CPU Adam, memory, pinned H2D/D2H, disk, GEMM, a "
+                 "resident step), written as the machine profile `strata estimate --profile` reads");
+  machine->add_option("--out", machine_options->out, "the profile (JSON) to write")->capture_default_str();
+  machine->add_option("--dir", machine_options->dir,
+                      "folder for the disk's scratch file, on the disk the NVMe tier would use (default: "
+                      "$TMPDIR, else /var/tmp; not tmpfs)");
+  machine->add_option("--dtype", machine_options->dtype,
+                      "compute dtype of the GEMM and the step: bf16, fp32, or auto (the config's bf16.enabled; "
+                      "without --config bf16 on cuda, fp32 on host)")
+      ->check(CLI::IsMember({"auto", "bf16", "fp32"}))->capture_default_str();
+  machine->add_option("--seconds", machine_options->seconds, "timed repeats of each rate for about this long")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  machine->add_option("--step-preset", machine_options->step_preset,
+                      "the reference model of the step rate (default: bytes-30m on host, gpt2 on cuda)");
+  machine->add_flag("--json", machine_options->json, "the profile on stdout (the table goes to stderr)");
+  add_device_flags(*machine, machine_options->device);
+  machine->callback([machine_options] { bench_machine(*machine_options); });
 
   auto infer_options = std::make_shared<InferBenchOptions>();
   CLI::App* infer = bench->add_subcommand(

@@ -180,4 +180,20 @@ struct CheckpointBenchOptions : TrainChildOptions {
 
 void bench_checkpoint(const CheckpointBenchOptions& options);  // bench_checkpoint.cpp
 
+// `strata bench machine`: the rates a placement's step time depends on (CPU Adam, memory copy,
+// pinned H2D and D2H, disk read and write through the I/O engine, the device's GEMM, a resident
+// training step), each as a run would see it, written as a machine profile
+// (runtime/estimate/machine_profile.h) for `strata estimate --profile`.
+struct MachineBenchOptions {
+  std::string out = "strata-machine.json";  // the profile, written atomically
+  std::string dir;             // the disk's folder; empty: $TMPDIR, else /var/tmp (not tmpfs)
+  std::string dtype = "auto";  // bf16 | fp32 | auto: with --config its bf16.enabled, else bf16 on cuda, fp32 on host
+  double seconds = 5;          // per rate: timed repeats until this much time has passed (8 rates)
+  std::string step_preset;     // the step's reference model; empty: bytes-30m on host, gpt2 on cuda
+  bool json = false;           // the profile on stdout, the table on stderr
+  DeviceFlags device;          // --device, --device-memory, --config (aio.*, strata.cpu_threads, bf16)
+};
+
+void bench_machine(const MachineBenchOptions& options);  // bench_machine.cpp
+
 }  // namespace strata::tools
