@@ -11,5 +11,6 @@ void add_bench_command(CLI::App& app);    // strata bench NAME: benchmarks of th
 void add_train_command(CLI::App& app);    // strata train: ZeRO training of a GPT
 void add_convert_command(CLI::App& app);  // strata convert: a checkpoint to HF safetensors
 void add_infer_command(CLI::App& app);    // strata infer: generation, layers streamed through the device
+void add_chart_command(CLI::App& app);    // strata chart: a run's charts (SVG) from its metrics JSONL
 
 }  // namespace strata::tools
