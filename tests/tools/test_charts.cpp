@@ -292,10 +292,15 @@ TEST(LineChart, PointsEmptyAndSinglePoint) {
   c.series.push_back({"loss", {{1, 5.5}, {2, std::nan("")}, {3, 5.1}, {4, 4.9}}});
   c.series.push_back({"flat", {{1, 5}, {4, 5}}});
   c.ref_lines.push_back({"target " + kNasty, 4.5, "flat"});
+  c.ref_lines.push_back({"budget", 1000, "loss"});  // far above the data: listed, not drawn
   std::unique_ptr<Node> root = parse_svg(line_chart_svg(c));
   ASSERT_EQ(series_names(*root), (std::vector<std::string>{"loss", "flat"}));
   EXPECT_EQ(polyline_points(*find_all(*root, "g", "series")[0]), 3u);  // the NaN left out
   EXPECT_EQ(find_all(*root, "g", "ref-line").at(0)->attr("data-ref"), "target " + kNasty);
+  const std::vector<const Node*> off = find_all(*root, "g", "ref-line off-scale");
+  ASSERT_EQ(off.size(), 1u);
+  EXPECT_EQ(find_all(*off[0], "line").size(), 0u);
+  EXPECT_TRUE(has_text(*root, "budget: 1000 (off the scale)"));
 
   LineChart one;
   one.title = "one";

@@ -23,6 +23,7 @@ using plot::Ticks;
 constexpr double kLeft = 86;     // room for the y tick labels and the axis label
 constexpr double kRight = 40;
 constexpr double kLegendTop = 50;
+constexpr double kOffScale = 4;  // a line chart's reference line above 4x the data is listed, not drawn
 
 // Index of `name` in `names`, appended when new.
 std::size_t index_of(std::vector<std::string>& names, const std::string& name) {
@@ -42,6 +43,7 @@ struct Groups {
   double bar_w = 0;              // one bar
   std::size_t bars = 0;          // per group
   bool rotate_labels = false;    // group labels at -30 degrees when they do not fit flat
+  double under_bars = 0;         // room under the axis above the group labels
 
   // The left edge of bar `b` of group `g`.
   double bar_x(std::size_t g, std::size_t b) const {
@@ -53,7 +55,9 @@ struct Groups {
 };
 
 // The chart widens past kWidth so that each bar keeps at least 14 px.
-Groups layout_groups(const std::vector<std::string>& labels, std::size_t bars, double legend_bottom) {
+// under_bars: pixels under the axis for the caller's own labels, above the group labels.
+Groups layout_groups(const std::vector<std::string>& labels, std::size_t bars, double legend_bottom,
+                     double under_bars = 0) {
   Groups l;
   l.bars = std::max<std::size_t>(bars, 1);
   const double n = static_cast<double>(std::max<std::size_t>(labels.size(), 1));
@@ -63,13 +67,16 @@ Groups layout_groups(const std::vector<std::string>& labels, std::size_t bars, d
   for (const std::string& s : labels) longest = std::max(longest, s.size());
   l.group_w = (l.width - kLeft - kRight) / n;
   l.rotate_labels = static_cast<double>(longest) * 6.5 > l.group_w - 4;
-  const double below = l.rotate_labels ? 40 + 5.0 * static_cast<double>(std::min<std::size_t>(longest, 40)) : 56;
+  l.under_bars = under_bars;
+  const double below =
+      under_bars + (l.rotate_labels ? 30 + 3.4 * static_cast<double>(std::min<std::size_t>(longest, 40)) : 40);
   l.frame = {kLeft, legend_bottom + 8, l.width - kLeft - kRight, plot::kHeight - (legend_bottom + 8) - below};
   l.bar_w = std::min(48.0, (l.group_w * 0.8) / static_cast<double>(l.bars));
   return l;
 }
 
-void draw_group_labels(Svg& svg, const Groups& l, const std::vector<std::string>& labels, double y) {
+void draw_group_labels(Svg& svg, const Groups& l, const std::vector<std::string>& labels) {
+  const double y = l.frame.bottom() + l.under_bars + 16;
   svg.open("g", {{"class", "groups"}});
   for (std::size_t g = 0; g < labels.size(); ++g) {
     const double cx = (l.group_left(g) + l.group_right(g)) / 2;
@@ -117,7 +124,7 @@ std::string line_chart_svg(const LineChart& chart) {
   }
   const double legend_bottom =
       chart.series.size() > 1 ? plot::draw_legend(svg, legend, kLeft, kLegendTop, plot::kWidth - kRight) : kLegendTop - 12;
-  const double right = chart.ref_lines.empty() ? kRight : 120;  // room for the ref lines' labels
+  const double right = chart.ref_lines.empty() ? kRight : 130;  // room for the ref lines' labels
   const Frame f{kLeft, legend_bottom + 8, plot::kWidth - kLeft - right, plot::kHeight - legend_bottom - 8 - 56};
 
   // The data's extent: finite points and the reference lines.
@@ -137,8 +144,18 @@ std::string line_chart_svg(const LineChart& chart) {
       extend_y(y);
     }
   }
+  // A reference line far above the data (a budget of all host memory over a few MiB of use) is
+  // listed instead of drawn, so that it does not flatten the data to the axis.
+  const double data_top = y1;
+  std::vector<const RefLine*> drawn, listed;
   for (const RefLine& r : chart.ref_lines) {
-    if (std::isfinite(r.y)) extend_y(r.y);
+    if (!std::isfinite(r.y)) continue;
+    if (any && data_top > 0 && r.y > kOffScale * data_top) {
+      listed.push_back(&r);
+    } else {
+      drawn.push_back(&r);
+      extend_y(r.y);
+    }
   }
   if (chart.y_from_zero) y0 = std::min(y0, 0.0);
   const Ticks xt = plot::nice_ticks(x0, x1, 8, Unit::kNumber, chart.x_integer);
@@ -188,15 +205,23 @@ std::string line_chart_svg(const LineChart& chart) {
     svg.close();
   }
 
-  for (const RefLine& r : chart.ref_lines) {
-    if (!std::isfinite(r.y)) continue;
+  const auto ref_color = [&](const RefLine& r) {
     const auto it = std::find(names.begin(), names.end(), r.series);
-    const std::string color =
-        it == names.end() ? std::string("#888888") : plot::palette(static_cast<std::size_t>(it - names.begin()));
-    svg.open("g", {{"class", "ref-line"}, {"data-ref", r.label}});
-    svg.line(f.left, sy(r.y), f.right(), sy(r.y), color, 1.5, {{"stroke-dasharray", "6 4"}});
-    svg.text(f.right() + 4, sy(r.y) + 4, r.label, plot::kTickSize, "start", {{"fill", color}});
+    return it == names.end() ? std::string("#888888") : plot::palette(static_cast<std::size_t>(it - names.begin()));
+  };
+  for (const RefLine* r : drawn) {
+    svg.open("g", {{"class", "ref-line"}, {"data-ref", r->label}});
+    svg.line(f.left, sy(r->y), f.right(), sy(r->y), ref_color(*r), 1.5, {{"stroke-dasharray", "6 4"}});
+    svg.text(f.right() + 4, sy(r->y) + 4, r->label, plot::kTickSize, "start", {{"fill", ref_color(*r)}});
     svg.close();
+  }
+  double listed_y = f.top + 12;
+  for (const RefLine* r : listed) {
+    svg.open("g", {{"class", "ref-line off-scale"}, {"data-ref", r->label}});
+    svg.text(f.right() - 4, listed_y, r->label + ": " + plot::value_label(r->y, chart.y_unit) + " (off the scale)",
+             plot::kTickSize, "end", {{"fill", ref_color(*r)}});
+    svg.close();
+    listed_y += 16;
   }
   return svg.finish();
 }
@@ -228,7 +253,11 @@ std::string memory_chart_svg(const std::vector<MemoryCell>& cells, std::string_v
   if (!cells.empty()) legend.push_back({"budget", "#333333", true, true});
 
   // The width depends on the groups, the legend's rows on the width: lay out twice.
-  Groups l = layout_groups(labels, tiers.size(), kLegendTop);
+  // The tiers' names run down under their bars.
+  std::size_t longest_tier = 0;
+  for (const std::string& t : tiers) longest_tier = std::max(longest_tier, t.size());
+  const double under_bars = tiers.empty() ? 0 : 8 + 5.5 * static_cast<double>(std::min<std::size_t>(longest_tier, 16));
+  Groups l = layout_groups(labels, tiers.size(), kLegendTop, under_bars);
   Svg svg(l.width, plot::kHeight, title);
   plot::draw_title(svg, title, l.width);
   double legend_bottom = plot::draw_legend(svg, legend, kLeft, kLegendTop, l.width - kRight);
@@ -238,7 +267,7 @@ std::string memory_chart_svg(const std::vector<MemoryCell>& cells, std::string_v
     svg.text(kLeft, legend_bottom, order, plot::kTickSize, "start", {{"fill", "#666666"}, {"class", "tier-order"}});
     legend_bottom += 10;
   }
-  l = layout_groups(labels, tiers.size(), legend_bottom);
+  l = layout_groups(labels, tiers.size(), legend_bottom, under_bars);
   const Frame& f = l.frame;
   const Ticks yt = plot::nice_ticks(0, top, 6, Unit::kBytes);
   const Scale sy{yt.lo(), yt.hi(), f.bottom(), f.top};
@@ -268,14 +297,16 @@ std::string memory_chart_svg(const std::vector<MemoryCell>& cells, std::string_v
           const double by = sy(static_cast<double>(*t.budget_bytes));
           svg.line(x - 2, by, x + w + 2, by, "#333333", 1.5, {{"stroke-dasharray", "4 2"}, {"class", "budget"}});
         }
-        // The tier under its bar.
-        svg.text(x + w / 2, f.bottom() + 12, t.tier, 9, "middle", {{"fill", "#666666"}});
+        // The tier under its bar, reading upwards.
+        const double tx = x + w / 2 + 3, ty = f.bottom() + 4;
+        svg.text(tx, ty, t.tier.substr(0, 16), 9, "end",
+                 {{"fill", "#666666"}, {"transform", "rotate(-90 " + num(tx) + " " + num(ty) + ")"}});
         svg.close();
       }
     }
     svg.close();
   }
-  draw_group_labels(svg, l, labels, f.bottom() + 28);
+  draw_group_labels(svg, l, labels);
   return svg.finish();
 }
 
@@ -337,14 +368,15 @@ std::string step_time_chart_svg(const std::vector<StepTimeCell>& cells, std::str
       const double y = sy(*ms), x0 = l.group_left(g) - 4, x1 = l.group_right(g) + 4;
       svg.open("g", {{"class", "marker"}, {"data-marker", which}, {"data-cell", cells[g].label}});
       svg.line(x0, y, x1, y, "#222222", 2, dashed ? Attrs{{"stroke-dasharray", "6 3"}} : Attrs{});
-      svg.text(x1, y - 4, std::string(which) + " " + plot::value_label(*ms, Unit::kMs), 10, "end",
-               {{"fill", "#222222"}});
+      // Measured labeled at the right end, predicted at the left, so that close values do not collide.
+      svg.text(dashed ? x0 : x1, y - 4, std::string(which) + " " + plot::value_label(*ms, Unit::kMs), 10,
+               dashed ? "start" : "end", {{"fill", "#222222"}});
       svg.close();
     };
     marker(cells[g].measured_step_ms, "measured", false);
     marker(cells[g].predicted_step_ms, "predicted", true);
   }
-  draw_group_labels(svg, l, labels, f.bottom() + 16);
+  draw_group_labels(svg, l, labels);
   return svg.finish();
 }
 

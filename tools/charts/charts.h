@@ -28,7 +28,9 @@ struct Series {
 };
 
 // A dashed horizontal line at y (a budget, a target), in the color of the series it names ("" or
-// no such series: gray), labeled at its right end.
+// no such series: gray), labeled at its right end. One above 4 times the data's top is listed
+// with its value at the top right instead (class "ref-line off-scale"), so that a budget of all
+// host memory does not flatten a few MiB of use to the axis.
 struct RefLine {
   std::string label;
   double y = 0;
