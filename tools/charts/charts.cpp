@@ -90,6 +90,16 @@ void draw_group_labels(Svg& svg, const Groups& l, const std::vector<std::string>
   svg.close();
 }
 
+// The axes of a bar chart, y from 0 to `top`; returns the y scale.
+Scale draw_bar_axes(Svg& svg, const Groups& l, double top, Unit unit, std::string_view y_label, bool empty) {
+  const Ticks yt = plot::nice_ticks(0, top, 6, unit);
+  const Scale sy{yt.lo(), yt.hi(), l.frame.bottom(), l.frame.top};
+  plot::draw_y_axis(svg, l.frame, yt, sy, unit, y_label);
+  plot::draw_x_axis(svg, l.frame, "");
+  if (empty) plot::draw_no_data(svg, l.frame);
+  return sy;
+}
+
 // A rect with a tooltip (<title> child: browsers show it on hover).
 void rect_with_tooltip(Svg& svg, double x, double y, double w, double h, const std::string& fill, Attrs extra,
                        const std::string& tooltip) {
@@ -123,7 +133,8 @@ std::string line_chart_svg(const LineChart& chart) {
     legend.push_back({chart.series[i].name, plot::palette(i), true, false});
   }
   const double legend_bottom =
-      chart.series.size() > 1 ? plot::draw_legend(svg, legend, kLeft, kLegendTop, plot::kWidth - kRight) : kLegendTop - 12;
+      chart.series.size() > 1 ? plot::draw_legend(svg, legend, kLeft, kLegendTop, plot::kWidth - kRight)
+                              : kLegendTop - 12;  // one series: its name is the title's
   const double right = chart.ref_lines.empty() ? kRight : 130;  // room for the ref lines' labels
   const Frame f{kLeft, legend_bottom + 8, plot::kWidth - kLeft - right, plot::kHeight - legend_bottom - 8 - 56};
 
@@ -269,11 +280,7 @@ std::string memory_chart_svg(const std::vector<MemoryCell>& cells, std::string_v
   }
   l = layout_groups(labels, tiers.size(), legend_bottom, under_bars);
   const Frame& f = l.frame;
-  const Ticks yt = plot::nice_ticks(0, top, 6, Unit::kBytes);
-  const Scale sy{yt.lo(), yt.hi(), f.bottom(), f.top};
-  plot::draw_y_axis(svg, f, yt, sy, Unit::kBytes, "bytes");
-  plot::draw_x_axis(svg, f, "");
-  if (cells.empty()) plot::draw_no_data(svg, f);
+  const Scale sy = draw_bar_axes(svg, l, top, Unit::kBytes, "bytes", cells.empty());
 
   for (std::size_t ti = 0; ti < tiers.size(); ++ti) {
     svg.open("g", {{"class", "series"}, {"data-series", tiers[ti]}});
@@ -341,12 +348,7 @@ std::string step_time_chart_svg(const std::vector<StepTimeCell>& cells, std::str
   Svg svg(l.width, plot::kHeight, title);
   plot::draw_title(svg, title, l.width);
   l = layout_groups(labels, resources.size(), plot::draw_legend(svg, legend, kLeft, kLegendTop, l.width - kRight));
-  const Frame& f = l.frame;
-  const Ticks yt = plot::nice_ticks(0, top, 6, Unit::kMs);
-  const Scale sy{yt.lo(), yt.hi(), f.bottom(), f.top};
-  plot::draw_y_axis(svg, f, yt, sy, Unit::kMs, "busy time per step");
-  plot::draw_x_axis(svg, f, "");
-  if (cells.empty()) plot::draw_no_data(svg, f);
+  const Scale sy = draw_bar_axes(svg, l, top, Unit::kMs, "busy time per step", cells.empty());
 
   for (std::size_t ri = 0; ri < resources.size(); ++ri) {
     svg.open("g", {{"class", "series"}, {"data-series", resources[ri]}});

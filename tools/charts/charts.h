@@ -79,7 +79,8 @@ void write_memory_chart(const std::string& path, const std::vector<MemoryCell>& 
 
 struct StepTimeCell {
   std::string label;                                    // "stage 3 / nvme", "median of steps 2-10"
-  std::vector<std::pair<std::string, double>> busy_ms;  // resource ("compute", "h2d", "cpu adam", ...) -> busy ms per step
+  // resource ("compute", "h2d", "cpu adam", "disk read", ...) -> its busy ms in one step
+  std::vector<std::pair<std::string, double>> busy_ms;
   std::optional<double> measured_step_ms;               // a solid marker across the group
   std::optional<double> predicted_step_ms;              // a dashed marker across the group
 };
