@@ -1,12 +1,17 @@
 // strata train: its flags into a train::TrainOptions (train/train_options.h), then
-// train::run_training (train/trainer.h).
+// train::run_training (train/trainer.h); with --svg, the run's charts from its metrics at the end.
 #include <cstdint>
+#include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/units.h"
 #include "models/registry.h"
+#include "runtime/launch/launch.h"
+#include "tools/charts/metrics_charts.h"
 #include "tools/commands.h"
 #include "tools/device_flags.h"
 #include "train/trainer.h"
@@ -18,6 +23,13 @@ std::string presets_text() {
   std::string text;
   for (const std::string& name : models::preset_names()) text += (text.empty() ? "" : ", ") + name;
   return text;
+}
+
+// --svg DIR: the folder is made now, so that a run is not refused (or wasted) for it at the end,
+// and the run's metrics go to DIR/metrics.jsonl unless --metrics names a file.
+void prepare_svg_dir(const std::string& dir, train::TrainOptions& o) {
+  charts::make_chart_dir(dir);
+  if (o.metrics_path.empty()) o.metrics_path = (std::filesystem::path(dir) / "metrics.jsonl").string();
 }
 
 }  // namespace
@@ -54,6 +66,10 @@ void add_train_command(CLI::App& app) {
                   "write a Chrome trace here: every stream (on cuda the GPU's), CPU Adam, the disk "
                   "(overrides strata.trace)");
   cmd->add_option("--metrics", o->metrics_path, "write one JSON object per step here (JSONL)");
+  auto svg_dir = std::make_shared<std::string>();
+  cmd->add_option("--svg", *svg_dir,
+                  "at the end, draw the run's charts here as SVG: loss, tokens/s, peak memory per tier, busy time "
+                  "per resource (the metrics go to DIR/metrics.jsonl without --metrics; strata chart redraws them)");
   cmd->add_option("--seed", o->seed, "seed of the initial weights (and of --shuffle)");
   cmd->add_flag("--activation-checkpointing", o->activation_checkpointing,
                 "keep only each block's input; recompute the block in backward");
@@ -68,12 +84,19 @@ void add_train_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--resume", o->resume_path,
                   "continue from a checkpoint: its folder, or the --checkpoint-dir holding `latest`");
-  cmd->callback([o, device] {
+  cmd->callback([o, device, svg_dir] {
     o->config_path = device->config_path;
     o->device_kind = device->device;
     o->device_memory_bytes = device_memory_bytes(*device);
+    if (!svg_dir->empty()) prepare_svg_dir(*svg_dir, *o);
+    const int sig = train::run_training(*o);
+    // Rank 0 wrote the metrics (and draws them; a run stopped by a signal has its steps so far).
+    if (!svg_dir->empty() && runtime::launch::detect_launch().rank == 0) {
+      const std::vector<std::string> written = charts::write_metrics_charts(o->metrics_path, *svg_dir);
+      std::fprintf(stderr, "strata train: %zu charts in %s\n", written.size(), svg_dir->c_str());
+    }
     // Stopped by a signal after its checkpoint: exit as the shell reports a signal (128 + n).
-    if (const int sig = train::run_training(*o); sig != 0) throw CLI::RuntimeError(128 + sig);
+    if (sig != 0) throw CLI::RuntimeError(128 + sig);
   });
 }
 
