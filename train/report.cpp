@@ -57,8 +57,8 @@ runtime::telemetry::LinkBytes minus(const runtime::telemetry::LinkBytes& a, cons
 }
 
 double collective_theory_bytes(const Session& s) {
-  std::uint64_t psi = 0;  // Ψ: the model's parameters (unpadded: what the collectives carry)
-  for (std::size_t n : s.setup.module_numels) psi += n;
+  std::uint64_t psi = 0;  // Ψ as the collectives carry it: every module padded to its shards
+  for (const runtime::tiers::ModulePlan& mp : s.engine->plan().modules) psi += mp.part.padded_numel;
   return runtime::estimate::zero_collective_bytes(s.config.zero_optimization.stage, s.comm->world(), psi,
                                                   static_cast<int>(dtype_size(s.dtype)));
 }

@@ -25,9 +25,11 @@ using PhaseMemory = std::vector<std::pair<std::string, runtime::telemetry::TierM
 runtime::telemetry::LinkBytes link_bytes(const runtime::zero::EngineCounters& c);
 runtime::telemetry::LinkBytes minus(const runtime::telemetry::LinkBytes& a, const runtime::telemetry::LinkBytes& b);
 
-// The collective bytes per rank and step that ZeRO's analysis predicts: 2Ψ(W-1)/W for stages
-// 1-2 (reduce-scatter + all-gather), 3Ψ(W-1)/W for stage 3; Ψ = the parameters' bytes in the
-// compute dtype. 0 for one rank.
+// The collective bytes per rank and step that ZeRO's analysis predicts
+// (runtime/estimate/zero_theory.h): 2Ψ(W-1)/W for stages 0-2, 3Ψ(W-1)/W for stage 3; Ψ = the
+// parameters' bytes in the compute dtype, each module padded to its shards as the collectives
+// carry it. 0 for one rank. A stage-3 run moves less when modules persist on the device
+// (stage3_param_persistence_threshold) or are reused between forward and backward.
 double collective_theory_bytes(const Session& s);
 
 // What the loop leaves for the end report.

@@ -257,13 +257,13 @@ ZeroPlan compute_plan(const config::Config& config, const PlanInputs& in) {
     plan.class_total_bytes[mp.size_class] += gathered(m) + grad(m);
   }
   const int c0 = plan.modules[0].size_class;
-  // With several ranks at stage >= 2, a module over reduce_bucket_size elements is reduced
+  // With several ranks at stage >= 1, a module over reduce_bucket_size elements is reduced
   // through a bucket buffer of that size next to its gradient.
   const std::uint64_t bucket_numel = std::max<std::uint64_t>(z.reduce_bucket_size.value_or(500'000'000),
                                                              static_cast<std::uint64_t>(in.world));
   auto bucket = [&](std::size_t m) -> std::uint64_t {
     const ModulePartition& p = plan.modules[m].part;
-    if (in.world == 1 || z.stage < 2 || p.padded_numel <= bucket_numel) return 0;
+    if (plan.shards == 1 || p.padded_numel <= bucket_numel) return 0;
     return bucket_numel / static_cast<std::uint64_t>(in.world) * static_cast<std::uint64_t>(in.world) * ds +
            device::Arena::kAlignment;
   };

@@ -116,10 +116,12 @@ bool GradPath::ready(int module, const device::Event& done) {
 }
 
 // Reduces the module's gradient buffer over the ranks on the comm stream, in collectives of at
-// most reduce_bucket_size elements. Stage >= 2 reduce-scatters: a module within one bucket in
+// most reduce_bucket_size elements. Stages 1-3 reduce-scatter (each rank accumulates and updates
+// only its shard, so it needs only its shard's sum: ZeRO's 2Ψ per step at stage 1 too, not an
+// all-reduce's 2Ψ plus the parameters' all-gather): a module within one bucket in
 // place; a larger one piece by piece, each piece gathering the same slice of every rank's shard
 // into a contiguous bucket buffer (reduce-scatter needs rank k's part at offset k), reducing it
-// and copying this rank's slice back. Stage 0-1 all-reduce, in bucket-size pieces. Each element
+// and copying this rank's slice back. Stage 0 all-reduces, in bucket-size pieces. Each element
 // is summed in the same rank order either way, so bucketing never changes the bits.
 void GradPath::reduce(int module) {
   Module& s = modules_[static_cast<std::size_t>(module)];
@@ -129,7 +131,7 @@ void GradPath::reduce(int module) {
   const std::size_t bucket = std::max<std::size_t>(reduce_bucket_, static_cast<std::size_t>(world_));
   device::Stream& stream = *streams_.comm;
   char* grad = static_cast<char*>(s.grad.data());
-  if (store_.plan().stage < 2) {
+  if (store_.plan().shards == 1) {
     for (std::size_t off = 0; off < part.padded_numel; off += bucket) {
       const std::size_t n = std::min(bucket, part.padded_numel - off);
       comm_.all_reduce(grad + off * ds, grad + off * ds, n, dtype_, stream);

@@ -4,7 +4,7 @@
 // shard into the module's fp32 accumulator (a state of the tier store), on the device when the
 // accumulator is there, else on the host after a D2H copy:
 //
-//   compute --done--> comm: reduce-scatter (stage >= 2) or all-reduce (stage 0-1), in place
+//   compute --done--> comm: reduce-scatter (stage >= 1) or all-reduce (stage 0), in place
 //     accumulator on the device:  comm: acc += shard                   buffer freed after comm
 //     accumulator in pinned host: d2h: shard -> pinned staging --> accumulator thread: acc += staging
 //                                                                      buffer freed after d2h

@@ -132,9 +132,7 @@ EstimateRow estimate_row(const EstimateInputs& in, const Placement& p, const run
   for (const runtime::tiers::ModulePlan& mp : plan.modules) row.psi_padded += mp.part.padded_numel;
   const int ds = static_cast<int>(dtype_size(dtype));
   row.formula_bytes = runtime::estimate::zero_model_states_bytes(p.stage, in.world, row.psi_padded, ds);
-  std::uint64_t psi = 0;
-  for (std::size_t n : setup.module_numels) psi += n;
-  row.collective_bytes = runtime::estimate::zero_collective_bytes(p.stage, in.world, psi, ds);
+  row.collective_bytes = runtime::estimate::zero_collective_bytes(p.stage, in.world, row.psi_padded, ds);
   for (Tier t : {Tier::device, Tier::pinned, Tier::nvme}) row.need[static_cast<int>(t)] = plan.needed(t);
   row.fits = runtime::tiers::fits(plan, pin);
   if (!row.fits) row.advice = advice_for(row, in.budgets);
