@@ -1,0 +1,191 @@
+// strata estimate's rows (tools/estimate/estimate.h): the ZeRO paper's model-state formula for
+// stages 1-3 at world 1, 2, 8 and 64 over several models, computed here from the layouts with
+// strata's padding written out (each module padded to world shards of a multiple of 64
+// elements); strata's own model states from the same per-module rule (an fp32 gradient
+// accumulator shard where the paper keeps a compute-dtype gradient; modules at or under
+// stage3_param_persistence_threshold kept whole on the device at stage 3; pinned buffers whole
+// pages, NVMe extents whole blocks); the collective bytes; a 70 B model at world 512.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "models/registry.h"
+#include "runtime/estimate/zero_theory.h"
+#include "tools/estimate/estimate.h"
+
+namespace strata::tools {
+namespace {
+
+using runtime::config::OffloadDevice;
+using runtime::tiers::Tier;
+
+constexpr int kWorlds[] = {1, 2, 8, 64};
+
+std::uint64_t padded(std::uint64_t numel, int shards) {
+  const std::uint64_t per = (numel + shards - 1) / shards;
+  const std::uint64_t shard = std::max<std::uint64_t>(64, (per + 63) / 64 * 64);
+  return shard * static_cast<std::uint64_t>(shards);
+}
+std::uint64_t round_up(std::uint64_t v, std::uint64_t a) { return (v + a - 1) / a * a; }
+
+EstimateInputs inputs(const models::ModelSpec& model, int world) {
+  EstimateInputs in;
+  in.model = &model;
+  in.config = runtime::config::parse_config(R"({"bf16": {"enabled": true}})", "test").config;
+  in.world = world;
+  in.batch = 1;
+  in.seq_len = 128;
+  in.nvme_path = "/nonexistent-but-unused";
+  in.budgets.device = std::uint64_t{1} << 50;
+  in.budgets.pinned = std::uint64_t{1} << 50;
+  in.budgets.nvme = std::uint64_t{1} << 50;
+  return in;
+}
+
+// The paper's bytes for Ψ parameters of d bytes on N ranks, written out per stage.
+std::uint64_t paper(int stage, std::uint64_t psi, int n, std::uint64_t d) {
+  switch (stage) {
+    case 1: return 2 * d * psi + 12 * psi / n;
+    case 2: return d * psi + (d + 12) * psi / n;
+    case 3: return (2 * d + 12) * psi / n;
+  }
+  return (2 * d + 12) * psi;
+}
+
+const char* const kModels[] = {"tiny", "gpt2", "qwen2.5-0.5b", "llama-3-8b"};
+
+TEST(ZeroTheory, IsThePapersFormulaAtEveryStage) {
+  // Ψ = 7.5 B at N = 64, the paper's Figure 1 example: 120 GB replicated, 31.4 GB at stage 1,
+  // 16.6 GB at stage 2, 1.9 GB at stage 3 (in bytes, with Ψ padded to 64 ranks).
+  const std::uint64_t psi = 7'500'000'000 / 64 * 64;
+  EXPECT_EQ(runtime::estimate::zero_model_states_bytes(0, 64, psi, 2), 16 * psi);
+  EXPECT_EQ(runtime::estimate::zero_model_states_bytes(1, 64, psi, 2), 4 * psi + 12 * psi / 64);
+  EXPECT_EQ(runtime::estimate::zero_model_states_bytes(2, 64, psi, 2), 2 * psi + 14 * psi / 64);
+  EXPECT_EQ(runtime::estimate::zero_model_states_bytes(3, 64, psi, 2), 16 * psi / 64);
+  EXPECT_NEAR(static_cast<double>(runtime::estimate::zero_model_states_bytes(1, 64, psi, 2)) / 1e9, 31.4, 0.1);
+  EXPECT_NEAR(static_cast<double>(runtime::estimate::zero_model_states_bytes(2, 64, psi, 2)) / 1e9, 16.6, 0.1);
+  EXPECT_NEAR(static_cast<double>(runtime::estimate::zero_model_states_bytes(3, 64, psi, 2)) / 1e9, 1.9, 0.1);
+  EXPECT_EQ(runtime::estimate::zero_collective_bytes(2, 1, psi, 2), 0.0);
+  EXPECT_DOUBLE_EQ(runtime::estimate::zero_collective_bytes(2, 4, 1000, 2), 2.0 * 1000 * 2 * 3 / 4);
+  EXPECT_DOUBLE_EQ(runtime::estimate::zero_collective_bytes(3, 4, 1000, 2), 3.0 * 1000 * 2 * 3 / 4);
+  EXPECT_THROW(runtime::estimate::zero_model_states_bytes(4, 1, psi, 2), Error);
+}
+
+TEST(Estimate, FormulaColumnIsThePapersOverThePaddedParameters) {
+  for (const char* name : kModels) {
+    const models::ModelSpecPtr model = models::model_preset(name);
+    const std::vector<std::size_t> numels = model->layout().module_numels();
+    for (int world : kWorlds) {
+      const EstimateInputs in = inputs(*model, world);
+      for (int stage = 1; stage <= 3; ++stage) {
+        const Estimate e = make_estimate(in, {{stage, OffloadDevice::kNone, OffloadDevice::kNone}});
+        ASSERT_EQ(e.rows.size(), 1u);
+        const EstimateRow& r = e.rows[0];
+        ASSERT_TRUE(r.error.empty()) << r.error;
+        std::uint64_t psi = 0;
+        for (std::size_t n : numels) psi += padded(n, world);
+        EXPECT_EQ(r.psi_padded, psi) << name << " world " << world;
+        EXPECT_EQ(r.formula_bytes, paper(stage, psi, world, 2)) << name << " stage " << stage << " world " << world;
+        const double coll = world == 1 ? 0.0 : (stage == 3 ? 3.0 : 2.0) * 2.0 * psi * (world - 1) / world;
+        EXPECT_DOUBLE_EQ(r.collective_bytes, coll) << name << " stage " << stage << " world " << world;
+      }
+    }
+  }
+}
+
+// strata's model states with the optimizer on the device: per module, the parameters (whole
+// when resident, else this rank's shard) in bf16, and 16 bytes a shard element (fp32 master,
+// exp_avg, exp_avg_sq, gradient accumulator).
+TEST(Estimate, ModelStatesAreStratasLayoutExactly) {
+  for (const char* name : kModels) {
+    const models::ModelSpecPtr model = models::model_preset(name);
+    const std::vector<std::size_t> numels = model->layout().module_numels();
+    const std::uint64_t persistence = 100'000;  // stage3_param_persistence_threshold's default
+    for (int world : kWorlds) {
+      const EstimateInputs in = inputs(*model, world);
+      for (int stage = 1; stage <= 3; ++stage) {
+        const EstimateRow r = make_estimate(in, {{stage, OffloadDevice::kNone, OffloadDevice::kNone}}).rows[0];
+        std::uint64_t want = 0;
+        for (std::size_t n : numels) {
+          const std::uint64_t full = padded(n, world);
+          const std::uint64_t shard = full / world;
+          const bool resident = stage < 3 || n <= persistence || world == 1;
+          want += 2 * (resident ? full : shard) + 16 * shard;
+        }
+        EXPECT_EQ(r.model_states_bytes, want) << name << " stage " << stage << " world " << world;
+        // Stage 1 and 2 hold the same in strata (gradients are accumulated per shard).
+        if (stage == 2) {
+          const EstimateRow s1 = make_estimate(in, {{1, OffloadDevice::kNone, OffloadDevice::kNone}}).rows[0];
+          EXPECT_EQ(s1.model_states_bytes, r.model_states_bytes);
+        }
+      }
+    }
+  }
+}
+
+// Offloaded: pinned buffers are whole 4 KiB pages (each of master, exp_avg, exp_avg_sq and the
+// accumulator, and the parameter shard); NVMe extents whole aio.block_size blocks (1 MiB).
+TEST(Estimate, OffloadedModelStatesRoundToPagesAndBlocks) {
+  const models::ModelSpecPtr model = models::model_preset("gpt2");
+  const std::vector<std::size_t> numels = model->layout().module_numels();
+  for (int world : kWorlds) {
+    EstimateInputs in = inputs(*model, world);
+    in.config.zero_optimization.stage3_param_persistence_threshold = std::uint64_t{0};
+    const Estimate e = make_estimate(in, {{3, OffloadDevice::kCpu, OffloadDevice::kCpu},
+                                          {3, OffloadDevice::kNvme, OffloadDevice::kNvme}});
+    std::uint64_t cpu = 0, nvme_disk = 0, nvme_pinned = 0;
+    for (std::size_t n : numels) {
+      const std::uint64_t shard = padded(n, world) / world;
+      cpu += round_up(2 * shard, 4096) + 4 * round_up(4 * shard, 4096);
+      nvme_disk += round_up(2 * shard, 1 << 20) + 3 * round_up(4 * shard, 1 << 20);
+      nvme_pinned += round_up(4 * shard, 4096);  // the accumulator stays in pinned memory
+    }
+    EXPECT_EQ(e.rows[0].model_states_bytes, cpu) << "world " << world;
+    EXPECT_EQ(e.rows[0].bytes.tier_bytes(Tier::nvme), 0u);
+    EXPECT_EQ(e.rows[1].bytes.tier_bytes(Tier::nvme), nvme_disk) << "world " << world;
+    EXPECT_EQ(e.rows[1].model_states_bytes, nvme_disk + nvme_pinned) << "world " << world;
+    EXPECT_EQ(e.rows[0].bytes.at(Tier::device, runtime::tiers::StateClass::parameters), 0u);
+  }
+}
+
+TEST(Estimate, EveryPlacementOfA70BModelAtWorld512) {
+  const models::ModelSpecPtr model = models::model_from_json(R"({
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 8192,
+    "intermediate_size": 28672, "num_attention_heads": 64, "num_key_value_heads": 8,
+    "num_hidden_layers": 80, "vocab_size": 128256, "max_position_embeddings": 8192,
+    "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "tie_word_embeddings": false})");
+  EXPECT_NEAR(static_cast<double>(model->num_params()), 70.55e9, 0.01e9);
+  EstimateInputs in = inputs(*model, 512);
+  in.budgets.device = std::uint64_t{80} << 30;
+  const Estimate e = make_estimate(in, all_placements());
+  ASSERT_EQ(e.rows.size(), all_placements().size());
+  for (const EstimateRow& r : e.rows) {
+    ASSERT_TRUE(r.error.empty()) << r.placement.label() << ": " << r.error;
+    EXPECT_EQ(r.formula_bytes,
+              runtime::estimate::zero_model_states_bytes(r.placement.stage, 512, r.psi_padded, 2));
+  }
+  // Replicated, the states are 70 B x 18 bytes: no 80 GB device holds them; sharded 512 ways at
+  // stage 3 they do.
+  EXPECT_FALSE(e.rows[0].fits);
+  EXPECT_NE(e.rows[0].advice.find("device short by"), std::string::npos) << e.rows[0].advice;
+  const auto stage3 = std::find_if(e.rows.begin(), e.rows.end(), [](const EstimateRow& r) {
+    return r.placement.stage == 3 && r.placement.param == OffloadDevice::kNone &&
+           r.placement.optimizer == OffloadDevice::kNone;
+  });
+  ASSERT_NE(stage3, e.rows.end());
+  EXPECT_TRUE(stage3->fits) << stage3->advice;
+}
+
+TEST(Estimate, ACellTheConfigRefusesSaysWhy) {
+  const models::ModelSpecPtr model = models::model_preset("gpt2");
+  EstimateInputs in = inputs(*model, 1);
+  in.config.zero_optimization.offload_param.buffer_size = 1000;  // smaller than a block's shard
+  const Estimate e = make_estimate(in, {{3, OffloadDevice::kNvme, OffloadDevice::kNvme}});
+  ASSERT_EQ(e.rows.size(), 1u);
+  EXPECT_NE(e.rows[0].error.find("buffer_size"), std::string::npos) << e.rows[0].error;
+}
+
+}  // namespace
+}  // namespace strata::tools
