@@ -1,0 +1,167 @@
+#!/usr/bin/env python3
+"""`strata estimate` against what `strata train` allocates and moves (host backend).
+
+Usage: check_estimate.py STRATA CASE [--keep DIR]   (exit 0 ok, 1 failed, 77 skipped)
+
+Cases:
+  memory
+      For GPT-2 tiny and llama-tiny, a set of stages and placements (with and without
+      activation checkpointing, gradient accumulation and bf16), a 3-step `strata train` run's
+      peak bytes per tier (metrics memory.*.allocated_bytes: what each tier's budget gave out,
+      the device's fetcher pools whole) are within 5 % of `strata estimate --json`'s bytes for
+      the same config (they are computed by the same plan code; today they agree exactly).
+  collectives_2, collectives_3 (label mpi)
+      W ranks under mpirun: the collective bytes each rank sends per step equal the estimate's
+      collective_bytes (the ZeRO paper's 2Ψ(W-1)/W, 3Ψ(W-1)/W at stage 3, Ψ padded) exactly: at
+      stages 1 and 2 from the second step on (the first step's updated parameters are gathered
+      in the next step's window), at stage 3 with nothing kept between uses
+      (stage3_param_persistence_threshold 0, stage3_max_reuse_distance 0) at every step.
+  cli
+      The table and --json's fields for every stage x placement; bad input (--world 0, a
+      sequence longer than the model's, an unknown stage or preset, --device cuda without a GPU
+      and without --device-memory, a profile that is not one) exits 1 naming the flag.
+"""
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "train"))
+from train_util import (GPL, SKIP, Failure, Run, check, ds_config, run_cases, tail)  # noqa: E402
+
+TOL = 0.05
+TIERS = ("device", "pinned", "nvme")
+
+
+def estimate(strata, args):
+    r = subprocess.run([strata, "estimate", "--json"] + args, capture_output=True, text=True, timeout=60)
+    check(r.returncode == 0, f"strata estimate {' '.join(args)} failed:\n{tail(r.stderr)}")
+    return [json.loads(line) for line in r.stdout.splitlines() if line.strip()]
+
+
+def row_of(rows, stage, param, opt):
+    for r in rows:
+        if (r["stage"], r["offload_param"], r["offload_optimizer"]) == (stage, param, opt):
+            return r
+    raise Failure(f"no estimate row for stage {stage}, params {param}, optimizer {opt}")
+
+
+# (name, model args, stage, opt, param, config keyword arguments, train flags)
+MEMORY_CELLS = [
+    ("gpt-s0", ["--preset", "tiny"], 0, "none", "none", {}, []),
+    ("gpt-s1-nvme", ["--preset", "tiny"], 1, "nvme", "none", {}, []),
+    ("gpt-s2-cpu-bf16", ["--preset", "tiny"], 2, "cpu", "none", {"bf16": True}, []),
+    ("gpt-s3-cpu-ckpt", ["--preset", "tiny"], 3, "cpu", "cpu", {}, ["--activation-checkpointing"]),
+    ("gpt-s3-nvme", ["--preset", "tiny"], 3, "nvme", "nvme", {"gas": 1, "micro_batch": 4}, []),
+    ("gpt-s3-small-device", ["--preset", "tiny"], 3, "cpu", "cpu", {"device_memory": "6MiB"}, []),
+    ("llama-s3-cpu-nvme", ["--preset", "llama-tiny"], 3, "nvme", "cpu", {"bf16": True}, []),
+    ("llama-s2-device", ["--preset", "llama-tiny"], 2, "none", "none", {}, ["--activation-checkpointing"]),
+]
+
+
+def case_memory(strata, root):
+    for name, model, stage, opt, param, kw, flags in MEMORY_CELLS:
+        run = Run(root, name)
+        os.makedirs(run.nvme, exist_ok=True)
+        config = ds_config(stage, opt, param, nvme=run.nvme, **kw)
+        config["strata"]["pinned_memory"] = "1GiB"
+        run.write_config(config)
+        args = model + ["--seq-len", "32", "--text", GPL, "--steps", "3"] + flags
+        run.start(strata, args)
+        run.expect_ok()
+        measured = run.metric_lines()[-1]["memory"]
+        est = row_of(estimate(strata, ["--config", run.config_path, "--seq-len", "32", "--stage", str(stage)] +
+                              model + flags), stage, param, opt)
+        check(est["fits"], f"{name}: the estimate says the run does not fit, yet it ran: {est.get('advice')}")
+        for tier in TIERS:
+            e, m = est["bytes"][tier], measured[tier]["allocated_bytes"]
+            if e == 0 and m == 0:
+                continue
+            ratio = m / e if e else float("inf")
+            print(f"  {name:22} {tier:7} estimate {e:>10}  measured {m:>10}  ratio {ratio:.4f}")
+            check(abs(ratio - 1) <= TOL, f"{name}: {tier} measured {m} bytes, estimated {e} "
+                                         f"(ratio {ratio:.4f}, beyond {TOL:.0%})")
+        check(est["bytes"]["device"] <= est["budget_bytes"]["device"],
+              f"{name}: the estimate {est['bytes']['device']} exceeds the device budget {est['budget_bytes']['device']}")
+        check(measured["device"]["allocated_bytes"] <= measured["device"]["budget_bytes"],
+              f"{name}: the run took more than its device budget")
+
+
+def mpi_usable(strata):
+    from cases_ranks import mpi_usable as usable  # noqa: E402 (tests/train)
+    return usable(strata)
+
+
+def case_collectives(world):
+    def case(strata, root):
+        why = mpi_usable(strata)
+        if why:
+            print(f"skipped: {why}")
+            sys.exit(SKIP)
+        cells = [(1, {}), (2, {}), (3, {"stage3_param_persistence_threshold": 0, "stage3_max_reuse_distance": 0})]
+        for stage, extra in cells:
+            run = Run(root, f"s{stage}")
+            run.write_config(ds_config(stage, gas=1, extra_zero=extra))
+            run.start(strata, ["--preset", "tiny", "--seq-len", "32", "--text", GPL, "--steps", "3"], np_ranks=world)
+            run.expect_ok()
+            est = row_of(estimate(strata, ["--config", run.config_path, "--world", str(world), "--seq-len", "32",
+                                           "--preset", "tiny", "--stage", str(stage)]), stage, "none", "none")
+            theory = est["collective_bytes"]
+            check(theory > 0, f"stage {stage}: the estimate has no collective bytes at {world} ranks")
+            for m in run.metric_lines():
+                got = m["bytes"]["collective"]
+                print(f"  stage {stage}, {world} ranks, step {m['step']}: {got} bytes, estimate {theory:.0f}, "
+                      f"metrics theory {m['collective_theory_bytes']:.0f}")
+                check(m["collective_theory_bytes"] == theory,
+                      f"stage {stage}: the run's theory {m['collective_theory_bytes']} != the estimate's {theory}")
+                if stage < 3 and m["step"] == 1:
+                    continue
+                check(got == theory, f"stage {stage}, {world} ranks, step {m['step']}: {got} collective bytes, "
+                                     f"the theory says {theory}")
+    return case
+
+
+def case_cli(strata, root):
+    rows = estimate(strata, ["--preset", "gpt2", "--batch", "2", "--seq-len", "128"])
+    check(len(rows) == 14, f"{len(rows)} rows, wanted 14 (stage 0; 1-2 x 3; stage 3 x 7)")
+    for r in rows:
+        for key in ("stage", "world", "offload_param", "offload_optimizer", "model_states_bytes", "bytes",
+                    "formula_bytes", "fits", "bytes_by_kind", "collective_bytes", "needed_bytes"):
+            check(key in r, f"row {r.get('stage')} lacks {key}: {r}")
+        check(set(r["bytes"]) == set(TIERS), f"bytes keys {sorted(r['bytes'])}")
+        check(r["offload_param"] in ("none", "cpu", "nvme") and r["offload_optimizer"] in ("none", "cpu", "nvme"),
+              f"offload words: {r}")
+        by_kind = r["bytes_by_kind"]
+        for tier in TIERS:
+            check(sum(by_kind[tier].values()) == r["bytes"][tier], f"{tier}: the kinds do not add up: {r}")
+        states = sum(by_kind[t][k] for t in TIERS for k in ("parameters", "gradients", "optimizer_states"))
+        check(states == r["model_states_bytes"], f"model states {r['model_states_bytes']} != {states}")
+        if not r["fits"]:
+            check("short by" in r.get("advice", ""), f"a row that does not fit says nothing: {r}")
+    text = subprocess.run([strata, "estimate", "--preset", "gpt2", "--device-memory", "80GB"],
+                          capture_output=True, text=True, timeout=60)
+    check(text.returncode == 0 and "ZeRO paper" in text.stdout and "stage 3, params nvme, optimizer nvme"
+          in text.stdout, f"the table:\n{text.stdout}\n{text.stderr}")
+    bad_profile = os.path.join(root, "profile.json")
+    with open(bad_profile, "w") as f:
+        f.write("{not json")
+    for args, word in [(["--preset", "gpt2", "--world", "0"], "--world"),
+                       (["--preset", "gpt2", "--seq-len", "5000"], "--seq-len"),
+                       (["--preset", "gpt2", "--stage", "5"], "--stage"),
+                       (["--preset", "nope"], "nope"),
+                       (["--preset", "gpt2", "--device", "cuda"], "--device"),
+                       (["--preset", "gpt2", "--profile", bad_profile], "profile.json")]:
+        r = subprocess.run([strata, "estimate"] + args, capture_output=True, text=True, timeout=60)
+        has_gpu = "cuda" in args and r.returncode == 0
+        if has_gpu:
+            continue  # a machine with a GPU estimates for it
+        check(r.returncode == 1 and word in r.stderr, f"estimate {' '.join(args)}: exit {r.returncode}, "
+                                                      f"wanted 1 naming {word}:\n{r.stderr}")
+
+
+CASES = {"memory": case_memory, "collectives_2": case_collectives(2), "collectives_3": case_collectives(3),
+         "cli": case_cli}
+
+if __name__ == "__main__":
+    sys.exit(run_cases(__doc__, CASES, "strata-estimate"))
