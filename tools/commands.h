@@ -13,5 +13,6 @@ void add_convert_command(CLI::App& app);  // strata convert: a checkpoint to HF 
 void add_infer_command(CLI::App& app);    // strata infer: generation, layers streamed through the device
 void add_chart_command(CLI::App& app);    // strata chart: a run's charts (SVG) from its metrics JSONL
 void add_estimate_command(CLI::App& app);  // strata estimate: memory per tier (and step time) of every stage, before a run
+void add_compare_command(CLI::App& app);   // strata compare: each stage x placement trained a few steps, beside the estimate
 
 }  // namespace strata::tools

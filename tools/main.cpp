@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   strata::tools::add_infer_command(app);
   strata::tools::add_chart_command(app);
   strata::tools::add_estimate_command(app);
+  strata::tools::add_compare_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

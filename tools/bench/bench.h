@@ -144,6 +144,7 @@ struct TrainChildOptions {
                                  // $TMPDIR, else /var/tmp (a disk, not tmpfs)
   bool json = false;             // one JSON object per cell on stdout, the tables on stderr
   bool verbose = false;          // the children's output on stderr
+  std::vector<std::string> launcher;  // run each child under this (e.g. mpirun -np 2); empty: directly
 };
 
 // `strata bench step`: the ZeRO training step for each placement of the model states (device,

@@ -51,7 +51,7 @@ struct ChildResult {
   std::string output;   // everything it wrote to stderr (and, with --verbose, to stdout)
 };
 
-// Runs `args` (args[0]: the executable) with stdin from /dev/null, stderr into a pipe that this
+// Runs `args` (args[0]: the executable, looked up on PATH when it has no '/') with stdin from /dev/null, stderr into a pipe that this
 // process reads (and copies to its own stderr when `verbose`), stdout to /dev/null (to our
 // stderr when `verbose`: our stdout carries --json).
 ChildResult run_child(const std::vector<std::string>& args, bool verbose) {
@@ -69,7 +69,7 @@ ChildResult run_child(const std::vector<std::string>& args, bool verbose) {
   for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   pid_t pid = -1;
-  if (rc == 0) rc = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+  if (rc == 0) rc = posix_spawnp(&pid, argv[0], &actions, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
   ::close(fds[1]);
   if (rc != 0) {
@@ -256,7 +256,8 @@ std::string self_executable() {
 ChildRun run_train_child(const std::string& self, const TrainChildOptions& o, const std::string& config_path,
                          const std::string& text, const std::string& metrics_path,
                          const std::vector<std::string>& extra_args, int first_timed, int last_timed) {
-  std::vector<std::string> args = {self, "train", "--config", config_path};
+  std::vector<std::string> args = o.launcher;
+  args.insert(args.end(), {self, "train", "--config", config_path});
   if (o.model.empty()) {
     args.insert(args.end(), {"--preset", o.preset});
   } else {

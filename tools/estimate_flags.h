@@ -1,0 +1,35 @@
+#pragma once
+// The flags `strata estimate` and `strata compare` share, and the EstimateInputs they make:
+// the model (--model / --preset), the config (--config, over DeepSpeed's defaults in bf16 when
+// none is given), --world, --batch, --seq-len, --dtype, --activation-checkpointing, the budgets
+// (--device / --device-memory, --pinned-memory, the NVMe folder's free space) and --profile.
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "models/model_spec.h"
+#include "tools/device_flags.h"
+#include "tools/estimate/estimate.h"
+
+namespace strata::tools {
+
+struct EstimateFlags {
+  std::string model_path, preset;
+  DeviceFlags device;
+  int world = 1;
+  int batch = 0;    // 0: the config's micro-batch, else 1
+  int seq_len = 0;  // 0: min(the model's longest, 1024)
+  std::string dtype;  // "": the config's (bf16 without --config)
+  bool activation_checkpointing = false;
+  std::string pinned_memory;
+  std::string nvme_path;
+  std::string profile_path;
+};
+
+void add_estimate_flags(CLI::App& command, EstimateFlags& flags);
+
+// Throws strata::Error naming the flag for bad values, a missing config or profile, and for
+// --device cuda on a machine without a GPU unless --device-memory says how large it is.
+EstimateInputs estimate_inputs(const EstimateFlags& flags, const models::ModelSpec& model);
+
+}  // namespace strata::tools
