@@ -23,6 +23,7 @@
 #include "tools/device_flags.h"
 #include "tools/estimate/estimate.h"
 #include "tools/estimate/estimate_report.h"
+#include "tools/estimate/recommend.h"
 #include "tools/estimate_flags.h"
 
 namespace strata::tools {
@@ -36,6 +37,7 @@ struct EstimateOptions {
   int stage = -1;  // -1: every stage
   std::string svg_dir;
   bool json = false;
+  bool recommend = false;
 };
 
 std::string cell_bytes(std::uint64_t b) { return b == 0 ? "-" : format_bytes(b); }
@@ -104,9 +106,51 @@ void print_table(const EstimateInputs& in, const Estimate& e) {
       static_cast<unsigned long long>(e.rows.empty() ? 0 : e.rows.front().psi_padded), in.world);
 }
 
+// The pick, what it changes in a config, and the runners-up.
+void print_recommendation(const EstimateInputs& in, const Recommendation& r, bool json) {
+  const nlohmann::json config = nlohmann::json::parse(runtime::config::config_to_json(r.config));
+  nlohmann::json keys = {{"train_micro_batch_size_per_gpu", config["train_micro_batch_size_per_gpu"]},
+                         {"gradient_accumulation_steps", config["gradient_accumulation_steps"]},
+                         {"zero_optimization",
+                          {{"stage", config["zero_optimization"]["stage"]},
+                           {"offload_param", config["zero_optimization"]["offload_param"]},
+                           {"offload_optimizer", config["zero_optimization"]["offload_optimizer"]}}}};
+  if (json) {
+    Estimate e;
+    e.batch = r.pick.micro_batch;
+    e.seq_len = in.seq_len > 0 ? in.seq_len : std::min(in.model->max_positions(), 1024);
+    e.gas = r.pick.gas;
+    nlohmann::json j = estimate_row_json(in, e, r.pick.row);
+    j["ratio"] = r.pick.ratio;
+    j["considered"] = r.considered;
+    j["fitting"] = r.fitting.size();
+    j["why"] = r.why;
+    j["config"] = keys;
+    std::printf("%s\n", nlohmann::json{{"recommended", j}}.dump().c_str());
+    return;
+  }
+  std::printf("\nrecommended: %s\n  %s\n  config keys: %s\n", r.pick.label().c_str(), r.why.c_str(),
+              keys.dump().c_str());
+  for (std::size_t i = 1; i < r.fitting.size() && i < 5; ++i) {
+    const Candidate& c = r.fitting[i];
+    std::printf("  then: %s%s\n", c.label().c_str(),
+                c.row.step ? fmt::format(" ({:.0f} tokens/s predicted)", c.score).c_str() : "");
+  }
+}
+
 void run_estimate(const EstimateOptions& o) {
   const models::ModelSpecPtr model = models::model_from_flags(o.estimate.model_path, o.estimate.preset);
   const EstimateInputs in = estimate_inputs(o.estimate, *model);
+  if (o.recommend) {
+    // NVMe only where the config or --nvme-path names a folder for it.
+    const runtime::config::ZeroConfig& z = in.config.zero_optimization;
+    const bool nvme = !o.estimate.nvme_path.empty() || !z.offload_param.nvme_path.empty() ||
+                      !z.offload_optimizer.nvme_path.empty();
+    const Recommendation r = recommend(in, nvme);
+    if (!o.json) print_table(in, make_estimate(in, all_placements()));
+    print_recommendation(in, r, o.json);
+    return;
+  }
   std::vector<Placement> placements;
   for (const Placement& p : all_placements()) {
     if (o.stage < 0 || p.stage == o.stage) placements.push_back(p);
@@ -130,7 +174,9 @@ void add_estimate_command(CLI::App& app) {
   add_estimate_flags(*cmd, o->estimate);
   cmd->add_option("--stage", o->stage, "only this ZeRO stage's rows");
   cmd->add_option("--svg", o->svg_dir, "write the charts here (memory per tier by kind; predicted step per resource)");
-  cmd->add_flag("--json", o->json, "one JSON object per stage x placement");
+  cmd->add_flag("--json", o->json, "one JSON object per stage x placement (with --recommend: the pick)");
+  cmd->add_flag("--recommend", o->recommend,
+                "pick the stage, placements, offload ratio and micro-batch that fit and (with --profile) run fastest");
   cmd->callback([o] { run_estimate(*o); });
 }
 

@@ -12,6 +12,8 @@
 #include "models/registry.h"
 #include "runtime/launch/launch.h"
 #include "tools/charts/metrics_charts.h"
+#include "core/error.h"
+#include "tools/auto_config.h"
 #include "tools/commands.h"
 #include "tools/device_flags.h"
 #include "train/trainer.h"
@@ -84,10 +86,19 @@ void add_train_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--resume", o->resume_path,
                   "continue from a checkpoint: its folder, or the --checkpoint-dir holding `latest`");
-  cmd->callback([o, device, svg_dir] {
+  auto profile_path = std::make_shared<std::string>();
+  cmd->add_option("--profile", *profile_path,
+                  "with --config auto: a machine profile (strata bench machine) to pick the fastest plan by");
+  cmd->callback([o, device, svg_dir, profile_path] {
     o->config_path = device->config_path;
     o->device_kind = device->device;
     o->device_memory_bytes = device_memory_bytes(*device);
+    if (wants_auto_placement(o->config_path)) {
+      o->config_json = auto_config(*o, *device, *profile_path);
+    } else if (!profile_path->empty()) {
+      throw Error("--profile is for --config auto", "--profile",
+                  "drop it, or give --config auto (or a config whose zero_optimization is \"auto\")");
+    }
     if (!svg_dir->empty()) prepare_svg_dir(*svg_dir, *o);
     const int sig = train::run_training(*o);
     // Rank 0 wrote the metrics (and draws them; a run stopped by a signal has its steps so far).

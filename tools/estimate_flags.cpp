@@ -79,8 +79,9 @@ void add_estimate_flags(CLI::App& cmd, EstimateFlags& o) {
 EstimateInputs estimate_inputs(const EstimateFlags& o, const models::ModelSpec& model) {
   // Without --config: DeepSpeed's defaults, in bf16 (what a model of this size trains in).
   const runtime::config::ParsedConfig parsed =
-      o.device.config_path.empty() ? runtime::config::parse_config(R"({"bf16": {"enabled": true}})", "(defaults)")
-                                   : runtime::config::load_config_file(o.device.config_path);
+      !o.config_json.empty()       ? runtime::config::parse_config(o.config_json, "the config")
+      : o.device.config_path.empty() ? runtime::config::parse_config(R"({"bf16": {"enabled": true}})", "(defaults)")
+                                     : runtime::config::load_config_file(o.device.config_path);
   EstimateInputs in;
   in.model = &model;
   in.config = parsed.config;

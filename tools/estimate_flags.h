@@ -24,6 +24,8 @@ struct EstimateFlags {
   std::string pinned_memory;
   std::string nvme_path;
   std::string profile_path;
+  // The config's text, when it does not come from --config (strata train --config auto).
+  std::string config_json;
 };
 
 void add_estimate_flags(CLI::App& command, EstimateFlags& flags);

@@ -54,7 +54,9 @@ std::unique_ptr<Session> make_session(const TrainOptions& o) {
   Session& s = *session;
   s.launch = runtime::launch::detect_launch();
   s.spec = models::model_from_flags(o.model_path, o.preset);
-  const runtime::config::ParsedConfig parsed = runtime::config::load_config_file(o.config_path);
+  const runtime::config::ParsedConfig parsed =
+      o.config_json.empty() ? runtime::config::load_config_file(o.config_path)
+                            : runtime::config::parse_config(o.config_json, o.config_path);
   runtime::config::ResolveInputs resolve_inputs;
   resolve_inputs.world_size = static_cast<std::uint32_t>(s.launch.world);
   resolve_inputs.hidden_size = static_cast<std::uint64_t>(s.spec->hidden_size());

@@ -11,6 +11,7 @@ namespace strata::train {
 
 struct TrainOptions {
   std::string config_path;        // --config ds.json (required)
+  std::string config_json;        // the config's text instead of config_path's (--config auto's pick)
   std::string device_kind;        // --device auto|host|cuda; "" = strata.device
   std::optional<std::uint64_t> device_memory_bytes;  // --device-memory; nullopt = strata.device_memory
   std::string model_path;         // --model DIR (HF model folder: config.json, weights if any) or config.json

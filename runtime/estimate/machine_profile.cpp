@@ -120,6 +120,33 @@ MachineProfile read_machine_profile(const std::string& path) {
   p.disk_block_bytes = r.count("disk_block_bytes");
   p.disk_queue_depth = static_cast<int>(r.count("disk_queue_depth"));
   p.disk_dir = r.text(root, "disk_dir", "disk_dir");
+  const Json& points = r.at(root, "step_points", "step_points");
+  if (!points.is_array() || points.empty()) r.fail("step_points", "is not a list of measured steps");
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    const std::string at = fmt::format("step_points[{}]", i);
+    const Json& point = points[i];
+    if (!point.is_object()) r.fail(at, fmt::format("is {}, not an object", point.dump()));
+    const Reader pr(point, path);
+    auto positive_int = [&](const char* key) {
+      const Json& v = pr.at(point, key, at + "." + key);
+      if (!v.is_number_integer() || v.get<std::int64_t>() <= 0) r.fail(at + "." + key, "is not a positive integer");
+      return v.get<int>();
+    };
+    StepPoint s;
+    s.hidden = positive_int("hidden");
+    s.layers = positive_int("layers");
+    s.batch = positive_int("batch");
+    s.seq_len = positive_int("seq_len");
+    const Json& rate = pr.at(point, "flops_per_s", at + ".flops_per_s");
+    if (!rate.is_number() || !std::isfinite(rate.get<double>()) || rate.get<double>() <= 0) {
+      r.fail(at + ".flops_per_s", "is not a positive rate");
+    }
+    s.flops_per_s = rate.get<double>();
+    if (!p.step_points.empty() && s.hidden <= p.step_points.back().hidden) {
+      r.fail(at + ".hidden", "is not larger than the previous point's: list the points by increasing width");
+    }
+    p.step_points.push_back(s);
+  }
   return p;
 }
 
@@ -133,7 +160,18 @@ std::string machine_profile_json(const MachineProfile& profile) {
   j["disk_block_bytes"] = profile.disk_block_bytes;
   j["disk_queue_depth"] = profile.disk_queue_depth;
   j["disk_dir"] = profile.disk_dir;
+  Json points = Json::array();
+  for (const StepPoint& s : profile.step_points) {
+    points.push_back({{"hidden", s.hidden}, {"layers", s.layers}, {"batch", s.batch}, {"seq_len", s.seq_len},
+                      {"flops_per_s", s.flops_per_s}});
+  }
+  j["step_points"] = points;
   return j.dump(2) + "\n";
+}
+
+double model_step_flops(double params, int layers, int hidden, int seq_len, double tokens, bool checkpointing) {
+  const double per_token = 6.0 * params + 12.0 * layers * static_cast<double>(hidden) * seq_len;
+  return per_token * tokens * (checkpointing ? 8.0 / 6.0 : 1.0);
 }
 
 void write_machine_profile(const MachineProfile& profile, const std::string& path) {

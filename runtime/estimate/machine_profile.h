@@ -11,13 +11,28 @@
 //    "cpu_adam_elements_per_s": ..., "memory_bytes_per_s": ..., "h2d_bytes_per_s": ...,
 //    "d2h_bytes_per_s": ..., "disk_read_bytes_per_s": ..., "disk_write_bytes_per_s": ...,
 //    "disk_block_bytes": ..., "disk_queue_depth": ..., "disk_dir": "...",
-//    "gemm_flops_per_s": ..., "step_flops_per_s": ...}
+//    "gemm_flops_per_s": ..., "step_flops_per_s": ...,
+//    "step_points": [{"hidden": 128, "layers": 2, "batch": 4, "seq_len": 128,
+//                     "flops_per_s": ...}, ...]}
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace strata::runtime::estimate {
 
 inline constexpr int kMachineProfileVersion = 1;
+
+// The resident training step of a GPT-2 of `layers` blocks of width `hidden` (vocabulary 256) at
+// batch x seq_len, as model flops per second: a transformer's speed on a device depends on its
+// width far more than on its depth, so the step model interpolates a model's rate between
+// these points by width.
+struct StepPoint {
+  int hidden = 0;
+  int layers = 0;
+  int batch = 0;
+  int seq_len = 0;
+  double flops_per_s = 0;
+};
 
 struct MachineProfile {
   std::string backend;   // "host" | "cuda"
@@ -38,7 +53,14 @@ struct MachineProfile {
   // the optimizer, in dtype), as model flops (6 x parameters x tokens + attention) per second:
   // what the step model divides a model's flops by.
   double step_flops_per_s = 0;
+  std::vector<StepPoint> step_points;  // by increasing width; at least one
 };
+
+// Model flops of one training step of a transformer with `params` parameters, `layers` blocks of
+// width `hidden`, over `tokens` tokens of sequences of `seq_len`: 6 x params x tokens for the
+// matmuls, plus 12 x layers x hidden x seq_len x tokens for attention (PaLM's count, the one
+// `strata bench gpt` reports); with activation checkpointing the forward runs twice, so 8 and 16.
+double model_step_flops(double params, int layers, int hidden, int seq_len, double tokens, bool checkpointing);
 
 // Throws strata::Error naming the file (and the key) when it is missing, not JSON, of another
 // version, or lacks a rate.

@@ -1,13 +1,16 @@
 #include "runtime/estimate/step_model.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace strata::runtime::estimate {
 
-StepWork step_work(const tiers::ZeroPlan& plan, const tiers::PlanInputs& in, int micro_batches, double num_params,
+StepWork step_work(const tiers::ZeroPlan& plan, const tiers::PlanInputs& in, int micro_batches, const ModelShape& model,
                    double tokens, bool activation_checkpointing) {
   StepWork w;
-  w.model_flops = (activation_checkpointing ? 8.0 : 6.0) * num_params * tokens;
+  w.hidden = model.hidden;
+  w.model_flops =
+      model_step_flops(model.params, model.layers, model.hidden, model.seq_len, tokens, activation_checkpointing);
   const double ds = static_cast<double>(dtype_size(in.dtype));
   const double gas = micro_batches;
   for (const tiers::ModulePlan& mp : plan.modules) {
@@ -34,10 +37,22 @@ StepWork step_work(const tiers::ZeroPlan& plan, const tiers::PlanInputs& in, int
   return w;
 }
 
+double compute_rate(const MachineProfile& p, int hidden) {
+  const std::vector<StepPoint>& s = p.step_points;
+  if (s.empty()) return p.step_flops_per_s;
+  if (hidden <= s.front().hidden) return s.front().flops_per_s;
+  if (hidden >= s.back().hidden) return s.back().flops_per_s;
+  std::size_t i = 1;
+  while (s[i].hidden < hidden) ++i;
+  const double t = std::log(static_cast<double>(hidden) / s[i - 1].hidden) /
+                   std::log(static_cast<double>(s[i].hidden) / s[i - 1].hidden);
+  return s[i - 1].flops_per_s + t * (s[i].flops_per_s - s[i - 1].flops_per_s);
+}
+
 StepPrediction predict_step(const StepWork& w, const MachineProfile& p, bool host_backend) {
   StepPrediction out;
   auto ms = [](double amount, double rate) { return rate > 0 ? amount / rate * 1e3 : 0.0; };
-  const double compute = ms(w.model_flops, p.step_flops_per_s);
+  const double compute = ms(w.model_flops, compute_rate(p, w.hidden));
   const double h2d = ms(w.h2d_bytes, p.h2d_bytes_per_s);
   const double d2h = ms(w.d2h_bytes, p.d2h_bytes_per_s);
   const double adam = ms(w.cpu_adam_elements, p.cpu_adam_elements_per_s);

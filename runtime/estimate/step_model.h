@@ -4,8 +4,9 @@
 // engine overlaps it (predict_step).
 //
 // Work per rank and step, from the plan (gas micro-batches):
-//   compute     model flops = (6, or 8 with activation checkpointing) x parameters x tokens
-//               (the flops strata train reports), at the profile's step_flops_per_s;
+//   compute     model flops (machine_profile.h: model_step_flops) at the rate the profile's
+//               step points give for the model's width (interpolated in log width between the
+//               two nearest points, the end point's rate outside them);
 //   h2d         every streamed module's shard, gathered in forward and again in backward, per
 //               micro-batch; plus, for modules whose parameters stay on the device but whose
 //               optimizer is offloaded, the updated shard once per step;
@@ -27,6 +28,7 @@
 namespace strata::runtime::estimate {
 
 struct StepWork {
+  int hidden = 0;  // the model's width, which sets its compute rate
   double model_flops = 0;
   double h2d_bytes = 0;
   double d2h_bytes = 0;
@@ -35,9 +37,20 @@ struct StepWork {
   double disk_write_bytes = 0;
 };
 
-// `num_params`: the model's parameters (a tied head once); `tokens`: B x T x gas on this rank.
+// The model's shape as the flops count needs it.
+struct ModelShape {
+  double params = 0;  // a tied head once
+  int layers = 0;
+  int hidden = 0;
+  int seq_len = 0;
+};
+
+// `tokens`: B x T x micro_batches on this rank.
 StepWork step_work(const tiers::ZeroPlan& plan, const tiers::PlanInputs& inputs, int micro_batches,
-                   double num_params, double tokens, bool activation_checkpointing);
+                   const ModelShape& model, double tokens, bool activation_checkpointing);
+
+// The profile's compute rate (model flops per second) at width `hidden`.
+double compute_rate(const MachineProfile& profile, int hidden);
 
 struct StepPrediction {
   double step_ms = 0;

@@ -278,10 +278,10 @@ double measure_step(double seconds, Device& device, Stream& stream, const models
   cpu_adam::AdamHyper hyper;
   hyper.weight_decay = 0.01f;
   std::int64_t step = 0;
-  const double layers = static_cast<double>(layout.modules.size() - 2);  // embedding, blocks, head
-  const double flops_per_token = 6.0 * static_cast<double>(spec.num_params()) +
-                                 12.0 * layers * static_cast<double>(spec.hidden_size()) * T;
-  return median_rate(seconds, flops_per_token * static_cast<double>(BT), [&] {
+  const int layers = static_cast<int>(layout.modules.size()) - 2;  // embedding, blocks, head
+  const double flops = runtime::estimate::model_step_flops(static_cast<double>(spec.num_params()), layers,
+                                                           spec.hidden_size(), T, static_cast<double>(BT), false);
+  return median_rate(seconds, flops, [&] {
     params.zero_grads(stream);
     model->forward(inputs.data(), targets.data(), B, T, true);
     model->backward();
@@ -289,6 +289,19 @@ double measure_step(double seconds, Device& device, Stream& stream, const models
     for (const cpu_adam::AdamShard& s : shards) runtime::ops::adam_step(stream, hyper, step, s, 1.0f, threads);
     stream.synchronize();
   });
+}
+
+// The widths of the step points, their shape, and the model of one (2 GPT-2 blocks).
+std::vector<int> step_point_widths(bool cuda) {
+  return cuda ? std::vector<int>{768, 1024, 1536, 2048} : std::vector<int>{128, 256, 512, 1024};
+}
+StepShape step_point_shape(bool cuda) { return {"", cuda ? 8 : 4, cuda ? 1024 : 128}; }
+models::ModelSpecPtr step_point_model(int hidden, const StepShape& shape) {
+  return models::model_from_json(
+      fmt::format(R"({{"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": 256,
+                      "n_positions": {}, "n_embd": {}, "n_layer": 2, "n_head": {}, "layer_norm_epsilon": 1e-5}})",
+                  shape.seq_len, hidden, hidden / 64),
+      "a step point's config");
 }
 
 }  // namespace
@@ -324,8 +337,14 @@ void bench_machine(const MachineBenchOptions& o) {
   plan_step(want_cuda);
   auto arena_bytes = [&](bool cuda) {
     const std::uint64_t gemm = 3ull * (cuda ? 4096 : 2048) * (cuda ? 4096 : 2048) * 4;
-    const std::uint64_t step = spec->layout().total_numel() * 20 +  // p g m v + master
-                               spec->activation_bytes({.dtype = DType::f32}, shape.batch, shape.seq_len);
+    auto step_bytes = [](const models::ModelSpec& s, int B, int T) {
+      return s.layout().total_numel() * 20 +  // p g m v + master
+             s.activation_bytes({.dtype = DType::f32}, B, T);
+    };
+    const StepShape widest = step_point_shape(cuda);
+    const std::uint64_t step =
+        std::max(step_bytes(*spec, shape.batch, shape.seq_len),
+                 step_bytes(*step_point_model(step_point_widths(cuda).back(), widest), widest.batch, widest.seq_len));
     return std::max<std::uint64_t>({gemm, step, kCopyBytes}) + 256 * kMiB;
   };
   if (o.device.device_memory.empty()) device_options.memory_bytes = arena_bytes(want_cuda);
@@ -393,6 +412,16 @@ void bench_machine(const MachineBenchOptions& o) {
   table.row("step", tflops(p.step_flops_per_s),
             fmt::format("{} B {} T {}: fwd + bwd + AdamW, model flops; {:.2f} x the gemm", shape.preset,
                         shape.batch, shape.seq_len, p.step_flops_per_s / p.gemm_flops_per_s));
+
+  // The step at several widths (2 blocks, vocabulary 256): what the step model interpolates.
+  for (const int hidden : step_point_widths(cuda)) {
+    const StepShape point_shape = step_point_shape(cuda);
+    const models::ModelSpecPtr width = step_point_model(hidden, point_shape);
+    const double rate = measure_step(o.seconds / 4, *device, *compute, *width, point_shape, dtype, threads);
+    p.step_points.push_back({hidden, 2, point_shape.batch, point_shape.seq_len, rate});
+    table.row(fmt::format("step C={}", hidden).c_str(), tflops(rate),
+              fmt::format("GPT-2, 2 blocks of width {}, B {} T {}", hidden, point_shape.batch, point_shape.seq_len));
+  }
 
   runtime::estimate::write_machine_profile(p, o.out);
   std::fprintf(text, "wrote %s\n", o.out.c_str());

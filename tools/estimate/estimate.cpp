@@ -138,8 +138,11 @@ EstimateRow estimate_row(const EstimateInputs& in, const Placement& p, const run
   if (!row.fits) row.advice = advice_for(row, in.budgets);
   if (in.profile) {
     const double tokens = static_cast<double>(B) * T * gas;
-    const runtime::estimate::StepWork work = runtime::estimate::step_work(
-        plan, pin, gas, static_cast<double>(in.model->num_params()), tokens, in.activation_checkpointing);
+    const runtime::estimate::ModelShape shape{static_cast<double>(in.model->num_params()),
+                                              static_cast<int>(setup.module_numels.size()) - 2,
+                                              in.model->hidden_size(), T};
+    const runtime::estimate::StepWork work =
+        runtime::estimate::step_work(plan, pin, gas, shape, tokens, in.activation_checkpointing);
     row.step = runtime::estimate::predict_step(work, *in.profile, in.backend == runtime::device::Backend::host);
   }
   return row;

@@ -37,6 +37,7 @@ MachineProfile sample() {
   p.disk_dir = "/var/tmp";
   p.gemm_flops_per_s = 0.1234567891e12;
   p.step_flops_per_s = 0.0456789e12;
+  p.step_points = {{128, 2, 4, 128, 0.031e12}, {512, 2, 4, 128, 0.0789e12}};
   return p;
 }
 
@@ -94,6 +95,14 @@ TEST_F(MachineProfileTest, RoundTripsEveryField) {
   EXPECT_EQ(q.disk_dir, p.disk_dir);
   EXPECT_EQ(q.gemm_flops_per_s, p.gemm_flops_per_s);
   EXPECT_EQ(q.step_flops_per_s, p.step_flops_per_s);
+  ASSERT_EQ(q.step_points.size(), 2u);
+  for (std::size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(q.step_points[i].hidden, p.step_points[i].hidden);
+    EXPECT_EQ(q.step_points[i].layers, p.step_points[i].layers);
+    EXPECT_EQ(q.step_points[i].batch, p.step_points[i].batch);
+    EXPECT_EQ(q.step_points[i].seq_len, p.step_points[i].seq_len);
+    EXPECT_EQ(q.step_points[i].flops_per_s, p.step_points[i].flops_per_s);
+  }
   // The documented form: the version key, the device object; no temporary file left behind.
   const nlohmann::json j = nlohmann::json::parse(machine_profile_json(p));
   EXPECT_EQ(j.at("strata_machine_profile"), kMachineProfileVersion);
@@ -167,6 +176,19 @@ TEST_F(MachineProfileTest, BadDeviceDtypeAndCountsNameTheKey) {
   EXPECT_NE(read_error().find("threads is 0"), std::string::npos);
   write_edited([](nlohmann::json& j) { j["disk_queue_depth"] = 2.5; });
   EXPECT_NE(read_error().find("disk_queue_depth is 2.5"), std::string::npos);
+}
+
+TEST_F(MachineProfileTest, BadStepPointsNameTheKey) {
+  write_edited([](nlohmann::json& j) { j.erase("step_points"); });
+  EXPECT_NE(read_error().find("step_points is missing"), std::string::npos);
+  write_edited([](nlohmann::json& j) { j["step_points"] = nlohmann::json::array(); });
+  EXPECT_NE(read_error().find("step_points is not a list"), std::string::npos);
+  write_edited([](nlohmann::json& j) { j["step_points"][1]["flops_per_s"] = -1; });
+  EXPECT_NE(read_error().find("step_points[1].flops_per_s is not a positive rate"), std::string::npos);
+  write_edited([](nlohmann::json& j) { j["step_points"][0].erase("hidden"); });
+  EXPECT_NE(read_error().find("step_points[0].hidden is missing"), std::string::npos);
+  write_edited([](nlohmann::json& j) { j["step_points"][1]["hidden"] = 64; });
+  EXPECT_NE(read_error().find("step_points[1].hidden is not larger"), std::string::npos);
 }
 
 TEST_F(MachineProfileTest, UnwritableFolderNamesThePath) {

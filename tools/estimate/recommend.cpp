@@ -1,0 +1,157 @@
+#include "tools/estimate/recommend.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "core/units.h"
+
+namespace strata::tools {
+namespace {
+
+using runtime::config::OffloadDevice;
+using runtime::tiers::Tier;
+
+int tier_cost(OffloadDevice d) { return d == OffloadDevice::kNone ? 0 : d == OffloadDevice::kCpu ? 1 : 2; }
+
+// The micro-batches (with their accumulation steps) the config leaves open.
+std::vector<std::pair<int, int>> micro_batches(const EstimateInputs& in) {
+  const runtime::config::Config& c = in.config;
+  const int gas = c.gradient_accumulation_steps && !c.gradient_accumulation_steps->is_auto()
+                      ? static_cast<int>(c.gradient_accumulation_steps->value())
+                      : 1;
+  if (c.train_micro_batch_size_per_gpu && !c.train_micro_batch_size_per_gpu->is_auto()) {
+    return {{static_cast<int>(c.train_micro_batch_size_per_gpu->value()), gas}};
+  }
+  std::vector<std::pair<int, int>> out;
+  if (c.train_batch_size && !c.train_batch_size->is_auto()) {
+    const std::uint64_t global = c.train_batch_size->value();
+    if (global % static_cast<std::uint64_t>(in.world) != 0) {
+      throw Error("train_batch_size " + std::to_string(global) + " does not divide over " + std::to_string(in.world) +
+                      " ranks",
+                  "train_batch_size", "give a multiple of the number of ranks");
+    }
+    const std::uint64_t per_rank = global / static_cast<std::uint64_t>(in.world);
+    for (std::uint64_t m = 1; m <= per_rank; m *= 2) {
+      if (per_rank % m == 0) out.push_back({static_cast<int>(m), static_cast<int>(per_rank / m)});
+    }
+    return out;
+  }
+  for (int m = 1; m <= 64; m *= 2) out.push_back({m, 1});
+  return out;
+}
+
+// Best first.
+bool better(const Candidate& a, const Candidate& b, bool profiled) {
+  if (profiled && a.score != b.score) return a.score > b.score;
+  const int ca = tier_cost(a.placement.param) * 3 + tier_cost(a.placement.optimizer);
+  const int cb = tier_cost(b.placement.param) * 3 + tier_cost(b.placement.optimizer);
+  if (ca != cb) return ca < cb;
+  if (a.ratio != b.ratio) return a.ratio < b.ratio;  // more of the optimizer on the device
+  if (a.micro_batch != b.micro_batch) return a.micro_batch > b.micro_batch;
+  return a.placement.stage < b.placement.stage;
+}
+
+std::string tokens_text(double t) { return t >= 1e4 ? fmt::format("{:.1f}k", t / 1e3) : fmt::format("{:.0f}", t); }
+
+}  // namespace
+
+std::string Candidate::label() const {
+  std::string s = placement.label();
+  if (ratio < 1.0) s += fmt::format(" (ratio {:.2f})", ratio);
+  s += fmt::format(", micro-batch {}", micro_batch);
+  if (gas > 1) s += fmt::format(" x {} accumulation", gas);
+  return s;
+}
+
+Recommendation recommend(const EstimateInputs& in, bool nvme_allowed) {
+  const bool profiled = in.profile.has_value();
+  Recommendation out;
+  Candidate closest;
+  double closest_short = -1;
+  for (const Placement& p : all_placements()) {
+    if (!nvme_allowed && (p.param == OffloadDevice::kNvme || p.optimizer == OffloadDevice::kNvme)) continue;
+    std::vector<double> ratios = {1.0};
+    if (p.stage == 3 && p.param == OffloadDevice::kNone && p.optimizer != OffloadDevice::kNone) {
+      ratios = {1.0, 0.75, 0.5, 0.25};
+    }
+    for (double ratio : ratios) {
+      for (const auto& [micro, gas] : micro_batches(in)) {
+        EstimateInputs cell = in;
+        cell.config.train_micro_batch_size_per_gpu = static_cast<std::uint64_t>(micro);
+        cell.config.gradient_accumulation_steps = static_cast<std::uint64_t>(gas);
+        cell.config.train_batch_size.reset();
+        cell.config.zero_optimization.offload_optimizer.ratio = ratio;
+        cell.batch = micro;
+        Candidate c;
+        c.placement = p;
+        c.ratio = ratio;
+        c.micro_batch = micro;
+        c.gas = gas;
+        try {
+          c.row = estimate_row(cell, p, cell_config(cell, p));
+        } catch (const Error&) {
+          continue;  // a config this cell cannot have (e.g. a staging buffer too small)
+        }
+        ++out.considered;
+        if (!c.row.fits) {
+          // The closest miss: the least short on its shortest tier, relative to the budget.
+          const std::uint64_t budget[] = {in.budgets.device, in.budgets.pinned, in.budgets.nvme};
+          double worst = 0;
+          for (int t = 0; t < 3; ++t) {
+            if (c.row.need[t] > budget[t] && budget[t] > 0) {
+              worst = std::max(worst, static_cast<double>(c.row.need[t]) / static_cast<double>(budget[t]));
+            }
+          }
+          if (closest_short < 0 || worst < closest_short) {
+            closest_short = worst;
+            closest = c;
+          }
+          continue;
+        }
+        if (c.row.step) {
+          const int T = in.seq_len > 0 ? in.seq_len : std::min(in.model->max_positions(), 1024);
+          c.score = static_cast<double>(micro) * T * gas * in.world / (c.row.step->step_ms / 1e3);
+        }
+        out.fitting.push_back(std::move(c));
+      }
+    }
+  }
+  if (out.fitting.empty()) {
+    throw Error("no stage, placement or micro-batch fits this machine's budgets (" + std::to_string(out.considered) +
+                    " planned); the closest, " + closest.label() + ": " + closest.row.advice,
+                "--config auto", "give a larger device or pinned budget, more ranks, a shorter --seq-len, "
+                                 "--activation-checkpointing, or an nvme_path to offload to NVMe");
+  }
+  std::stable_sort(out.fitting.begin(), out.fitting.end(),
+                   [&](const Candidate& a, const Candidate& b) { return better(a, b, profiled); });
+  out.pick = out.fitting.front();
+  EstimateInputs cell = in;
+  cell.config.train_micro_batch_size_per_gpu = static_cast<std::uint64_t>(out.pick.micro_batch);
+  cell.config.gradient_accumulation_steps = static_cast<std::uint64_t>(out.pick.gas);
+  cell.config.train_batch_size.reset();
+  cell.config.zero_optimization.offload_optimizer.ratio = out.pick.ratio;
+  out.config = cell_config(cell, out.pick.placement);
+  const EstimateRow& r = out.pick.row;
+  out.why = fmt::format("{} of {} candidates fit (device {}, pinned {}, nvme {} free). Picked {}: ", out.fitting.size(),
+                        out.considered, format_bytes(in.budgets.device), format_bytes(in.budgets.pinned),
+                        format_bytes(in.budgets.nvme), out.pick.label());
+  out.why += fmt::format("device {}, pinned {}, nvme {}", format_bytes(r.bytes.tier_bytes(Tier::device)),
+                         format_bytes(r.bytes.tier_bytes(Tier::pinned)), format_bytes(r.bytes.tier_bytes(Tier::nvme)));
+  if (profiled && r.step) {
+    out.why += fmt::format("; predicted {} ms a step, {} tokens/s, bound by {}", static_cast<int>(r.step->step_ms + 0.5),
+                           tokens_text(out.pick.score), r.step->bottleneck);
+    if (out.fitting.size() > 1) {
+      const Candidate& next = out.fitting[1];
+      out.why += fmt::format(" (the next best, {}: {} tokens/s)", next.label(), tokens_text(next.score));
+    }
+  } else {
+    out.why += "; without a machine profile (--profile, from strata bench machine) the least offloaded plan that "
+               "fits, with the largest micro-batch";
+  }
+  out.why += ".";
+  return out;
+}
+
+}  // namespace strata::tools

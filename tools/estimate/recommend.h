@@ -1,0 +1,45 @@
+#pragma once
+// The automatic placement of `strata estimate --recommend` and `strata train --config auto`:
+// over the stages, placements, offload ratios and micro-batches a config leaves open, the
+// candidate that fits the budgets (tools/estimate/estimate.h, the plan code the engine runs)
+// and, with a machine profile, has the highest predicted tokens/s. Without a profile the
+// candidates are ranked by where their states live, fastest tier first (the order an engineer
+// tries by hand: nothing offloaded; the optimizer on the CPU; the parameters too; NVMe last),
+// then by the larger micro-batch, then by the lower stage.
+//
+// What is open: the stage and both offload devices always (NVMe only when the config names an
+// nvme_path, or `nvme_path` of the inputs is set); offload_optimizer.ratio at stage 3 with the
+// parameters on the device (1, 0.75, 0.5, 0.25); the micro-batch when the config gives no
+// train_micro_batch_size_per_gpu: with train_batch_size, the powers of two that divide it per
+// rank (gradient accumulation makes up the rest); with neither, 1 to 64 (accumulation 1).
+#include <string>
+#include <vector>
+
+#include "runtime/config/config.h"
+#include "tools/estimate/estimate.h"
+
+namespace strata::tools {
+
+struct Candidate {
+  Placement placement;
+  double ratio = 1.0;  // offload_optimizer.ratio
+  int micro_batch = 1;
+  int gas = 1;
+  EstimateRow row;
+  double score = 0;    // predicted tokens/s with a profile; else 0
+  std::string label() const;  // "stage 3, params cpu, optimizer cpu, micro-batch 8"
+};
+
+struct Recommendation {
+  Candidate pick;
+  runtime::config::Config config;       // the pick's config, resolved for the run
+  std::vector<Candidate> fitting;       // every candidate that fits, best first (the pick first)
+  int considered = 0;                   // candidates planned
+  std::string why;                      // a paragraph for the log
+};
+
+// `in.config` is the base (the open keys are ignored); `nvme_allowed` adds the NVMe placements.
+// Throws strata::Error naming the shortest tier of the closest candidate when nothing fits.
+Recommendation recommend(const EstimateInputs& in, bool nvme_allowed);
+
+}  // namespace strata::tools
