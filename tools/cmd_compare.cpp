@@ -46,7 +46,7 @@ struct CompareOptions {
   EstimateFlags estimate;
   int steps = 4;
   std::string stages = "0,1,2,3";
-  std::string placements = "all";  // or a list of "device", "cpu", "nvme" (the optimizer's tier)
+  std::string placements = "all";  // or a list of "device", "cpu", "nvme": the tiers the states may use
   std::string dir;
   std::string svg_dir;
   bool json = false;
@@ -86,9 +86,11 @@ std::vector<Placement> chosen_placements(const CompareOptions& o) {
   std::vector<Placement> out;
   for (const Placement& p : all_placements()) {
     if (std::find(stages.begin(), stages.end(), p.stage) == stages.end()) continue;
-    const bool wanted = std::any_of(optimizers.begin(), optimizers.end(), [&](const std::string& w) {
-      return w == "all" || w == word(p.optimizer);
-    });
+    auto listed = [&](runtime::config::OffloadDevice d) {
+      return std::any_of(optimizers.begin(), optimizers.end(),
+                         [&](const std::string& w) { return w == "all" || w == word(d); });
+    };
+    const bool wanted = listed(p.param) && listed(p.optimizer);
     if (wanted) out.push_back(p);
   }
   if (out.empty()) throw Error("no stage x placement is left to compare", "--stages", "widen --stages or --placements");
@@ -276,7 +278,8 @@ void add_compare_command(CLI::App& app) {
   add_estimate_flags(*cmd, o->estimate);
   cmd->add_option("--steps", o->steps, "steps per run (the first 2 are warm-up)")->capture_default_str();
   cmd->add_option("--stages", o->stages, "the ZeRO stages to run")->capture_default_str();
-  cmd->add_option("--placements", o->placements, "the optimizer tiers to run: all, or device, cpu, nvme")
+  cmd->add_option("--placements", o->placements,
+                  "the tiers the cells' states may use: all, or a list of device, cpu, nvme")
       ->capture_default_str();
   cmd->add_option("--dir", o->dir, "parent of the scratch folder (swap files, configs, metrics; removed afterwards)");
   cmd->add_option("--svg", o->svg_dir, "write the charts here (memory per tier, step time per resource)");

@@ -16,6 +16,16 @@ Cases:
       stages 1 and 2 from the second step on (the first step's updated parameters are gathered
       in the next step's window), at stage 3 with nothing kept between uses
       (stage3_param_persistence_threshold 0, stage3_max_reuse_distance 0) at every step.
+  recommend
+      `strata estimate --recommend --json`: a pick that fits, its config keys and why;
+      `strata train --config auto` and a config whose zero_optimization.stage is "auto" train
+      with the pick and say why; a budget nothing fits is refused naming what is short.
+  compare
+      `strata compare` on tiny (stages 0 and 3, device and cpu optimizer, 3 steps, --json,
+      --svg, a machine profile): every cell's measured allocation per tier within 5 % of the
+      estimate, a predicted step beside the measured one, and the SVGs well-formed with one
+      series per tier; with --world 2 (under collectives_2), the collective bytes per step equal
+      to the theory.
   cli
       The table and --json's fields for every stage x placement; bad input (--world 0, a
       sequence longer than the model's, an unknown stage or preset, --device cuda without a GPU
@@ -28,7 +38,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "train"))
-from train_util import (GPL, SKIP, Failure, Run, check, ds_config, run_cases, tail)  # noqa: E402
+from train_util import (GPL, MPI_ENV, SKIP, Failure, Run, check, ds_config, run_cases, tail)  # noqa: E402
 
 TOL = 0.05
 TIERS = ("device", "pinned", "nvme")
@@ -109,6 +119,15 @@ def case_collectives(world):
                                            "--preset", "tiny", "--stage", str(stage)]), stage, "none", "none")
             theory = est["collective_bytes"]
             check(theory > 0, f"stage {stage}: the estimate has no collective bytes at {world} ranks")
+            if stage == 1 and world == 2:
+                r = subprocess.run([strata, "compare", "--config", run.config_path, "--world", "2", "--preset", "tiny",
+                                    "--seq-len", "32", "--steps", "3", "--stages", "1", "--placements", "device",
+                                    "--json", "--dir", root], capture_output=True, text=True, timeout=240,
+                                   env=dict(os.environ, **MPI_ENV))
+                check(r.returncode == 0, f"strata compare --world 2 failed:\n{tail(r.stderr)}")
+                cell = json.loads(r.stdout.splitlines()[0])
+                check(cell["measured"]["vs_estimate"]["collective"] == 1.0,
+                      f"compare --world 2: collective {cell['measured']['bytes_per_step']} vs {cell['collective_bytes']}")
             for m in run.metric_lines():
                 got = m["bytes"]["collective"]
                 print(f"  stage {stage}, {world} ranks, step {m['step']}: {got} bytes, estimate {theory:.0f}, "
@@ -160,7 +179,92 @@ def case_cli(strata, root):
                                                       f"wanted 1 naming {word}:\n{r.stderr}")
 
 
-CASES = {"memory": case_memory, "collectives_2": case_collectives(2), "collectives_3": case_collectives(3),
+def write_profile(path):
+    """A machine profile as `strata bench machine` writes it (rates of a modest host)."""
+    with open(path, "w") as f:
+        json.dump({"strata_machine_profile": 1, "device": {"backend": "host", "name": "host"}, "dtype": "fp32",
+                   "threads": 2, "cpu_adam_elements_per_s": 1e9, "memory_bytes_per_s": 2e10,
+                   "h2d_bytes_per_s": 1e10, "d2h_bytes_per_s": 1e10, "disk_read_bytes_per_s": 2e9,
+                   "disk_write_bytes_per_s": 2e9, "disk_block_bytes": 1048576, "disk_queue_depth": 8,
+                   "disk_dir": "/var/tmp", "gemm_flops_per_s": 2e11, "step_flops_per_s": 1e11,
+                   "step_points": [{"hidden": 128, "layers": 2, "batch": 4, "seq_len": 128, "flops_per_s": 5e10},
+                                   {"hidden": 512, "layers": 2, "batch": 4, "seq_len": 128, "flops_per_s": 1e11}]},
+                  f)
+
+
+def case_recommend(strata, root):
+    profile = os.path.join(root, "profile.json")
+    write_profile(profile)
+    rows = estimate(strata, ["--preset", "tiny", "--device", "host", "--device-memory", "8MiB", "--seq-len", "64",
+                             "--recommend", "--profile", profile])
+    check(len(rows) == 1 and "recommended" in rows[0], f"--recommend --json printed {rows}")
+    r = rows[0]["recommended"]
+    check(r["fits"] and r["bytes"]["device"] <= 8 << 20, f"the pick does not fit 8 MiB: {r}")
+    check(r["predicted"]["tokens_per_s"] > 0 and "Picked" in r["why"], f"no prediction or why: {r}")
+    check(r["config"]["train_micro_batch_size_per_gpu"] >= 1 and "zero_optimization" in r["config"], f"{r['config']}")
+
+    text = ["--preset", "tiny", "--seq-len", "32", "--text", GPL, "--steps", "2"]
+    run = Run(root, "auto")
+    run.config_path = "auto"
+    r = run.start(strata, text + ["--device", "host", "--device-memory", "8MiB"])
+    run.expect_ok()
+    check("strata train --config auto:" in r.stderr and "Picked" in r.stderr, f"no pick said:\n{tail(r.stderr)}")
+    check(len(run.metric_lines()) == 2, "the auto run did not train 2 steps")
+    check(run.metric_lines()[-1]["memory"]["device"]["allocated_bytes"] <= 8 << 20, "the auto run exceeded 8 MiB")
+
+    partial = Run(root, "auto-stage")
+    config = ds_config(0, micro_batch=2, gas=1)
+    config["zero_optimization"] = {"stage": "auto"}
+    config["strata"]["device_memory"] = "8MiB"
+    partial.write_config(config)
+    r = partial.start(strata, text)
+    partial.expect_ok()
+    check("Picked" in r.stderr and "micro-batch 2" in r.stderr, f"the config's micro-batch was not kept:\n{tail(r.stderr)}")
+
+    none = Run(root, "auto-none")
+    none.config_path = "auto"
+    r = none.start(strata, text + ["--device", "host", "--device-memory", "1MiB"])
+    check(r.returncode == 1 and "no stage, placement or micro-batch fits" in r.stderr and "short by" in r.stderr,
+          f"a budget nothing fits: exit {r.returncode}\n{tail(r.stderr)}")
+
+
+def check_svg(path, series):
+    import xml.etree.ElementTree as ET
+    root = ET.parse(path).getroot()
+    check(root.tag.endswith("svg"), f"{path}: root is {root.tag}")
+    found = [g.get("data-series") for g in root.iter() if g.tag.endswith("g") and g.get("class") == "series"]
+    for s in series:
+        check(s in found, f"{path}: no series {s} (found {found})")
+
+
+def case_compare(strata, root):
+    profile = os.path.join(root, "profile.json")
+    write_profile(profile)
+    svg = os.path.join(root, "svg")
+    r = subprocess.run([strata, "compare", "--preset", "tiny", "--device", "host", "--dtype", "fp32", "--batch", "2",
+                        "--seq-len", "32", "--steps", "3", "--stages", "0,3", "--placements", "device,cpu", "--json",
+                        "--svg", svg, "--profile", profile, "--dir", root], capture_output=True, text=True, timeout=240)
+    check(r.returncode == 0, f"strata compare failed:\n{tail(r.stderr)}")
+    cells = [json.loads(line) for line in r.stdout.splitlines() if line.strip()]
+    labels = [(c["stage"], c["offload_param"], c["offload_optimizer"]) for c in cells]
+    check(labels == [(0, "none", "none"), (3, "none", "none"), (3, "none", "cpu"), (3, "cpu", "cpu")],
+          f"cells {labels}")
+    for c in cells:
+        m = c["measured"]
+        check("error" not in m, f"{labels}: {m.get('error')}")
+        for tier in TIERS:
+            e, got = c["bytes"][tier], m["allocated_bytes"][tier]
+            check((e == 0 and got == 0) or (e > 0 and abs(got / e - 1) <= TOL),
+                  f"stage {c['stage']} {c['offload_optimizer']}: {tier} measured {got}, estimated {e}")
+        check(m["step_ms"] > 0 and c["predicted"]["step_ms"] > 0 and m["vs_estimate"]["step"] > 0,
+              f"no step time or prediction: {c}")
+        check("device after forward" in m["peak_bytes_at_phase"], f"no phase peaks: {m['peak_bytes_at_phase']}")
+    check_svg(os.path.join(svg, "memory.svg"), ["device", "pinned"])
+    check_svg(os.path.join(svg, "step_time.svg"), ["compute"])
+    check(not [f for f in os.listdir(root) if f.startswith("strata-bench-compare")], "the scratch folder was left")
+
+
+CASES = {"memory": case_memory, "recommend": case_recommend, "compare": case_compare, "collectives_2": case_collectives(2), "collectives_3": case_collectives(3),
          "cli": case_cli}
 
 if __name__ == "__main__":

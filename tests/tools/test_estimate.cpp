@@ -13,7 +13,9 @@
 
 #include "models/registry.h"
 #include "runtime/estimate/zero_theory.h"
+#include "runtime/estimate/step_model.h"
 #include "tools/estimate/estimate.h"
+#include "tools/estimate/recommend.h"
 
 namespace strata::tools {
 namespace {
@@ -185,6 +187,144 @@ TEST(Estimate, ACellTheConfigRefusesSaysWhy) {
   const Estimate e = make_estimate(in, {{3, OffloadDevice::kNvme, OffloadDevice::kNvme}});
   ASSERT_EQ(e.rows.size(), 1u);
   EXPECT_NE(e.rows[0].error.find("buffer_size"), std::string::npos) << e.rows[0].error;
+}
+
+}  // namespace
+}  // namespace strata::tools
+
+namespace strata::tools {
+namespace {
+
+runtime::estimate::MachineProfile flat_profile() {
+  runtime::estimate::MachineProfile p;
+  p.backend = "cuda";
+  p.cpu_adam_elements_per_s = 1e9;
+  p.h2d_bytes_per_s = 2e10;
+  p.d2h_bytes_per_s = 2e10;
+  p.disk_read_bytes_per_s = 2e9;
+  p.disk_write_bytes_per_s = 1e9;
+  p.step_flops_per_s = 1e14;
+  p.step_points = {{256, 2, 4, 128, 1e13}, {1024, 2, 4, 128, 3e13}};
+  return p;
+}
+
+TEST(StepModel, ComputeRateInterpolatesInLogWidthAndClampsAtTheEnds) {
+  const runtime::estimate::MachineProfile p = flat_profile();
+  EXPECT_DOUBLE_EQ(runtime::estimate::compute_rate(p, 128), 1e13);
+  EXPECT_DOUBLE_EQ(runtime::estimate::compute_rate(p, 256), 1e13);
+  EXPECT_DOUBLE_EQ(runtime::estimate::compute_rate(p, 512), 2e13);  // halfway in log2: 8 of 8..10
+  EXPECT_DOUBLE_EQ(runtime::estimate::compute_rate(p, 4096), 3e13);
+}
+
+TEST(StepModel, WorkFollowsThePlanAndTheTimeTheOverlap) {
+  const models::ModelSpecPtr model = models::model_preset("gpt2");
+  EstimateInputs in = inputs(*model, 1);
+  in.profile = flat_profile();
+  in.config.zero_optimization.stage3_param_persistence_threshold = std::uint64_t{0};
+  const Estimate e = make_estimate(in, {{3, OffloadDevice::kNvme, OffloadDevice::kNvme},
+                                        {2, OffloadDevice::kNone, OffloadDevice::kCpu},
+                                        {0, OffloadDevice::kNone, OffloadDevice::kNone}});
+  std::uint64_t shards = 0;
+  for (std::size_t n : model->layout().module_numels()) shards += padded(n, 1);
+  auto ms = [&](const EstimateRow& r, const char* name) {
+    for (const auto& [k, v] : r.step->resource_ms) if (k == name) return v;
+    ADD_FAILURE() << "no " << name;
+    return 0.0;
+  };
+  // NVMe, both: every shard read twice (forward, backward) and written once (2 bytes each), the
+  // optimizer states (12 bytes) read and written once; the CPU Adam over every element.
+  const EstimateRow& nvme = e.rows[0];
+  ASSERT_TRUE(nvme.step);
+  const double disk_ms = (2.0 * 2 * shards + 12.0 * shards) / 2e9 * 1e3 + (2.0 * shards + 12.0 * shards) / 1e9 * 1e3;
+  EXPECT_NEAR(ms(nvme, "disk"), disk_ms, disk_ms * 1e-9);
+  EXPECT_NEAR(ms(nvme, "cpu adam"), shards / 1e9 * 1e3, 1e-9);
+  // On a GPU the step is its busiest resource.
+  double busiest = 0;
+  for (const auto& [k, v] : nvme.step->resource_ms) busiest = std::max(busiest, v);
+  EXPECT_DOUBLE_EQ(nvme.step->step_ms, busiest);
+  // Optimizer on the CPU, parameters resident: the gradients down and the new parameters up once.
+  EXPECT_NEAR(ms(e.rows[1], "d2h"), 2.0 * shards / 2e10 * 1e3, 1e-9);
+  EXPECT_NEAR(ms(e.rows[1], "h2d"), 2.0 * shards / 2e10 * 1e3, 1e-9);
+  EXPECT_EQ(ms(e.rows[1], "disk"), 0.0);
+  // Resident: compute only, at the rate of gpt2's width (768: between the points).
+  const double flops = runtime::estimate::model_step_flops(static_cast<double>(model->num_params()), 12, 768, 128,
+                                                           128.0, false);
+  EXPECT_NEAR(e.rows[2].step->step_ms, flops / runtime::estimate::compute_rate(in.profile.value(), 768) * 1e3, 1e-9);
+  EXPECT_EQ(e.rows[2].step->bottleneck, "compute");
+  // On the host backend the CPU's shares add up.
+  in.backend = runtime::device::Backend::host;
+  const EstimateRow host = make_estimate(in, {{2, OffloadDevice::kNone, OffloadDevice::kCpu}}).rows[0];
+  EXPECT_NEAR(host.step->step_ms, ms(host, "compute") + ms(host, "h2d") + ms(host, "d2h") + ms(host, "cpu adam"), 1e-9);
+}
+
+TEST(Recommend, NeverPicksAPlanThatDoesNotFit) {
+  const models::ModelSpecPtr model = models::model_preset("gpt2");
+  int picked = 0;
+  for (std::uint64_t device_mib : {64, 200, 600, 2048, 16384}) {
+    for (std::uint64_t pinned_mib : {256, 4096}) {
+      for (bool profiled : {false, true}) {
+        EstimateInputs in = inputs(*model, 1);
+        in.budgets.device = device_mib << 20;
+        in.budgets.pinned = pinned_mib << 20;
+        in.budgets.nvme = std::uint64_t{64} << 30;
+        in.seq_len = 512;
+        if (profiled) in.profile = flat_profile();
+        try {
+          const Recommendation r = recommend(in, /*nvme_allowed=*/true);
+          ASSERT_FALSE(r.fitting.empty());
+          for (const Candidate& c : r.fitting) {
+            EXPECT_TRUE(c.row.fits) << c.label();
+            EXPECT_LE(c.row.need[0], in.budgets.device) << c.label();
+            EXPECT_LE(c.row.need[1], in.budgets.pinned) << c.label();
+          }
+          EXPECT_EQ(r.pick.label(), r.fitting.front().label());
+          if (profiled) {
+            for (const Candidate& c : r.fitting) EXPECT_GE(r.pick.score, c.score) << c.label();
+          }
+          // The picked config is the pick's.
+          EXPECT_EQ(r.config.zero_optimization.stage, r.pick.placement.stage);
+          EXPECT_EQ(r.config.zero_optimization.offload_optimizer.device, r.pick.placement.optimizer);
+          EXPECT_EQ(r.config.train_micro_batch_size_per_gpu->value(), static_cast<std::uint64_t>(r.pick.micro_batch));
+
+          ++picked;
+        } catch (const Error& err) {
+          // Only when nothing fits (checked here at micro-batch 1, the smallest); it says what is short.
+          EXPECT_NE(std::string(err.what()).find("short by"), std::string::npos) << err.what();
+          in.config.train_micro_batch_size_per_gpu = std::uint64_t{1};
+          for (const EstimateRow& row : make_estimate(in, all_placements()).rows) {
+            EXPECT_FALSE(row.fits) << row.placement.label() << " fits, yet nothing was recommended";
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GE(picked, 8);  // most budgets have a plan
+}
+
+TEST(Recommend, WithoutAProfileTheLeastOffloadedPlanWins) {
+  const models::ModelSpecPtr model = models::model_preset("tiny");
+  EstimateInputs in = inputs(*model, 1);
+  const Recommendation big = recommend(in, true);
+  EXPECT_EQ(big.pick.placement.optimizer, OffloadDevice::kNone);
+  EXPECT_EQ(big.pick.micro_batch, 64);
+  // A device too small for the optimizer states moves them to pinned memory; with too little of
+  // that too, nothing fits without NVMe.
+  in.budgets.device = 6 << 20;
+  in.budgets.pinned = 64 << 20;
+  const Recommendation cpu = recommend(in, false);
+  EXPECT_EQ(cpu.pick.placement.optimizer, OffloadDevice::kCpu) << cpu.pick.label();
+  EXPECT_TRUE(cpu.pick.row.fits);
+  in.budgets.pinned = 1 << 20;
+  EXPECT_THROW(recommend(in, false), Error);
+}
+
+TEST(Recommend, KeepsTheGlobalBatchOfTheConfig) {
+  const models::ModelSpecPtr model = models::model_preset("tiny");
+  EstimateInputs in = inputs(*model, 2);
+  in.config.train_batch_size = std::uint64_t{48};
+  const Recommendation r = recommend(in, false);
+  for (const Candidate& c : r.fitting) EXPECT_EQ(c.micro_batch * c.gas * 2, 48) << c.label();
+  EXPECT_EQ(r.pick.micro_batch, 8);  // the largest power of two dividing 24 per rank
 }
 
 }  // namespace
