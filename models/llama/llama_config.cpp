@@ -85,6 +85,10 @@ const std::vector<Preset>& presets() {
     c.rms_norm_eps = 1e-5f, c.tie_word_embeddings = false;
     c.eos_token_ids = {128001}, c.bos_token_id = 128000;
     p.push_back({"llama-3-8b", c});  // 8,030,261,248
+    // Meta-Llama-3-70B (base): the 8B's vocabulary and context at 80 layers of width 8192.
+    c.hidden_size = 8192, c.intermediate_size = 28672, c.num_hidden_layers = 80;
+    c.num_attention_heads = 64, c.num_key_value_heads = 8;
+    p.push_back({"llama-3-70b", c});  // 70,553,706,496
     // Qwen2.5-0.5B (base): tied, q/k/v biases, bos = eos = <|endoftext|>.
     c = LlamaConfig{};
     c.architecture = kQwen2;

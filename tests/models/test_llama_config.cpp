@@ -188,6 +188,7 @@ TEST(LlamaConfig, PresetParameterCounts) {
   EXPECT_EQ(LlamaConfig::preset("llama-3.2-1b").num_params(), 1'235'814'400);
   EXPECT_EQ(LlamaConfig::preset("llama-3.2-3b").num_params(), 3'212'749'824);
   EXPECT_EQ(LlamaConfig::preset("llama-3-8b").num_params(), 8'030'261'248);
+  EXPECT_EQ(LlamaConfig::preset("llama-3-70b").num_params(), 70'553'706'496);
   EXPECT_EQ(LlamaConfig::preset("qwen2.5-0.5b").num_params(), 494'032'768);
   EXPECT_EQ(LlamaConfig::preset("mistral-7b").num_params(), 7'248'023'552);
   EXPECT_EQ(LlamaConfig::preset("llama-2-7b").num_params(), 6'738'415'616);
@@ -198,7 +199,7 @@ TEST(LlamaConfig, PresetParameterCounts) {
 TEST(LlamaConfig, PresetsAreValidAndNamed) {
   const auto names = LlamaConfig::preset_names();
   EXPECT_EQ(names, (std::vector<std::string>{"llama-3.2-1b", "llama-3.2-3b", "llama-3-8b",
-                                             "qwen2.5-0.5b", "mistral-7b", "llama-2-7b", "llama-tiny"}));
+                                             "llama-3-70b", "qwen2.5-0.5b", "mistral-7b", "llama-2-7b", "llama-tiny"}));
   for (const std::string& n : names) EXPECT_NO_THROW(LlamaConfig::preset(n).validate()) << n;
   try {
     LlamaConfig::preset("llama-70b");
