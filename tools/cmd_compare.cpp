@@ -242,9 +242,12 @@ void run_compare(const CompareOptions& o, const train::StopSignals& stop) {
   for (std::size_t i = 0; i < e.rows.size(); ++i) {
     if (stop.received() != 0) return;
     const EstimateRow& r = e.rows[i];
-    if (!r.error.empty()) {
+    if (!r.error.empty() || !r.fits) {
+      // The plan refuses it at start: no run, the estimate's reason.
       Measured refused;
-      refused.error = r.error;
+      refused.error = r.error.empty() ? "not run: it does not fit (" + r.advice + ")" : r.error;
+      std::fprintf(stderr, "[%zu/%zu] %s: %s\n", i + 1, e.rows.size(), r.placement.label().c_str(),
+                   refused.error.c_str());
       measured.push_back(std::move(refused));
       continue;
     }
