@@ -50,7 +50,24 @@ bool better(const Candidate& a, const Candidate& b, bool profiled) {
   if (ca != cb) return ca < cb;
   if (a.ratio != b.ratio) return a.ratio < b.ratio;  // more of the optimizer on the device
   if (a.micro_batch != b.micro_batch) return a.micro_batch > b.micro_batch;
+  if (a.param_buffers + a.optimizer_buffers != b.param_buffers + b.optimizer_buffers) {
+    return a.param_buffers + a.optimizer_buffers > b.param_buffers + b.optimizer_buffers;
+  }
   return a.placement.stage < b.placement.stage;
+}
+
+// `in` with the candidate's micro-batch, accumulation, offload ratio and buffer counts.
+EstimateInputs candidate_inputs(const EstimateInputs& in, const Candidate& c) {
+  EstimateInputs cell = in;
+  runtime::config::Config& config = cell.config;
+  config.train_micro_batch_size_per_gpu = static_cast<std::uint64_t>(c.micro_batch);
+  config.gradient_accumulation_steps = static_cast<std::uint64_t>(c.gas);
+  config.train_batch_size.reset();
+  config.zero_optimization.offload_optimizer.ratio = c.ratio;
+  config.zero_optimization.offload_param.buffer_count = c.param_buffers;
+  config.zero_optimization.offload_optimizer.buffer_count = c.optimizer_buffers;
+  cell.batch = c.micro_batch;
+  return cell;
 }
 
 std::string tokens_text(double t) { return t >= 1e4 ? fmt::format("{:.1f}k", t / 1e3) : fmt::format("{:.0f}", t); }
@@ -60,6 +77,9 @@ std::string tokens_text(double t) { return t >= 1e4 ? fmt::format("{:.1f}k", t /
 std::string Candidate::label() const {
   std::string s = placement.label();
   if (ratio < 1.0) s += fmt::format(" (ratio {:.2f})", ratio);
+  if (placement.param == runtime::config::OffloadDevice::kNvme || placement.optimizer == runtime::config::OffloadDevice::kNvme) {
+    s += fmt::format(", NVMe buffers {}/{}", param_buffers, optimizer_buffers);
+  }
   s += fmt::format(", micro-batch {}", micro_batch);
   if (gas > 1) s += fmt::format(" x {} accumulation", gas);
   return s;
@@ -76,45 +96,49 @@ Recommendation recommend(const EstimateInputs& in, bool nvme_allowed) {
     if (p.stage == 3 && p.param == OffloadDevice::kNone && p.optimizer != OffloadDevice::kNone) {
       ratios = {1.0, 0.75, 0.5, 0.25};
     }
-    for (double ratio : ratios) {
-      for (const auto& [micro, gas] : micro_batches(in)) {
-        EstimateInputs cell = in;
-        cell.config.train_micro_batch_size_per_gpu = static_cast<std::uint64_t>(micro);
-        cell.config.gradient_accumulation_steps = static_cast<std::uint64_t>(gas);
-        cell.config.train_batch_size.reset();
-        cell.config.zero_optimization.offload_optimizer.ratio = ratio;
-        cell.batch = micro;
-        Candidate c;
-        c.placement = p;
-        c.ratio = ratio;
-        c.micro_batch = micro;
-        c.gas = gas;
-        try {
-          c.row = estimate_row(cell, p, cell_config(cell, p));
-        } catch (const Error&) {
-          continue;  // a config this cell cannot have (e.g. a staging buffer too small)
-        }
-        ++out.considered;
-        if (!c.row.fits) {
-          // The closest miss: the least short on its shortest tier, relative to the budget.
-          const std::uint64_t budget[] = {in.budgets.device, in.budgets.pinned, in.budgets.nvme};
-          double worst = 0;
-          for (int t = 0; t < 3; ++t) {
-            if (c.row.need[t] > budget[t] && budget[t] > 0) {
-              worst = std::max(worst, static_cast<double>(c.row.need[t]) / static_cast<double>(budget[t]));
+    const runtime::config::ZeroConfig& z = in.config.zero_optimization;
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> buffers = {
+        {z.offload_param.buffer_count, z.offload_optimizer.buffer_count}};
+    const bool nvme = p.param == OffloadDevice::kNvme || p.optimizer == OffloadDevice::kNvme;
+    if (nvme && buffers.front() != std::pair<std::uint64_t, std::uint64_t>{2, 3}) buffers.push_back({2, 3});
+    for (const auto& [param_buffers, optimizer_buffers] : buffers) {
+      for (double ratio : ratios) {
+        for (const auto& [micro, gas] : micro_batches(in)) {
+          Candidate c;
+          c.placement = p;
+          c.ratio = ratio;
+          c.param_buffers = param_buffers;
+          c.optimizer_buffers = optimizer_buffers;
+          c.micro_batch = micro;
+          c.gas = gas;
+          const EstimateInputs cell = candidate_inputs(in, c);
+          try {
+            c.row = estimate_row(cell, p, cell_config(cell, p));
+          } catch (const Error&) {
+            continue;  // a config this cell cannot have (e.g. a staging buffer too small)
+          }
+          ++out.considered;
+          if (!c.row.fits) {
+            // The closest miss: the least short on its shortest tier, relative to the budget.
+            const std::uint64_t budget[] = {in.budgets.device, in.budgets.pinned, in.budgets.nvme};
+            double worst = 0;
+            for (int t = 0; t < 3; ++t) {
+              if (c.row.need[t] > budget[t] && budget[t] > 0) {
+                worst = std::max(worst, static_cast<double>(c.row.need[t]) / static_cast<double>(budget[t]));
+              }
             }
+            if (closest_short < 0 || worst < closest_short) {
+              closest_short = worst;
+              closest = c;
+            }
+            continue;
           }
-          if (closest_short < 0 || worst < closest_short) {
-            closest_short = worst;
-            closest = c;
+          if (c.row.step) {
+            const int T = in.seq_len > 0 ? in.seq_len : std::min(in.model->max_positions(), 1024);
+            c.score = static_cast<double>(micro) * T * gas * in.world / (c.row.step->step_ms / 1e3);
           }
-          continue;
+          out.fitting.push_back(std::move(c));
         }
-        if (c.row.step) {
-          const int T = in.seq_len > 0 ? in.seq_len : std::min(in.model->max_positions(), 1024);
-          c.score = static_cast<double>(micro) * T * gas * in.world / (c.row.step->step_ms / 1e3);
-        }
-        out.fitting.push_back(std::move(c));
       }
     }
   }
@@ -127,11 +151,7 @@ Recommendation recommend(const EstimateInputs& in, bool nvme_allowed) {
   std::stable_sort(out.fitting.begin(), out.fitting.end(),
                    [&](const Candidate& a, const Candidate& b) { return better(a, b, profiled); });
   out.pick = out.fitting.front();
-  EstimateInputs cell = in;
-  cell.config.train_micro_batch_size_per_gpu = static_cast<std::uint64_t>(out.pick.micro_batch);
-  cell.config.gradient_accumulation_steps = static_cast<std::uint64_t>(out.pick.gas);
-  cell.config.train_batch_size.reset();
-  cell.config.zero_optimization.offload_optimizer.ratio = out.pick.ratio;
+  const EstimateInputs cell = candidate_inputs(in, out.pick);
   out.config = cell_config(cell, out.pick.placement);
   const EstimateRow& r = out.pick.row;
   out.why = fmt::format("{} of {} candidates fit (device {}, pinned {}, nvme {} free). Picked {}: ", out.fitting.size(),

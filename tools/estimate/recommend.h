@@ -9,9 +9,12 @@
 //
 // What is open: the stage and both offload devices always (NVMe only when the config names an
 // nvme_path, or `nvme_path` of the inputs is set); offload_optimizer.ratio at stage 3 with the
-// parameters on the device (1, 0.75, 0.5, 0.25); the micro-batch when the config gives no
+// parameters on the device (1, 0.75, 0.5, 0.25); with NVMe, the staging buffer counts (the
+// config's, else the fewest that work, 2 and 3: they cost pinned memory and buy read-ahead, which
+// the step model does not price, so more is preferred when both fit); the micro-batch when the config gives no
 // train_micro_batch_size_per_gpu: with train_batch_size, the powers of two that divide it per
 // rank (gradient accumulation makes up the rest); with neither, 1 to 64 (accumulation 1).
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -23,6 +26,8 @@ namespace strata::tools {
 struct Candidate {
   Placement placement;
   double ratio = 1.0;  // offload_optimizer.ratio
+  // NVMe staging: offload_param.buffer_count and offload_optimizer.buffer_count.
+  std::uint64_t param_buffers = 0, optimizer_buffers = 0;
   int micro_batch = 1;
   int gas = 1;
   EstimateRow row;
