@@ -97,7 +97,7 @@ std::vector<Placement> chosen_placements(const CompareOptions& o) {
   return out;
 }
 
-Measured measure(const ChildRun& run, const std::string& metrics_path) {
+Measured measure(const ChildRun& run) {
   Measured m;
   if (!run.error.empty()) {
     m.error = run.error;
@@ -119,7 +119,6 @@ Measured measure(const ChildRun& run, const std::string& metrics_path) {
   for (int t = 0; t < 3; ++t) m.allocated[t] = last["memory"][kTierKeys[t]].value("allocated_bytes", std::uint64_t{0});
   for (const auto& [k, v] : last["memory_at_phase"].items()) m.phases[k] = v.value("peak_bytes", std::uint64_t{0});
   m.collective_theory_bytes = number(last, "collective_theory_bytes");
-  (void)metrics_path;
   return m;
 }
 
@@ -259,7 +258,7 @@ void run_compare(const CompareOptions& o, const train::StopSignals& stop) {
     std::vector<std::string> extra;
     if (in.activation_checkpointing) extra.push_back("--activation-checkpointing");
     const ChildRun run = run_train_child(self, child, config_path, text, metrics, extra, kWarmupSteps + 1, o.steps);
-    measured.push_back(measure(run, metrics));
+    measured.push_back(measure(run));
     std::fprintf(stderr, "[%zu/%zu] %s: %s (%.1f s)\n", i + 1, e.rows.size(), r.placement.label().c_str(),
                  run.error.empty() ? fmt::format("{:.1f} ms/step", measured.back().step_ms).c_str() : run.error.c_str(),
                  run.seconds);
