@@ -224,6 +224,7 @@ void add_bench_command(CLI::App& app) {
   machine->add_option("--step-preset", machine_options->step_preset,
                       "the reference model of the step rate (default: bytes-30m on host, gpt2 on cuda)");
   machine->add_flag("--json", machine_options->json, "the profile on stdout (the table goes to stderr)");
+  machine->add_flag("--verbose", machine_options->verbose, "the step points' strata train children's output on stderr");
   add_device_flags(*machine, machine_options->device);
   machine->callback([machine_options] { bench_machine(*machine_options); });
 

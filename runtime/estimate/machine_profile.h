@@ -22,10 +22,10 @@ namespace strata::runtime::estimate {
 
 inline constexpr int kMachineProfileVersion = 1;
 
-// The resident training step of a GPT-2 of `layers` blocks of width `hidden` (vocabulary 256) at
-// batch x seq_len, as model flops per second: a transformer's speed on a device depends on its
-// width far more than on its depth, so the step model interpolates a model's rate between
-// these points by width.
+// `strata train`'s resident step (stage 0, nothing offloaded; so the engine's own work is in it)
+// of a GPT-2 of `layers` blocks of width `hidden` (vocabulary 256) at batch x seq_len, as model
+// flops per second: a transformer's speed on a device depends on its width far more than on its
+// depth, so the step model interpolates a model's rate between these points by width.
 struct StepPoint {
   int hidden = 0;
   int layers = 0;

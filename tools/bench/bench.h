@@ -192,6 +192,7 @@ struct MachineBenchOptions {
   double seconds = 5;          // per rate: timed repeats until this much time has passed (8 rates)
   std::string step_preset;     // the step's reference model; empty: bytes-30m on host, gpt2 on cuda
   bool json = false;           // the profile on stdout, the table on stderr
+  bool verbose = false;        // the step points' `strata train` children's output on stderr
   DeviceFlags device;          // --device, --device-memory, --config (aio.*, strata.cpu_threads, bf16)
 };
 

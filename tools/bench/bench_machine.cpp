@@ -36,6 +36,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <random>
@@ -296,12 +297,56 @@ std::vector<int> step_point_widths(bool cuda) {
   return cuda ? std::vector<int>{768, 1024, 1536, 2048} : std::vector<int>{128, 256, 512, 1024};
 }
 StepShape step_point_shape(bool cuda) { return {"", cuda ? 8 : 4, cuda ? 1024 : 128}; }
+std::string step_point_config_json(int hidden, const StepShape& shape) {
+  return fmt::format(R"({{"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": 256,
+                         "n_positions": {}, "n_embd": {}, "n_layer": 2, "n_head": {}, "layer_norm_epsilon": 1e-5}})",
+                     shape.seq_len, hidden, hidden / 64);
+}
 models::ModelSpecPtr step_point_model(int hidden, const StepShape& shape) {
-  return models::model_from_json(
-      fmt::format(R"({{"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": 256,
-                      "n_positions": {}, "n_embd": {}, "n_layer": 2, "n_head": {}, "layer_norm_epsilon": 1e-5}})",
-                  shape.seq_len, hidden, hidden / 64),
-      "a step point's config");
+  return models::model_from_json(step_point_config_json(hidden, shape), "a step point's config");
+}
+
+// Model flops per second of `strata train`'s resident step (stage 0, nothing offloaded) of the
+// width's model: a child of this binary, as bench step runs its cells, so the rate includes
+// what the engine adds to the model's own work (the fp32 gradient accumulation, the loss
+// reduction, metrics). The median of kTimedSteps steps after the warm-up.
+constexpr int kTimedSteps = 3;
+double measure_trained_step(const std::string& self, const ScratchFolder& scratch, int hidden, const StepShape& shape,
+                            const std::string& dtype_text, bool cuda, bool verbose) {
+  const models::ModelSpecPtr spec = step_point_model(hidden, shape);
+  TrainChildOptions child;
+  child.model = scratch.file(fmt::format("width-{}.json", hidden));
+  {
+    std::ofstream out(child.model);
+    out << step_point_config_json(hidden, shape) << "\n";
+    if (!out) throw Error("cannot write a step point's model config", child.model, "give --dir a writable folder");
+  }
+  child.batch = shape.batch;
+  child.seq_len = shape.seq_len;
+  child.dtype = dtype_text;
+  child.steps = kWarmupSteps + kTimedSteps;
+  child.device = cuda ? "cuda" : "host";
+  child.verbose = verbose;
+  if (!cuda) {  // the host arena: every state on it, the activations, and room
+    const std::uint64_t bytes = spec->layout().total_numel() * 24 +
+                                spec->activation_bytes({.dtype = DType::f32}, shape.batch, shape.seq_len) + 64 * kMiB;
+    child.device_memory = std::to_string(bytes);
+  }
+  const std::string config = scratch.file(fmt::format("width-{}-config.json", hidden));
+  write_config(config, cell_config(child, "device", 0, ""));
+  const ChildRun run = run_train_child(self, child, config, training_text(child, scratch),
+                                       scratch.file(fmt::format("width-{}.jsonl", hidden)), {}, kWarmupSteps + 1,
+                                       child.steps);
+  if (!run.error.empty()) {
+    throw Error(fmt::format("the resident step at width {} failed: {}", hidden, run.error), "strata bench machine",
+                "run it with --verbose to see the child's output");
+  }
+  std::vector<double> ms;
+  for (const Json& r : run.rows) ms.push_back(number(r, "step_ms"));
+  const double flops = runtime::estimate::model_step_flops(static_cast<double>(spec->num_params()), 2, hidden,
+                                                           shape.seq_len, static_cast<double>(shape.batch) * shape.seq_len,
+                                                           false);
+  return flops / (median(ms) / 1e3);
 }
 
 }  // namespace
@@ -369,7 +414,7 @@ void bench_machine(const MachineBenchOptions& o) {
   }
   const DType dtype = parse_dtype(dtype_text);
   const int gemm_n = cuda ? 4096 : 2048;
-  const std::unique_ptr<Stream> compute = device->create_stream("compute");
+  std::unique_ptr<Stream> compute = device->create_stream("compute");
 
   runtime::estimate::MachineProfile p;
   p.backend = std::string(runtime::device::backend_name(device->backend()));
@@ -413,14 +458,19 @@ void bench_machine(const MachineBenchOptions& o) {
             fmt::format("{} B {} T {}: fwd + bwd + AdamW, model flops; {:.2f} x the gemm", shape.preset,
                         shape.batch, shape.seq_len, p.step_flops_per_s / p.gemm_flops_per_s));
 
-  // The step at several widths (2 blocks, vocabulary 256): what the step model interpolates.
+  // The trainer's step at several widths (2 blocks, vocabulary 256): what the step model
+  // interpolates. Children of this binary, after this process's device is gone (one device each).
+  compute.reset();
+  device.reset();
+  const ScratchFolder scratch(dir, "machine");
+  const std::string self = self_executable();
   for (const int hidden : step_point_widths(cuda)) {
     const StepShape point_shape = step_point_shape(cuda);
-    const models::ModelSpecPtr width = step_point_model(hidden, point_shape);
-    const double rate = measure_step(o.seconds / 4, *device, *compute, *width, point_shape, dtype, threads);
+    const double rate = measure_trained_step(self, scratch, hidden, point_shape, dtype_text, cuda, o.verbose);
     p.step_points.push_back({hidden, 2, point_shape.batch, point_shape.seq_len, rate});
     table.row(fmt::format("step C={}", hidden).c_str(), tflops(rate),
-              fmt::format("GPT-2, 2 blocks of width {}, B {} T {}", hidden, point_shape.batch, point_shape.seq_len));
+              fmt::format("strata train, resident: GPT-2, 2 blocks of width {}, B {} T {}", hidden, point_shape.batch,
+                          point_shape.seq_len));
   }
 
   runtime::estimate::write_machine_profile(p, o.out);
