@@ -97,8 +97,9 @@ int inject(const FaultSpec& s, const Completion& c) {
       if (c.op == IoOp::kRead) std::memset(c.buffer, 0xEE, c.bytes);
       return -s.errnum;
     case FaultKind::kShort: {
-      if (c.result <= 1) return c.result;
-      const int keep = c.result / 2;
+      // Half, on a 4 KiB boundary: a short O_DIRECT transfer stops on a block boundary (the
+      // engine takes an unaligned one for the end of the file). applies() asked for 8 KiB.
+      const int keep = c.result / 2 / static_cast<int>(kDirectIoAlignment) * static_cast<int>(kDirectIoAlignment);
       if (c.op == IoOp::kRead) std::memset(c.buffer + keep, 0xEE, c.bytes - static_cast<std::size_t>(keep));
       return keep;
     }
@@ -112,6 +113,18 @@ int inject(const FaultSpec& s, const Completion& c) {
       return c.result;
   }
   return c.result;
+}
+
+// Whether the fault can be injected into this completion; a spec fires at the first piece from
+// its n-th on that it applies to (a short transfer needs two 4 KiB blocks to cut between).
+bool applies(const FaultSpec& s, int result) {
+  switch (s.kind) {
+    case FaultKind::kErrno:
+    case FaultKind::kRetry: return true;
+    case FaultKind::kShort: return result >= 2 * static_cast<int>(kDirectIoAlignment);
+    case FaultKind::kCorrupt: return result > 0;
+  }
+  return false;
 }
 
 }  // namespace
@@ -145,6 +158,7 @@ CompletionHook fault_hook(std::vector<FaultSpec> specs, CompletionHook next) {
   struct Armed {
     FaultSpec spec;
     std::atomic<std::uint64_t> seen{0};
+    std::atomic<bool> fired{false};
   };
   auto armed = std::make_shared<std::vector<std::unique_ptr<Armed>>>();
   for (FaultSpec& s : specs) {
@@ -160,7 +174,9 @@ CompletionHook fault_hook(std::vector<FaultSpec> specs, CompletionHook next) {
     for (const auto& a : *armed) {
       if (a->spec.op != c.op) continue;
       if (!a->spec.path_contains.empty() && c.path.find(a->spec.path_contains) == std::string::npos) continue;
-      if (a->seen.fetch_add(1, std::memory_order_relaxed) + 1 != a->spec.nth) continue;
+      if (a->fired.load(std::memory_order_relaxed)) continue;
+      if (a->seen.fetch_add(1, std::memory_order_relaxed) + 1 < a->spec.nth) continue;
+      if (!applies(a->spec, result) || a->fired.exchange(true)) continue;
       log::warn("fault injection: {} at offset {} of {}", describe(a->spec), c.offset, c.path);
       return inject(a->spec, seen);
     }

@@ -11,14 +11,17 @@
 // the engine's life on the first submission of each piece (a short transfer's continuation and
 // a retry are not counted again), on files whose path contains the substring (every file when
 // it is empty). With several engine threads, which piece is the n-th depends on their order;
-// the fault happens exactly once either way.
+// the fault happens exactly once either way. A short transfer needs a piece of 8 KiB or more
+// (it is cut on a 4 KiB boundary, as an O_DIRECT one would be): it fires at the first such
+// piece from the n-th on.
 //
 // The faults, and what the engine makes of them (Note [Fault classes] in fault_injection.cpp):
 //   EIO, ENOSPC, any other Exxx  permanent: the request fails, naming the path, the offset,
 //                                the length and the errno (wait() throws strata::Error)
 //   EAGAIN, EINTR                transient: the engine resubmits; the data are identical
-//   short                        transient: half the piece is transferred (a read's other half
-//                                is scribbled over); the engine continues where it stopped
+//   short                        transient: half the piece, rounded down to 4 KiB, is transferred
+//                                (the rest of a read is scribbled over); the engine continues
+//                                where it stopped
 //   corrupt                      a read: one byte of what it delivered is flipped; a write: one
 //                                byte is flipped in the file after it landed. Detected at the
 //                                block's read only with strata.checksum (offload/swap_space.h);

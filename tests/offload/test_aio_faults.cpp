@@ -424,7 +424,7 @@ TEST_P(FaultInjectionTest, PermanentErrorsNameTheFileTheOffsetAndTheErrno) {
 }
 
 TEST_P(FaultInjectionTest, TransientFaultsGiveIdenticalData) {
-  for (const char* spec : {"read:2:EAGAIN", "read:2:EINTR", "write:2:EAGAIN", "read:2:short", "write:6:short",
+  for (const char* spec : {"read:2:EAGAIN", "read:2:EINTR", "write:2:EAGAIN", "read:2:short", "write:5:short",
                            "read:1:short;read:2:EINTR;write:4:short;write:5:EAGAIN"}) {
     AioEngine engine(sequential(spec));
     EXPECT_NO_THROW(round_trip(engine, "transient")) << spec;
@@ -432,6 +432,29 @@ TEST_P(FaultInjectionTest, TransientFaultsGiveIdenticalData) {
     const AioStats s = engine.stats();
     EXPECT_GE(s.retries + s.short_transfers, 1u) << spec << ": nothing was injected";
   }
+}
+
+TEST_P(FaultInjectionTest, ShortTransfersStayAlignedForODirect) {
+  // A short O_DIRECT transfer that stopped off a 4 KiB boundary would read as the end of the
+  // file (aio_request.h): the injector cuts on a boundary, and skips pieces under 8 KiB (the
+  // 3000-byte tail here) for the next one that has room.
+  ODirectProbe probe = probe_o_direct(dir_.path());
+  if (!probe.works) GTEST_SKIP() << "no O_DIRECT in " << dir_.path() << ": " << probe.reason;
+  AioOptions o = options(fault_hook(parse_fault_specs("read:1:short;write:2:short")));
+  o.parallelism = 1;
+  o.queue_depth = 1;
+  o.block_size = 3 * 4096;  // pieces of 12 KiB and a 4 KiB tail
+  AioEngine engine(o);
+  HostBuffer src = HostBuffer::allocate(4 * 4096, "src");
+  HostBuffer dst = HostBuffer::allocate(4 * 4096, "dst");
+  fill_random(src.bytes(), 5);
+  AioFile file = AioFile::open(dir_.path() + "/direct-short", O_RDWR | O_CREAT, DirectIo::kRequire);
+  FileId f = engine.add_file(file);
+  engine.wait(engine.write(f, 0, src.data(), src.size()));  // write 2 is the 4 KiB tail: no room
+  engine.wait(engine.read(f, 0, dst.data(), dst.size()));
+  EXPECT_EQ(std::memcmp(src.data(), dst.data(), src.size()), 0);
+  EXPECT_EQ(engine.stats().short_transfers, 1u);  // the read's; the write's never found a piece
+  engine.remove_file(f);
 }
 
 TEST_P(FaultInjectionTest, CorruptBlocksDifferInOneByte) {
