@@ -1,8 +1,9 @@
 """Cases of check_train.py: faults of the NVMe tier in the middle of a stage-3 run
 (STRATA_FAULT_INJECTION, offload/fault_injection.h), every class ending one of two ways:
 
-  faults_stop       EIO on a read of the swap, ENOSPC on a write, a block corrupted on its way
-                    back or on disk (strata.checksum on): exit 1, an error naming the swap file,
+  faults_stop       EIO on a read of the swap (the parameters in host memory, and on NVMe too),
+                    ENOSPC on a write, a block corrupted on its way back or on disk
+                    (strata.checksum on): exit 1, an error naming the swap file,
                     the offset and the errno (or the checksum mismatch), and --resume from the
                     last published checkpoint ends with the bits of a run that never failed
   faults_transient  EAGAIN, EINTR and short transfers on reads and writes of the swap: exit 0
@@ -20,10 +21,11 @@ EVERY = ["--checkpoint-every", "2"]
 ENV = "STRATA_FAULT_INJECTION"
 
 
-def nvme_config(checksum=False):
-    """Stage 3, the optimizer states on NVMe (64 KiB pieces: ~160 reads of the swap a step)."""
+def nvme_config(checksum=False, param="none"):
+    """Stage 3, the optimizer states on NVMe (64 KiB pieces: ~170 reads of the swap a step), and
+    the parameters in `param`."""
     def make(nvme):
-        c = ds_config(3, "nvme", nvme=nvme)
+        c = ds_config(3, "nvme", param, nvme=nvme)
         c["strata"]["checksum"] = checksum
         return c
     return make
@@ -42,23 +44,28 @@ def check_injected(run, count):
                               f"{tail(run.result.stderr)}")
 
 
-# (name, spec relative to the swap folder, checksum, words the error must hold). The n-th read
+# (name, spec relative to the swap folder, checksum, where the parameters are, words the error
+# must hold). The n-th read
 # of the swap lands in step 3 (~170 reads of 64 KiB a step, and the checkpoint of step 2 reads the
 # states too): after that checkpoint, before the next.
 STOP_CLASSES = [
-    ("eio-read", "read:600:EIO", False, ["EIO", "read of", "at offset"]),
-    ("enospc-write", "write:600:ENOSPC", False, ["ENOSPC", "write of", "at offset", "free"]),
-    ("corrupt-read", "read:600:corrupt", True, ["checksum mismatch", "at offset"]),
-    ("corrupt-write", "write:600:corrupt", True, ["checksum mismatch", "at offset"]),
+    ("eio-read", "read:600:EIO", False, "none", ["EIO", "read of", "at offset"]),
+    ("enospc-write", "write:600:ENOSPC", False, "none", ["ENOSPC", "write of", "at offset", "free"]),
+    ("corrupt-read", "read:600:corrupt", True, "none", ["checksum mismatch", "at offset"]),
+    ("corrupt-write", "write:600:corrupt", True, "none", ["checksum mismatch", "at offset"]),
+    # The parameters on NVMe too: their reads (the trainer's fetches) and the states' share the
+    # count (~300 reads a step).
+    ("eio-read-params-nvme", "read:1000:EIO", False, "nvme", ["EIO", "read of", "at offset"]),
 ]
 
 
 def case_faults_stop(strata, root):
     straights = {}
-    for name, spec, checksum, words in STOP_CLASSES:
-        cfg = nvme_config(checksum)
+    for name, spec, checksum, param, words in STOP_CLASSES:
+        cfg = nvme_config(checksum, param)
+        # The tiers give the same bits (train_placement_*): one straight run per checksum flag.
         if checksum not in straights:
-            straights[checksum] = train(strata, root, f"straight-{checksum}", cfg, STEPS)
+            straights[checksum] = train(strata, root, f"straight-{checksum}", nvme_config(checksum), STEPS)
         straight = straights[checksum]
         ckpt = os.path.join(root, f"ckpt-{name}")
         run = train(strata, root, name, cfg, STEPS, ["--checkpoint-dir", ckpt] + EVERY,
