@@ -3,9 +3,9 @@
 
   faults_stop       EIO on a read of the swap (the parameters in host memory, and on NVMe too),
                     ENOSPC on a write, a block corrupted on its way back or on disk
-                    (strata.checksum on): exit 1, an error naming the swap file,
-                    the offset and the errno (or the checksum mismatch), and --resume from the
-                    last published checkpoint ends with the bits of a run that never failed
+                    (strata.checksum on): exit 1, an error naming the swap file, the offset and
+                    the errno (or the checksum mismatch), no swap file left, and --resume from
+                    the last published checkpoint ends with the bits of a run that never failed
   faults_transient  EAGAIN, EINTR and short transfers on reads and writes of the swap: exit 0
                     and the straight run's bits
 """
@@ -79,6 +79,7 @@ def case_faults_stop(strata, root):
         missing = [w for w in [swap] + words if w not in err]
         check(not missing, f"{name}: the error does not name {missing}:\n{tail(err, 8)}")
         check(not os.path.exists(run.save), f"{name}: a --save file after the fault")
+        check(not run.swap_leftovers(), f"{name}: left in the swap folder: {run.swap_leftovers()}")
         done = len(run.metric_lines())
         check(2 <= done < STEPS, f"{name}: the fault came after {done} steps, expected mid-run "
                                  f"(after the checkpoint of step 2): move N in {spec}")
