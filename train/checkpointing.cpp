@@ -12,10 +12,16 @@
 namespace strata::train {
 namespace {
 
-void report_save(const runtime::checkpoint::SaveResult& r, bool rank0) {
+// One line per save: a failed one says what failed, what to do (in the error's own "What to
+// do", e.g. free space) and what happens next.
+void report_save(const runtime::checkpoint::SaveResult& r, bool rank0, bool stop_on_error) {
   if (!r.ok) {
-    log::error("checkpoint of step {} failed: {}; training goes on, the previous checkpoint stays `latest`", r.step,
-               r.error.empty() ? std::string("another rank failed") : r.error);
+    log::error("checkpoint of step {} failed: {}; {}", r.step,
+               r.error.empty() ? std::string("another rank failed") : r.error,
+               stop_on_error ? "the run stops (strata.checkpoint_on_error \"stop\"); the previous checkpoint stays "
+                               "`latest`, resume from it with --resume"
+                             : "training goes on, the previous checkpoint stays `latest`, and the next checkpoint "
+                               "tries again (strata.checkpoint_on_error \"stop\" would end the run)");
     return;
   }
   if (rank0) {
@@ -68,7 +74,20 @@ Checkpointing::Checkpointing(runtime::checkpoint::CheckpointDir dir, const Train
 
 Checkpointing::Boundary Checkpointing::after_step(std::uint64_t done, std::uint64_t applied_steps, RunState& now) {
   Boundary b;
-  if (std::optional<runtime::checkpoint::SaveResult> r = saver_->finish()) b.saves.push_back(*r);
+  // A failed save is reported as soon as it is known; with strata.checkpoint_on_error "stop" the
+  // run ends there, before another save begins. `ok` is the same on every rank (the saver
+  // agrees on it), so every rank reports and stops together.
+  const bool stop_on_error = s_.config.strata.checkpoint_on_error == runtime::config::CheckpointOnError::kStop;
+  const auto finished = [&](const runtime::checkpoint::SaveResult& r) {
+    b.saves.push_back(r);
+    report_save(r, s_.rank0, stop_on_error);
+    if (!r.ok && stop_on_error) {
+      throw Error("the checkpoint of step " + std::to_string(r.step) + " could not be written", o_.checkpoint_dir,
+                  "see the error above; strata.checkpoint_on_error is \"stop\": fix the folder (free space, the "
+                  "disk), then --resume " + o_.checkpoint_dir + " from the previous checkpoint");
+    }
+  };
+  if (std::optional<runtime::checkpoint::SaveResult> r = saver_->finish()) finished(*r);
   b.stop = runtime::comm::any_rank(*s_.comm, *s_.device, *s_.compute, signals_.received() != 0);
   const bool last = done == o_.steps || b.stop;
   if (last || (o_.checkpoint_every > 0 && done % o_.checkpoint_every == 0)) {
@@ -78,15 +97,15 @@ Checkpointing::Boundary Checkpointing::after_step(std::uint64_t done, std::uint6
     now.loader = s_.loader->state();
     saver_->begin(done, now.to_json());
     if (last) {
-      b.saves.push_back(*saver_->finish());
-      if (b.stop && !b.saves.back().ok) {
-        report_save(b.saves.back(), s_.rank0);
+      const runtime::checkpoint::SaveResult r = *saver_->finish();
+      if (b.stop && !r.ok) {
+        report_save(r, s_.rank0, /*stop_on_error=*/true);
         throw Error("stopped by a signal, and the checkpoint of step " + std::to_string(done) + " failed",
                     o_.checkpoint_dir, "see the error above; the previous checkpoint is still `latest`");
       }
+      finished(r);
     }
   }
-  for (const runtime::checkpoint::SaveResult& r : b.saves) report_save(r, s_.rank0);
   return b;
 }
 

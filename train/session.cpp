@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "models/registry.h"
+#include "offload/fault_injection.h"
 #include "train/run_plan.h"
 
 namespace strata::train {
@@ -109,6 +110,7 @@ std::unique_ptr<Session> make_session(const TrainOptions& o) {
   const models::ModelOptions model_options =
       run_model_options(s.dtype, o.activation_checkpointing, s.device->backend());
   s.setup = run_engine_setup(*s.spec, model_options, s.B, s.T);
+  s.setup.io_completion_hook = offload::fault_hook_from_environment();  // the I/O fault tests only
   const auto engine_start = std::chrono::steady_clock::now();
   s.engine = std::make_unique<runtime::zero::ZeroEngine>(config, s.setup, *s.device, *s.compute, *s.comm, *s.tracer);
   s.engine_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - engine_start).count();

@@ -56,6 +56,7 @@ enum class WarmupType { kLog, kLinear };                             // "log" | 
 enum class DeviceKind { kAuto, kHost, kCuda };                       // "auto" | "host" | "cuda"
 enum class IoBackend { kAuto, kIoUring, kThreads };          // "auto" | "io_uring" | "threads"
 enum class DirectIoMode { kAuto, kRequire, kOff };           // "auto" | "require" | "off"
+enum class CheckpointOnError { kContinue, kStop };           // "continue" | "stop"
 
 // The spelling used in config files and in the printed config.
 std::string_view to_string(OffloadDevice value);
@@ -65,6 +66,7 @@ std::string_view to_string(WarmupType value);
 std::string_view to_string(DeviceKind value);
 std::string_view to_string(IoBackend value);
 std::string_view to_string(DirectIoMode value);
+std::string_view to_string(CheckpointOnError value);
 
 // ---- DeepSpeed sections ------------------------------------------------------------------
 
@@ -182,6 +184,9 @@ struct StrataConfig {
   DirectIoMode direct_io = DirectIoMode::kAuto;  // O_DIRECT swap files: where possible / or fail
   bool io_uring_sqpoll = false;           // ask for a kernel submission-polling thread
   std::uint32_t checkpoint_keep = 2;      // strata train: complete checkpoints kept (0 = all)
+  // strata train: a checkpoint that cannot be written (ENOSPC, EIO) is reported and training
+  // goes on, the next save trying again; or the run stops with that error.
+  CheckpointOnError checkpoint_on_error = CheckpointOnError::kContinue;
   // With gradient clipping (and no fp16): update pinned-tier modules as their gradients land,
   // out of place, and keep or redo each once the norm is known (Note [Speculative updates] in
   // runtime/zero/updater.h). The second set of optimizer states it needs (12 bytes a parameter,

@@ -214,6 +214,7 @@ inline constexpr auto kStrataFields = std::tuple{
     field("direct_io", &StrataConfig::direct_io),
     field("io_uring_sqpoll", &StrataConfig::io_uring_sqpoll),
     field("checkpoint_keep", &StrataConfig::checkpoint_keep),
+    field("checkpoint_on_error", &StrataConfig::checkpoint_on_error),
     field("speculative_updates", &StrataConfig::speculative_updates),
     field("speculative_update_memory", &StrataConfig::speculative_update_memory_bytes).in_bytes(),
 };

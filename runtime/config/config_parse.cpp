@@ -34,6 +34,7 @@ constexpr const auto& enum_values(WarmupType) { return kWarmupTypes; }
 constexpr const auto& enum_values(DeviceKind) { return kDeviceKinds; }
 constexpr const auto& enum_values(IoBackend) { return kIoBackends; }
 constexpr const auto& enum_values(DirectIoMode) { return kDirectIoModes; }
+constexpr const auto& enum_values(CheckpointOnError) { return kCheckpointOnErrors; }
 
 // DeepSpeed keys of a section that strata accepts without using (a warning each).
 constexpr std::string_view kFp16Ignored[] = {"auto_cast", "fp16_master_weights_and_grads"};

@@ -70,6 +70,14 @@ std::string_view to_string(DirectIoMode value) {
   STRATA_ASSERT(false, "unknown DirectIoMode");
 }
 
+std::string_view to_string(CheckpointOnError value) {
+  switch (value) {
+    case CheckpointOnError::kContinue: return "continue";
+    case CheckpointOnError::kStop: return "stop";
+  }
+  STRATA_ASSERT(false, "unknown CheckpointOnError");
+}
+
 namespace detail {
 namespace {
 

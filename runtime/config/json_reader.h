@@ -82,6 +82,8 @@ inline constexpr std::array kIoBackends = {IoBackend::kAuto, IoBackend::kIoUring
                                            IoBackend::kThreads};
 inline constexpr std::array kDirectIoModes = {DirectIoMode::kAuto, DirectIoMode::kRequire,
                                               DirectIoMode::kOff};
+inline constexpr std::array kCheckpointOnErrors = {CheckpointOnError::kContinue,
+                                                   CheckpointOnError::kStop};
 
 bool iequals(std::string_view a, std::string_view b);
 

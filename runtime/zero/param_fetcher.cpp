@@ -43,6 +43,17 @@ ParamFetcher::~ParamFetcher() {
     read_watcher_.drain();
   } catch (const std::exception&) {
   }
+  // A run stopped by an error (an EIO reading a parameter shard in the middle of a forward)
+  // leaves modules gathered: their buffers go back before the pools they came from (members
+  // are destroyed in reverse order: pools_ before modules_), once their H2D / all-gather is done.
+  for (Module& m : modules_) {
+    if (m.gathered.empty()) continue;
+    try {
+      if (m.ready) m.ready->synchronize();
+    } catch (const std::exception&) {
+    }
+    m.gathered.reset();
+  }
 }
 
 std::size_t ParamFetcher::shard_bytes(int module) const {

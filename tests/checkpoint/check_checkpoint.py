@@ -62,6 +62,12 @@ Cases:
       `latest` names the last; no dot-files are left. The same run again into the same folder
       without --resume is refused, changing nothing; resumed there from step 4, its step 5
       replaces the old one and has the first run's bits.
+  save_error, save_enospc
+      A checkpoint that cannot be written (cases_save_errors.py): EIO injected on its shard file
+      (STRATA_FAULT_INJECTION), a real ENOSPC on a small tmpfs (root, else 77). Training goes on
+      to the straight run's bits, one error line with what to do, `latest` stays, no partial
+      folder, the next save is published; strata.checkpoint_on_error "stop" ends the run and
+      --resume from `latest` gives the straight bits.
 """
 import os
 import sys
@@ -70,6 +76,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from train_util import run_cases  # noqa: E402  (tests/train/train_util.py)
 
 from cases_crash import case_crash, case_keep_last, case_signal  # noqa: E402
+from cases_save_errors import case_save_enospc, case_save_error  # noqa: E402
 from cases_damage import case_bad_resume, case_corruption  # noqa: E402
 from cases_resume import (case_resume_bf16, case_resume_cpu, case_resume_cross_tier,  # noqa: E402
                           case_resume_fp16, case_resume_nvme, case_resume_ranks_2)
@@ -86,6 +93,8 @@ CASES = {
     "signal": case_signal,
     "bad_resume": case_bad_resume,
     "keep_last": case_keep_last,
+    "save_error": case_save_error,
+    "save_enospc": case_save_enospc,
 }
 
 

@@ -48,6 +48,11 @@ every run in its own folder of the case's temp dir):
       root to mount one: else 77). The swap file grows with fallocate as the states are first
       written, so (where the file system has fallocate) a run that has started its steps does
       not meet ENOSPC later.
+  faults_stop, faults_transient
+      Faults injected into the NVMe tier's I/O in the middle of a stage-3 run (cases_faults.py,
+      STRATA_FAULT_INJECTION): EIO, ENOSPC, a corrupted block (strata.checksum) stop the run
+      naming the swap file, the offset and the errno, and --resume from the last checkpoint
+      gives a straight run's bits; EAGAIN, EINTR and short transfers change nothing.
   save_path_early
       --save into a folder that does not exist is refused at start, before any step.
   determinism
@@ -67,6 +72,7 @@ every run in its own folder of the case's temp dir):
 
 import sys
 
+from cases_faults import case_faults_stop, case_faults_transient
 from cases_limits import (case_bad_inputs, case_enospc_io, case_enospc_plan, case_memory,
                           case_memory_minimum, case_save_path_early)
 from cases_llama import case_llama_model_folder, case_llama_placement, case_llama_resume
@@ -91,6 +97,8 @@ CASES = {
     "enospc_plan": case_enospc_plan,
     "enospc_io": case_enospc_io,
     "save_path_early": case_save_path_early,
+    "faults_stop": case_faults_stop,
+    "faults_transient": case_faults_transient,
     "determinism": case_determinism,
     "trace_config": case_trace_config,
     "llama_placement": case_llama_placement,

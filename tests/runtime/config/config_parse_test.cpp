@@ -47,6 +47,7 @@ TEST(ConfigParse, EmptyObjectGivesDeepSpeedDefaults) {
   EXPECT_FALSE(c.strata.checksum);
   EXPECT_EQ(c.strata.io_backend, config::IoBackend::kAuto);
   EXPECT_EQ(c.strata.direct_io, config::DirectIoMode::kAuto);
+  EXPECT_EQ(c.strata.checkpoint_on_error, config::CheckpointOnError::kContinue);
   EXPECT_FALSE(c.strata.io_uring_sqpoll);
   EXPECT_EQ(c.strata.checkpoint_keep, 2u);
 }
@@ -134,7 +135,7 @@ TEST(ConfigParse, RoundTripsThroughPrint) {
           "aio": {"single_submit": true},
           "strata": {"device": "cuda", "device_memory": 123456789, "trace": "/tmp/t.json",
           "checksum": true, "io_backend": "threads", "direct_io": "require",
-          "io_uring_sqpoll": true, "checkpoint_keep": 5}})",
+          "io_uring_sqpoll": true, "checkpoint_keep": 5, "checkpoint_on_error": "stop"}})",
   };
   for (const char* file : {"ds_zero3_nvme.json", "ds_zero_offload_cpu.json", "hf_zero3_auto.json"})
     texts.push_back(config::config_to_json(config::load_config_file(data_file(file)).config));
@@ -255,6 +256,7 @@ TEST(ConfigErrors, OutOfRangeNamesThePath) {
        "zero_optimization.offload_param.nvme_path[1]", "a folder"},
       {R"({"strata": {"io_backend": "libaio"}})", "strata.io_backend", "io_uring"},
       {R"({"strata": {"direct_io": "yes"}})", "strata.direct_io", "require"},
+      {R"({"strata": {"checkpoint_on_error": "retry"}})", "strata.checkpoint_on_error", "continue"},
       {R"({"scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 10,
           "cos_min_ratio": 2}}})", "scheduler.params.cos_min_ratio", "[0, 1]"},
   };

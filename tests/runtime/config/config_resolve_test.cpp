@@ -298,7 +298,7 @@ TEST(ConfigPrint, PrintsEveryKey) {
       "aio.intra_op_parallelism", "aio.single_submit", "aio.overlap_events", "strata.device",
       "strata.device_memory", "strata.pinned_memory", "strata.cpu_threads", "strata.trace",
       "strata.checksum", "strata.io_backend", "strata.direct_io", "strata.io_uring_sqpoll",
-      "strata.checkpoint_keep", "strata.speculative_updates", "strata.speculative_update_memory"};
+      "strata.checkpoint_keep", "strata.checkpoint_on_error", "strata.speculative_updates", "strata.speculative_update_memory"};
   EXPECT_EQ(paths, std::vector<std::string>(std::begin(expected), std::end(expected)));
   EXPECT_EQ(printed["gradient_accumulation_steps"], 1);
   EXPECT_EQ(printed["strata"]["pinned_memory"], 4 * kGiB);
