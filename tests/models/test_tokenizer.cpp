@@ -257,6 +257,8 @@ TEST(TokenizerErrors, MissingFilesAndBadJson) {
     EXPECT_HAS(e.what_happened(), "neither tokenizer.json nor vocab.json + merges.txt");
   }
   EXPECT_HAS(load_error("{\"model\": ").what_happened(), "not valid JSON");
+  // A number beyond a double is nlohmann's out_of_range, not a parse_error (found by tests/fuzz).
+  EXPECT_HAS(load_error("{\"model\": 1e309}").what_happened(), "not valid JSON");
   EXPECT_HAS(load_error("[1, 2]").what_happened(), "expected a JSON object");
   EXPECT_HAS(load_error("{}").where(), "key \"model\"");
 }
