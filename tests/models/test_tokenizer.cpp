@@ -313,6 +313,13 @@ TEST(TokenizerErrors, MalformedModel) {
   EXPECT_HAS(e.where(), "model.merges[5]");
   e = load_error(llama_with([](Json& j) { j["model"]["vocab"]["x"] = "seven"; }));
   EXPECT_HAS(e.where(), "model.vocab.x");
+  // Found by tests/fuzz: an id of 2^31 - 1 overflowed id + 1 (undefined behaviour) and sized
+  // arrays of 2^31 strings; ids are bounded (2^22).
+  e = load_error(llama_with([](Json& j) { j["added_tokens"][1]["id"] = 2147483647; }));
+  EXPECT_HAS(e.where(), "added_tokens[1].id");
+  EXPECT_HAS(e.what_happened(), "2^22");
+  e = load_error(llama_with([](Json& j) { j["model"]["vocab"]["zzzq"] = 1 << 22; }));
+  EXPECT_HAS(e.where(), "model.vocab.zzzq");
   e = load_error(llama_with([](Json& j) { j["model"]["vocab"]["zzzq"] = 5; }));
   EXPECT_HAS(e.what_happened(), "given to two tokens");
   e = load_error(llama_with([](Json& j) { j["added_tokens"][1].erase("content"); }));
