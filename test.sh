@@ -2,13 +2,16 @@
 # Sets up a fresh Debian 12 machine, builds strata and runs every test through ctest:
 #   1. release preset: every test (unit, concurrency, mpi; cuda tests skip without a GPU);
 #   2. asan preset (ASan + UBSan): the unit tests;
-#   3. tsan preset (clang + its OpenMP runtime): the concurrency tests.
+#   3. tsan preset (clang + its OpenMP runtime): the concurrency tests;
+#   4. fuzz preset (clang, libFuzzer + ASan + UBSan): builds only the parser fuzz targets
+#      (tests/fuzz) and runs each for 30 s (-DSTRATA_FUZZ_SECONDS) from its seed corpus; a crash,
+#      sanitizer report, leak, hang or stray exception fails it.
 # STRATA_TEST_PRESETS="release" (space-separated) runs a subset.
 set -euo pipefail
 cd "$(dirname "$0")"
 ./scripts/setup.sh
 
-presets=${STRATA_TEST_PRESETS:-"release asan tsan"}
+presets=${STRATA_TEST_PRESETS:-"release asan tsan fuzz"}
 jobs=$(nproc)
 summary=()
 status=0

@@ -30,7 +30,7 @@ Prompt parse_line(std::string_view text, const std::string& name, std::size_t li
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e999
     bad_line(name, line, fmt::format("--prompts: not valid JSON ({})", e.what()));
   }
   if (!j.is_object()) bad_line(name, line, "--prompts: the line is not a JSON object");

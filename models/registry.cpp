@@ -69,7 +69,7 @@ ModelSpecPtr model_from_json(std::string_view json_text, std::string_view where)
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(json_text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e999
     throw Error(fmt::format("the model config is not valid JSON: {}", e.what()), std::string(where),
                 "give a Hugging Face config.json");
   }

@@ -82,7 +82,7 @@ GptConfig GptConfig::from_json(std::string_view json_text, std::string_view wher
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(json_text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e999
     throw Error(fmt::format("the model config is not valid JSON: {}", e.what()), std::string(where),
                 "give a Hugging Face GPT-2 config.json");
   }

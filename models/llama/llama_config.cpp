@@ -334,7 +334,7 @@ LlamaConfig LlamaConfig::from_json(std::string_view json_text, std::string_view 
   json j;
   try {
     j = json::parse(json_text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e999
     throw Error(fmt::format("the model config is not valid JSON: {}", e.what()), w,
                 "give a Hugging Face config.json");
   }

@@ -17,6 +17,7 @@
 //   decoder        null or ByteLevel
 //   added_tokens   split out of the raw text first, leftmost-longest literal match (as HF's
 //                  AddedVocabulary), honouring lstrip, rstrip and single_word
+//   ids            integers in [0, 2^22) (16 times the largest released vocabulary)
 // Refused with a strata::Error naming the file and key: WordPiece, Unigram, WordLevel, and
 // SentencePiece-style BPE (byte_fallback, Metaspace: Llama 2, Mistral), any other normalizer,
 // pre-tokenizer, post-processor or decoder type. Only byte-level BPE is supported.

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -35,6 +36,18 @@ std::uint64_t parse_hex(const std::string& s, const std::string& path) {
 Error damaged(const std::string& path, const std::string& why) {
   return Error("the checkpoint manifest " + path + " is damaged: " + why, path,
                "resume from an earlier checkpoint (a step-NNNNNNNN folder next to it)");
+}
+
+// obj[key] as a non-negative integer no larger than `max`. nlohmann's get<>() would convert a
+// float (1e30: undefined behaviour), wrap a negative and truncate a large value; the writer
+// only ever writes integers in range, so anything else is damage.
+std::uint64_t need_uint(const json& obj, const char* key, std::uint64_t max, const std::string& path) {
+  const json& v = obj.at(key);
+  if (!v.is_number_unsigned() || v.get<std::uint64_t>() > max) {
+    throw damaged(path, std::string("its \"") + key + "\" is " + v.dump(-1, ' ', false, json::error_handler_t::replace) +
+                            ", not an integer in [0, " + std::to_string(max) + "]");
+  }
+  return v.get<std::uint64_t>();
 }
 
 json body_of(const Manifest& m) {
@@ -88,20 +101,22 @@ Manifest Manifest::parse(const std::string& text, const std::string& path) {
     if (body.at("format").get<std::string>() != kFormat) {
       throw damaged(path, "its format is not " + std::string(kFormat));
     }
-    if (body.at("version").get<int>() != kVersion) {
-      throw Error("the checkpoint " + path + " has version " + std::to_string(body.at("version").get<int>()) +
+    const std::uint64_t version = need_uint(body, "version", std::numeric_limits<std::uint32_t>::max(), path);
+    if (version != kVersion) {
+      throw Error("the checkpoint " + path + " has version " + std::to_string(version) +
                       "; this strata reads version " + std::to_string(kVersion),
                   path, "use the strata that wrote it");
     }
-    m.step = body.at("step").get<std::uint64_t>();
-    m.shards = body.at("shards").get<int>();
+    m.step = need_uint(body, "step", std::numeric_limits<std::uint64_t>::max(), path);
+    m.shards = static_cast<int>(need_uint(body, "shards", std::numeric_limits<int>::max(), path));
     if (m.shards < 1) throw damaged(path, "it lists " + std::to_string(m.shards) + " shards");
     for (const json& f : body.at("files")) {
       const std::string name = f.at("name").get<std::string>();
       if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") {
         throw damaged(path, "it names a file \"" + name + "\" outside the checkpoint folder");
       }
-      m.files.push_back({name, f.at("bytes").get<std::uint64_t>(), parse_hex(f.at("xxh3").get<std::string>(), path)});
+      m.files.push_back({name, need_uint(f, "bytes", std::numeric_limits<std::uint64_t>::max(), path),
+                         parse_hex(f.at("xxh3").get<std::string>(), path)});
     }
   } catch (const json::exception& e) {
     throw damaged(path, std::string("a field is missing or mistyped (") + e.what() + ")");

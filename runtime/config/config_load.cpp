@@ -62,6 +62,10 @@ Json parse_json(std::string_view text, std::string_view source) {
                 fmt::format("{}:{}:{}", source, line, column),
                 "fix the JSON syntax there (config files are strict JSON, as for DeepSpeed: no "
                 "comments, no trailing commas, keys in double quotes)");
+  } catch (const Json::exception& e) {
+    // out_of_range 406: a number too large for a double (1e999); nlohmann gives no position.
+    throw Error(fmt::format("malformed JSON in config {}: {}", source, e.what()), std::string(source),
+                "write the number within the range of a double (about 1.8e308)");
   }
 }
 

@@ -56,6 +56,13 @@ Json parse_value(std::string_view value_text) {
 }  // namespace
 
 std::string apply_override(Json& root, std::string_view text) {
+  // A file's JSON is UTF-8 (the parser checks it); an override must be too, or the config
+  // could not be printed nor its value quoted in a message (nlohmann's dump() would throw).
+  try {
+    (void)Json(std::string(text)).dump();
+  } catch (const Json::type_error&) {
+    throw_override(text, std::string(text), "it is not valid UTF-8", "write the override in UTF-8");
+  }
   std::size_t eq = text.find('=');
   if (eq == std::string_view::npos) throw_override(text, std::string(text), "it has no '='");
   std::string_view key = trim(text.substr(0, eq));

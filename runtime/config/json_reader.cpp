@@ -35,7 +35,8 @@ std::string describe_json(const Json& value) {
     case Json::value_t::array: return fmt::format("an array of {}", value.size());
     case Json::value_t::null: return "null";
     case Json::value_t::string: {
-      std::string text = value.dump();
+      // U+FFFD for invalid UTF-8: a message must never throw.
+      std::string text = value.dump(-1, ' ', false, Json::error_handler_t::replace);
       constexpr std::size_t kMaxChars = 60;  // keep one-line messages one line
       if (text.size() > kMaxChars) text = text.substr(0, kMaxChars) + "...\"";
       return "the string " + text;

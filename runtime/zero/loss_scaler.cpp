@@ -154,7 +154,7 @@ void LossScaler::load_state(const std::string& json) {
   Json state;
   try {
     state = Json::parse(json);
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {  // parse_error, or out_of_range for a number like 1e999
     throw_state("", fmt::format("not valid JSON ({})", e.what()));
   }
   if (!state.is_object()) throw_state("", "expected a JSON object");

@@ -108,6 +108,8 @@ TEST(GptConfig, JsonRoundTripAndRefusals) {
   EXPECT_NE(message(R"({"vocab_size": 10.5, "n_positions": 8, "n_embd": 8, "n_layer": 1, "n_head": 2})")
                 .find("integer"), std::string::npos);
   EXPECT_NE(message("{not json").find("not valid JSON"), std::string::npos);
+  // A number beyond a double (nlohmann's out_of_range, not a parse_error; tests/fuzz found it).
+  EXPECT_NE(message(R"({"vocab_size": 1e309})").find("not valid JSON"), std::string::npos);
   EXPECT_NE(message(R"({"vocab_size": 0, "n_positions": 8, "n_embd": 8, "n_layer": 1, "n_head": 2})")
                 .find("vocab_size"), std::string::npos);
 }

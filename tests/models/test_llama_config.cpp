@@ -458,6 +458,8 @@ TEST(LlamaConfig, RefusesMissingKeysAndWrongTypes) {
   expect_refused(edited(kLlama3_8B, {{"num_key_value_heads", 1LL << 40}}),
                  {"num_key_value_heads", "out of range"});
   expect_refused("{not json", {"not valid JSON"});
+  // A number beyond a double (nlohmann's out_of_range, not a parse_error; tests/fuzz found it).
+  expect_refused("{\"rope_theta\": 1e309}", {"not valid JSON", "1e309"});
   expect_refused("[1, 2]", {"JSON object"});
 }
 

@@ -257,6 +257,8 @@ TEST(TokenizerErrors, MissingFilesAndBadJson) {
     EXPECT_HAS(e.what_happened(), "neither tokenizer.json nor vocab.json + merges.txt");
   }
   EXPECT_HAS(load_error("{\"model\": ").what_happened(), "not valid JSON");
+  // A number beyond a double is nlohmann's out_of_range, not a parse_error (found by tests/fuzz).
+  EXPECT_HAS(load_error("{\"model\": 1e309}").what_happened(), "not valid JSON");
   EXPECT_HAS(load_error("[1, 2]").what_happened(), "expected a JSON object");
   EXPECT_HAS(load_error("{}").where(), "key \"model\"");
 }
@@ -311,6 +313,13 @@ TEST(TokenizerErrors, MalformedModel) {
   EXPECT_HAS(e.where(), "model.merges[5]");
   e = load_error(llama_with([](Json& j) { j["model"]["vocab"]["x"] = "seven"; }));
   EXPECT_HAS(e.where(), "model.vocab.x");
+  // Found by tests/fuzz: an id of 2^31 - 1 overflowed id + 1 (undefined behaviour) and sized
+  // arrays of 2^31 strings; ids are bounded (2^22).
+  e = load_error(llama_with([](Json& j) { j["added_tokens"][1]["id"] = 2147483647; }));
+  EXPECT_HAS(e.where(), "added_tokens[1].id");
+  EXPECT_HAS(e.what_happened(), "2^22");
+  e = load_error(llama_with([](Json& j) { j["model"]["vocab"]["zzzq"] = 1 << 22; }));
+  EXPECT_HAS(e.where(), "model.vocab.zzzq");
   e = load_error(llama_with([](Json& j) { j["model"]["vocab"]["zzzq"] = 5; }));
   EXPECT_HAS(e.what_happened(), "given to two tokens");
   e = load_error(llama_with([](Json& j) { j["added_tokens"][1].erase("content"); }));

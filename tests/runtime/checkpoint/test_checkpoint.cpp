@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
 #include "offload/aio_engine.h"
 #include "runtime/checkpoint/checkpoint_dir.h"
@@ -75,6 +77,34 @@ TEST(Manifest, RoundTripsAndRefusesAnyChange) {
             std::string::npos);
   EXPECT_NE(error_of([&] { checkpoint::Manifest::parse(text.substr(0, text.size() / 2), "m.json"); }).find("m.json"),
             std::string::npos);
+}
+
+TEST(Manifest, RefusesNumbersThatAreNotIntegersInRangeEvenWhenSigned) {
+  // Found by tests/fuzz: nlohmann's get<>() converted a float step (1.8e22) to uint64
+  // (undefined behaviour), wrapped a negative size and truncated shards 2^32 + 1 to 1. A
+  // manifest with a correct checksum over such a body must still be refused.
+  checkpoint::Manifest m;
+  m.step = 42;
+  m.files = {{"meta.json", 100, 7}};
+  nlohmann::json good = nlohmann::json::parse(m.to_json());
+  good.erase("checksum");
+  auto signed_with = [&](const nlohmann::json::json_pointer& key, const nlohmann::json& value) {
+    nlohmann::json body = good;
+    body[key] = value;
+    body["checksum"] = checkpoint::xxh3_hex(checkpoint::xxh3_of(body.dump()));
+    return body.dump();
+  };
+  using P = nlohmann::json::json_pointer;
+  EXPECT_EQ(checkpoint::Manifest::parse(signed_with(P("/step"), 43), "m.json").step, 43u);
+  const std::vector<std::pair<P, nlohmann::json>> bad = {
+      {P("/step"), 1.8446744073709552e22}, {P("/step"), -1},           {P("/step"), 1.5},
+      {P("/shards"), 4294967297ULL},       {P("/shards"), -2},         {P("/version"), 1.0},
+      {P("/version"), 4294967297ULL},      {P("/files/0/bytes"), -1},  {P("/files/0/bytes"), 1e30},
+      {P("/files/0/bytes"), "100"}};
+  for (const auto& [key, value] : bad) {
+    const std::string error = error_of([&] { checkpoint::Manifest::parse(signed_with(key, value), "m.json"); });
+    EXPECT_NE(error.find("m.json is damaged"), std::string::npos) << key << " = " << value << ": " << error;
+  }
 }
 
 TEST(ShardLayout, EntriesAreAlignedAndTheHeaderReadsBack) {

@@ -314,6 +314,10 @@ TEST(ConfigErrors, MalformedJsonGivesLineAndColumn) {
   EXPECT_EQ(from_file.where(), data_file("malformed.json") + ":3:26") << from_file.what();
 
   EXPECT_NE(std::string(parse_error("").what()).find("malformed JSON"), std::string::npos);
+  // A number beyond a double is nlohmann's out_of_range, not a parse_error (found by tests/fuzz).
+  Error overflow = parse_error("{\"gradient_clipping\": 1e309}");
+  EXPECT_EQ(overflow.where(), "test.json") << overflow.what();
+  EXPECT_NE(std::string(overflow.what()).find("1e309"), std::string::npos) << overflow.what();
   EXPECT_NE(std::string(parse_error("[1, 2]").what()).find("not a JSON object"), std::string::npos);
 }
 

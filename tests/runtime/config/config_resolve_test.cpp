@@ -73,6 +73,14 @@ TEST(ConfigOverride, ErrorsNameTheOverride) {
   Error empty_part = parse_error("{}", {"zero_optimization..stage=3"});
   EXPECT_NE(std::string(empty_part.what()).find("empty part"), std::string::npos);
 
+  // Found by tests/fuzz: a value (or key) that is not UTF-8 became a JSON string that no
+  // message could quote (nlohmann's dump() threw its type_error instead of a strata::Error).
+  for (const char* not_utf8 : {"zero_optimization.stage=\xe8\xe8", "zero_\xe8.stage=3",
+                               "optimizer.params.lr=\xff"}) {
+    Error e = parse_error("{}", {not_utf8});
+    EXPECT_NE(std::string(e.what()).find("not valid UTF-8"), std::string::npos) << e.what();
+  }
+
   Error into_scalar = parse_error(R"({"train_batch_size": 8})", {"train_batch_size.x=1"});
   EXPECT_EQ(into_scalar.where(), "train_batch_size");
   EXPECT_NE(std::string(into_scalar.what()).find("not an object"), std::string::npos);
