@@ -254,7 +254,7 @@ void run_compare(const CompareOptions& o, const train::StopSignals& stop) {
                                          static_cast<int>(r.placement.optimizer));
     const std::string config_path = scratch.file(name + ".json");
     const std::string metrics = scratch.file(name + ".jsonl");
-    write_config(config_path, Json::parse(runtime::config::config_to_json(cell_config(in, r.placement))));
+    write_config(config_path, Json::parse(runtime::config::config_to_json(placement_config(in, r.placement))));
     std::vector<std::string> extra;
     if (in.activation_checkpointing) extra.push_back("--activation-checkpointing");
     const ChildRun run = run_train_child(self, child, config_path, text, metrics, extra, kWarmupSteps + 1, o.steps);

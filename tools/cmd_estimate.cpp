@@ -1,7 +1,8 @@
 // strata estimate (--model DIR|config.json | --preset NAME) [--config ds.json] [--world N]
 //                 [--batch B] [--seq-len T] [--activation-checkpointing] [--device host|cuda|auto]
 //                 [--device-memory SIZE] [--pinned-memory SIZE] [--nvme-path DIR] [--stage S]
-//                 [--profile machine.json] [--json]
+//                 [--dtype bf16|fp16|fp32] [--profile machine.json]
+//                 [--recommend] [--json] [--svg DIR]
 // Before a run: per rank, for every ZeRO stage x placement, the bytes in each tier (device,
 // pinned host, NVMe) split by class of state, from the plan code `strata train` runs
 // (tools/estimate/estimate.h); the ZeRO paper's formula beside strata's model states; the

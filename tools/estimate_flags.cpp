@@ -114,14 +114,14 @@ EstimateInputs estimate_inputs(const EstimateFlags& o, const models::ModelSpec& 
   in.nvme_path = o.nvme_path.empty() ? "." : o.nvme_path;
   // The NVMe folders of the nvme cells: the config's, else --nvme-path.
   const runtime::config::Config nvme_cell =
-      cell_config(in, {3, runtime::config::OffloadDevice::kNvme, runtime::config::OffloadDevice::kNvme});
+      placement_config(in, {3, runtime::config::OffloadDevice::kNvme, runtime::config::OffloadDevice::kNvme});
   const std::vector<std::string> paths = runtime::tiers::nvme_paths(nvme_cell);
   in.budgets.nvme = free_nvme_bytes(paths);
   for (const std::string& p : paths) in.budgets.nvme_source += (in.budgets.nvme_source.empty() ? "in " : ", ") + p;
   if (!o.profile_path.empty()) in.profile = runtime::estimate::read_machine_profile(o.profile_path);
   // The pinned budget: strata.pinned_memory as the run resolves it.
   in.budgets.pinned =
-      cell_config(in, {0, runtime::config::OffloadDevice::kNone, runtime::config::OffloadDevice::kNone})
+      placement_config(in, {0, runtime::config::OffloadDevice::kNone, runtime::config::OffloadDevice::kNone})
           .strata.pinned_memory_bytes;
   return in;
 }

@@ -329,3 +329,22 @@ TEST(Recommend, KeepsTheGlobalBatchOfTheConfig) {
 
 }  // namespace
 }  // namespace strata::tools
+
+namespace strata::tools {
+namespace {
+
+TEST(Estimate, AGlobalBatchAloneSetsTheMicroBatchAsTheRunWould) {
+  const models::ModelSpecPtr model = models::model_preset("tiny");
+  EstimateInputs in = inputs(*model, 2);
+  in.config.train_batch_size = std::uint64_t{16};
+  const Estimate e = make_estimate(in, {{1, OffloadDevice::kNone, OffloadDevice::kNone}});
+  EXPECT_EQ(e.batch, 8);  // 16 over 2 ranks, no accumulation
+  EXPECT_EQ(e.gas, 1);
+  // Without any batch size, the inputs' micro-batch.
+  in.config.train_batch_size.reset();
+  in.batch = 3;
+  EXPECT_EQ(make_estimate(in, {{1, OffloadDevice::kNone, OffloadDevice::kNone}}).batch, 3);
+}
+
+}  // namespace
+}  // namespace strata::tools

@@ -92,7 +92,7 @@ std::uint64_t free_nvme_bytes(const std::vector<std::string>& paths) {
   return sum;
 }
 
-runtime::config::Config cell_config(const EstimateInputs& in, const Placement& p) {
+runtime::config::Config placement_config(const EstimateInputs& in, const Placement& p) {
   runtime::config::Config c = in.config;
   runtime::config::ZeroConfig& z = c.zero_optimization;
   z.stage = p.stage;
@@ -102,7 +102,10 @@ runtime::config::Config cell_config(const EstimateInputs& in, const Placement& p
   if (p.optimizer == OffloadDevice::kNvme && z.offload_optimizer.nvme_path.empty()) {
     z.offload_optimizer.nvme_path = {in.nvme_path};
   }
-  if (!c.train_micro_batch_size_per_gpu || c.train_micro_batch_size_per_gpu->is_auto()) {
+  // No batch size at all: the inputs' micro-batch. With train_batch_size alone, resolution
+  // derives the micro-batch as the run would.
+  const auto given = [](const auto& size) { return size && !size->is_auto(); };
+  if (!given(c.train_micro_batch_size_per_gpu) && !given(c.train_batch_size)) {
     c.train_micro_batch_size_per_gpu = static_cast<std::uint64_t>(in.batch);
     c.train_batch_size.reset();
   }
@@ -150,14 +153,14 @@ EstimateRow estimate_row(const EstimateInputs& in, const Placement& p, const run
 
 Estimate make_estimate(const EstimateInputs& in, const std::vector<Placement>& placements) {
   Estimate out;
-  out.resolved_base = cell_config(in, {in.config.zero_optimization.stage, OffloadDevice::kNone, OffloadDevice::kNone});
+  out.resolved_base = placement_config(in, {in.config.zero_optimization.stage, OffloadDevice::kNone, OffloadDevice::kNone});
   out.batch = static_cast<int>(out.resolved_base.train_micro_batch_size_per_gpu->value());
   out.seq_len = in.seq_len > 0 ? in.seq_len : std::min(in.model->max_positions(), 1024);
   out.gas = static_cast<int>(out.resolved_base.gradient_accumulation_steps->value());
   out.dtype = train::compute_dtype(out.resolved_base);
   for (const Placement& p : placements) {
     try {
-      out.rows.push_back(estimate_row(in, p, cell_config(in, p)));
+      out.rows.push_back(estimate_row(in, p, placement_config(in, p)));
     } catch (const Error& e) {
       EstimateRow row;
       row.placement = p;

@@ -71,9 +71,9 @@ struct Estimate {
 };
 
 // The config of one cell: `base` with the stage and offload devices set, nvme_path filled in
-// when the cell uses NVMe and the config names none, and the micro-batch set when absent; then
-// resolved for `world` ranks. Throws strata::Error for configs that cannot be resolved.
-runtime::config::Config cell_config(const EstimateInputs& in, const Placement& p);
+// when the cell uses NVMe and the config names none, and the inputs' micro-batch when the config
+// gives no batch size; then resolved for `world` ranks. Throws strata::Error for configs that cannot be resolved.
+runtime::config::Config placement_config(const EstimateInputs& in, const Placement& p);
 
 Estimate make_estimate(const EstimateInputs& in, const std::vector<Placement>& placements);
 

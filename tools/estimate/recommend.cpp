@@ -90,6 +90,7 @@ Recommendation recommend(const EstimateInputs& in, bool nvme_allowed) {
   Recommendation out;
   Candidate closest;
   double closest_short = -1;
+  const std::vector<std::pair<int, int>> batches = micro_batches(in);
   for (const Placement& p : all_placements()) {
     if (!nvme_allowed && (p.param == OffloadDevice::kNvme || p.optimizer == OffloadDevice::kNvme)) continue;
     std::vector<double> ratios = {1.0};
@@ -103,7 +104,7 @@ Recommendation recommend(const EstimateInputs& in, bool nvme_allowed) {
     if (nvme && buffers.front() != std::pair<std::uint64_t, std::uint64_t>{2, 3}) buffers.push_back({2, 3});
     for (const auto& [param_buffers, optimizer_buffers] : buffers) {
       for (double ratio : ratios) {
-        for (const auto& [micro, gas] : micro_batches(in)) {
+        for (const auto& [micro, gas] : batches) {
           Candidate c;
           c.placement = p;
           c.ratio = ratio;
@@ -113,7 +114,7 @@ Recommendation recommend(const EstimateInputs& in, bool nvme_allowed) {
           c.gas = gas;
           const EstimateInputs cell = candidate_inputs(in, c);
           try {
-            c.row = estimate_row(cell, p, cell_config(cell, p));
+            c.row = estimate_row(cell, p, placement_config(cell, p));
           } catch (const Error&) {
             continue;  // a config this cell cannot have (e.g. a staging buffer too small)
           }
@@ -152,7 +153,7 @@ Recommendation recommend(const EstimateInputs& in, bool nvme_allowed) {
                    [&](const Candidate& a, const Candidate& b) { return better(a, b, profiled); });
   out.pick = out.fitting.front();
   const EstimateInputs cell = candidate_inputs(in, out.pick);
-  out.config = cell_config(cell, out.pick.placement);
+  out.config = placement_config(cell, out.pick.placement);
   const EstimateRow& r = out.pick.row;
   out.why = fmt::format("{} of {} candidates fit (device {}, pinned {}, nvme {} free). Picked {}: ", out.fitting.size(),
                         out.considered, format_bytes(in.budgets.device), format_bytes(in.budgets.pinned),
