@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Sets up a fresh Debian 12 machine, builds strata and runs every test through ctest:
 #   1. release preset: every test (unit, concurrency, mpi; cuda tests skip without a GPU);
-#   2. asan preset (ASan + UBSan): the unit tests;
-#   3. tsan preset (clang + its OpenMP runtime): the concurrency tests;
+#   2. asan preset (ASan + UBSan, -O1 -g1): builds and runs the unit tests;
+#   3. tsan preset (clang + its OpenMP runtime): builds and runs the concurrency tests;
 #   4. fuzz preset (clang, libFuzzer + ASan + UBSan): builds only the parser fuzz targets
 #      (tests/fuzz) and runs each for 30 s (-DSTRATA_FUZZ_SECONDS) from its seed corpus; a crash,
 #      sanitizer report, leak, hang or stray exception fails it.
