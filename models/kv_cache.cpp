@@ -7,7 +7,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
-#include "core/log.h"
+#include "core/shutdown.h"
 #include "offload/host_buffer.h"
 
 namespace strata::models {
@@ -44,11 +44,7 @@ struct KvCache::Ring {
     }
   }
   ~Ring() {
-    try {
-      copy->synchronize();  // no copy may outlive the buffers
-    } catch (const std::exception& e) {
-      log::warn("KV cache: a copy failed at shutdown: {}", e.what());
-    }
+    drain_for_shutdown("KV cache", [this] { copy->synchronize(); });  // no copy may outlive the buffers
   }
 
   std::unique_ptr<runtime::device::Stream> copy;

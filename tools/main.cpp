@@ -1,11 +1,40 @@
 // strata: train and serve transformers larger than GPU memory.
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include <CLI/CLI.hpp>
 
 #include "core/error.h"
+#include "runtime/comm/comm.h"
+#include "runtime/launch/launch.h"
 #include "tools/commands.h"
+
+namespace {
+
+// "rank R of W: " under mpirun with several ranks (whose errors land in one terminal), else "".
+std::string rank_prefix() {
+  try {
+    const strata::runtime::launch::LaunchInfo launch = strata::runtime::launch::detect_launch();
+    if (launch.world > 1) {
+      return "rank " + std::to_string(launch.rank) + " of " + std::to_string(launch.world) + ": ";
+    }
+  } catch (const strata::Error&) {
+    // A malformed launcher environment was reported by the command itself.
+  }
+  return "";
+}
+
+// Prints the error, then ends the other ranks if they may be waiting for this one
+// (end_job_after_error: they would otherwise wait in their next collective forever).
+int fail(const char* kind, const char* what, int code) {
+  std::fprintf(stderr, "strata: %s: %s%s\n", kind, rank_prefix().c_str(), what);
+  std::fflush(stderr);
+  strata::runtime::comm::end_job_after_error(code);
+  return code;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"strata: train and serve transformer models larger than GPU memory"};
@@ -24,11 +53,9 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const strata::Error& e) {
-    std::fprintf(stderr, "strata: error: %s\n", e.what());
-    return 1;
+    return fail("error", e.what(), 1);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "strata: internal error: %s\n", e.what());
-    return 2;
+    return fail("internal error", e.what(), 2);
   }
   return 0;
 }

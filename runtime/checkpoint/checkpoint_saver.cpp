@@ -17,6 +17,15 @@
 namespace strata::runtime::checkpoint {
 namespace {
 
+// The error that ends the run when a save cannot read the run's own states (finish()).
+Error state_read_failure(std::uint64_t step, const std::exception& e) {
+  const std::string what = "reading the optimizer states for the checkpoint of step " + std::to_string(step) + ": ";
+  if (const auto* error = dynamic_cast<const Error*>(&e)) {
+    return Error(what + error->what_happened(), error->where(), error->hint());
+  }
+  return Error(what + e.what());
+}
+
 
 std::vector<ShardModule> shard_modules(const zero::ZeroEngine& engine) {
   std::vector<ShardModule> modules;
@@ -99,6 +108,7 @@ void CheckpointSaver::begin(std::uint64_t step, const std::string& meta_json) {
 void CheckpointSaver::write_shard(std::uint64_t step) {
   const auto t0 = std::chrono::steady_clock::now();
   shard_error_.clear();
+  bool reading_state = false;
   try {
     const int shard = engine_.shard_index();
     const std::string path = dir_.partial_path(step) + "/" + shard_file_name(shard, engine_.shards());
@@ -111,7 +121,9 @@ void CheckpointSaver::write_shard(std::uint64_t step) {
         for (std::size_t off = 0; off < numel; off += chunk) {
           const std::size_t n = std::min(chunk, numel - off);
           float* buf = writer.buffer();
+          reading_state = true;
           engine_.read_state(m, static_cast<tiers::OptimState>(k), off, n, buf);
+          reading_state = false;
           writer.submit(n * 4, off + n == numel);
         }
       }
@@ -119,6 +131,7 @@ void CheckpointSaver::write_shard(std::uint64_t step) {
     shard_file_ = writer.finish();
   } catch (const std::exception& e) {
     shard_error_ = e.what();
+    if (reading_state) state_failure_ = state_read_failure(step, e);
   }
   write_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -177,6 +190,17 @@ std::optional<SaveResult> CheckpointSaver::finish() {
   const Clock::time_point t0 = Clock::now();
   done_future_.wait();
   in_flight_ = false;
+  // Note [A state that cannot be read ends the run]: the save read the run's own states from
+  // their tier (an NVMe extent, say) and that failed. The checkpoint's folder is not at fault,
+  // and the run's only copy of its states is: this ends the run as the same failure would in a
+  // step, rather than being one more failed save that training goes on after. The partial
+  // folder is removed by the next run's saver (remove_leftovers). With several ranks the others
+  // are ended by the error handler (comm::end_job_after_error), not by agreeing here.
+  if (state_failure_) {
+    const Error failure = *state_failure_;
+    state_failure_.reset();
+    throw failure;
+  }
   const Clock::time_point t1 = Clock::now();
   SaveResult r;
   r.wait_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();

@@ -13,13 +13,15 @@
 //   size + checksum, and rank 0 writes manifest.json, fsyncs, renames the folder into place,
 //   moves `latest` and removes all but keep_last checkpoints (checkpoint_dir.h). A rank that
 //   failed (a full disk, an I/O error) makes every rank skip the publish: the error is logged,
-//   the partial folder removed, `latest` stays, training goes on.
+//   the partial folder removed, `latest` stays, training goes on. A failure to read the run's
+//   own states (its NVMe tier) is not a failed save: finish() throws it, ending the run.
 #include <cstdint>
 #include <future>
 #include <memory>
 #include <optional>
 #include <string>
 
+#include "core/error.h"
 #include "offload/aio_engine.h"
 #include "runtime/checkpoint/checkpoint_dir.h"
 #include "runtime/checkpoint/crash_points.h"
@@ -86,6 +88,7 @@ class CheckpointSaver {
   // Written by the worker task, read after done_future_.
   ManifestFile shard_file_;
   std::string shard_error_;
+  std::optional<Error> state_failure_;  // reading the run's own states failed: finish() throws it
   double write_ms_ = 0;
 };
 

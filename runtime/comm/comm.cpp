@@ -216,6 +216,14 @@ void Communicator::broadcast(void* buf, std::size_t count, DType dtype, int root
   do_broadcast(buf, count, dtype, root, stream);
 }
 
+void end_job_after_error(int exit_code) noexcept {
+#ifdef STRATA_HAVE_MPI
+  mpi_abort_after_error(exit_code);
+#else
+  (void)exit_code;
+#endif
+}
+
 std::unique_ptr<Communicator> create_single_communicator() {
   return std::make_unique<SingleCommunicator>();
 }

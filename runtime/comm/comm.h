@@ -130,4 +130,11 @@ std::unique_ptr<Communicator> create_communicator(device::Device& device, const 
 // after this step; a checkpoint failed on some rank).
 bool any_rank(Communicator& comm, device::Device& device, device::Stream& stream, bool flag);
 
+// For a program's last error handler, after it printed the error: when a communicator with
+// several ranks ended because of that error (it was destroyed while the exception unwound), the
+// other ranks may be waiting for this one in a collective and would wait forever, so this ends
+// the whole job (MPI_Abort: mpirun takes every rank down and names this one). Returns when
+// there is nothing to end: one rank, no MPI, or a communicator that ended normally.
+void end_job_after_error(int exit_code) noexcept;
+
 }  // namespace strata::runtime::comm

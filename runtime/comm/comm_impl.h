@@ -20,6 +20,7 @@ std::unique_ptr<Communicator> create_single_communicator();
 #ifdef STRATA_HAVE_MPI
 std::unique_ptr<Communicator> create_mpi_communicator(const launch::LaunchInfo& launch,
                                                       const CommOptions& options);  // mpi_comm.cpp
+void mpi_abort_after_error(int exit_code) noexcept;                // mpi_session.cpp
 #endif
 #ifdef STRATA_HAVE_CUDA
 std::unique_ptr<Communicator> create_nccl_communicator(device::Device& device,

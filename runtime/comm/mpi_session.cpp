@@ -3,11 +3,14 @@
 #include "runtime/comm/mpi_session.h"
 
 #include <chrono>
+#include <cstdio>
+#include <exception>
 #include <string>
 #include <thread>
 
 #include "core/error.h"
 #include "core/log.h"
+#include "runtime/comm/comm_impl.h"
 
 namespace strata::runtime::comm {
 namespace {
@@ -16,6 +19,7 @@ struct MpiProcess {
   std::mutex mutex;  // held around every MPI call (MPI_THREAD_SERIALIZED)
   int sessions = 0;
   bool initialized_here = false;
+  bool left_for_abort = false;  // the last session ended by an error with peers: not finalized
 };
 
 MpiProcess& mpi_process() {
@@ -102,14 +106,50 @@ MpiSession::MpiSession() {
   ++p.sessions;
 }
 
+// Note [A rank that fails does not finalize]
+// MPI_Finalize waits for the other ranks (Open MPI's ends in a fence). When a rank ends because
+// of an error (its disk failed, its checkpoint is damaged), the others are still training and
+// wait for it in their next collective: a finalizing rank and its peers would wait for each
+// other forever. So a session destroyed while an exception unwinds, with more than one rank,
+// leaves MPI initialized; the error is printed, and mpi_abort_after_error (called by the CLI's
+// error handler) ends the job with MPI_Abort, which takes every rank down. A process that
+// exits without either still ends the job: mpirun kills the others when a rank exits without
+// finalizing. With one rank nobody waits, and MPI is finalized as usual.
 MpiSession::~MpiSession() {
   MpiProcess& p = mpi_process();
   std::lock_guard lock(p.mutex);
   if (--p.sessions == 0 && p.initialized_here) {
+    int world = 1;
+    if (std::uncaught_exceptions() > 0 && MPI_Comm_size(MPI_COMM_WORLD, &world) == MPI_SUCCESS &&
+        world > 1) {
+      p.left_for_abort = true;
+      return;
+    }
     const int rc = MPI_Finalize();
     if (rc != MPI_SUCCESS) log::warn("MPI_Finalize failed with error {}", rc);
     p.initialized_here = false;  // MPI cannot be initialized again anyway
   }
+}
+
+// After an error, with MPI left unfinalized by a session that ended during unwinding and more
+// than one rank: MPI_Abort on MPI_COMM_WORLD, which ends every rank of the job (does not
+// return). Otherwise returns. See end_job_after_error (comm.h).
+void mpi_abort_after_error(int exit_code) noexcept {
+  MpiProcess& p = mpi_process();
+  {
+    std::lock_guard lock(p.mutex);
+    if (!p.left_for_abort) return;
+  }
+  int rank = 0;
+  int world = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  std::fprintf(stderr, "strata: rank %d of %d stopped with an error; ending the other ranks\n",
+               rank, world);
+  std::fflush(stderr);
+  // Not under the lock: a stream thread of this rank may still hold it in a poll, and
+  // MPI_Abort needs no serialization to end the job.
+  MPI_Abort(MPI_COMM_WORLD, exit_code);
 }
 
 std::unique_lock<std::mutex> MpiSession::lock() const {

@@ -28,7 +28,8 @@ void mpi_check(int rc, const char* call);
 
 // A use of MPI. The first session of the process initializes MPI unless someone else already
 // has (then it only checks the thread level); MPI is finalized when the last session goes
-// away, if strata initialized it. Create and destroy sessions on the main thread: MPI wants
+// away, if strata initialized it, unless it goes away because of an error with several ranks
+// (Note [A rank that fails does not finalize]). Create and destroy sessions on the main thread: MPI wants
 // MPI_Finalize on the thread that initialized it. Throws strata::Error when MPI cannot be
 // initialized, was already finalized (MPI cannot start twice), or lacks MPI_THREAD_SERIALIZED.
 class MpiSession {

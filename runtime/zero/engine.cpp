@@ -8,7 +8,7 @@
 #include <utility>
 
 #include "core/error.h"
-#include "core/log.h"
+#include "core/shutdown.h"
 #include "runtime/zero/engine_parts.h"
 
 namespace strata::runtime::zero {
@@ -58,15 +58,14 @@ ZeroEngine::ZeroEngine(const config::Config& config, const EngineSetup& setup, d
 }
 
 ZeroEngine::~ZeroEngine() {
-  try {
-    parts_->updater.drain();
-    parts_->updater.flush_swaps();
-    device_.synchronize();
-    parts_->grads.drain();
-    if (offload::SwapSpace* sw = parts_->store.swap()) sw->engine().wait_all();
-  } catch (const std::exception& e) {
-    log::warn("ZeRO engine: pending work failed at shutdown: {}", e.what());
-  }
+  // Each wait runs even when one before it failed: the parts freed next are what they use.
+  Parts& p = *parts_;
+  drain_for_shutdown(
+      "ZeRO engine", [&] { p.updater.drain(); }, [&] { p.updater.flush_swaps(); },
+      [&] { device_.synchronize(); }, [&] { p.grads.drain(); },
+      [&] {
+        if (offload::SwapSpace* sw = p.store.swap()) sw->engine().wait_all();
+      });
 }
 
 const tiers::ZeroPlan& ZeroEngine::plan() const { return parts_->store.plan(); }

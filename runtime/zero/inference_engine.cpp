@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "core/log.h"
+#include "core/shutdown.h"
 #include "runtime/ops/ops.h"
 #include "runtime/zero/engine_streams.h"
 #include "runtime/zero/param_fetcher.h"
@@ -78,12 +78,12 @@ InferenceEngine::InferenceEngine(const config::Config& config, const EngineSetup
 }
 
 InferenceEngine::~InferenceEngine() {
-  try {
-    device_.synchronize();
-    if (offload::SwapSpace* sw = parts_->store.swap()) sw->engine().wait_all();
-  } catch (const std::exception& e) {
-    log::warn("inference engine: pending work failed at shutdown: {}", e.what());
-  }
+  // Each wait runs even when the one before it failed: the parts freed next are what they use.
+  drain_for_shutdown(
+      "inference engine", [&] { device_.synchronize(); },
+      [&] {
+        if (offload::SwapSpace* sw = parts_->store.swap()) sw->engine().wait_all();
+      });
 }
 
 const tiers::ZeroPlan& InferenceEngine::plan() const { return parts_->store.plan(); }

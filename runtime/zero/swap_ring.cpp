@@ -1,9 +1,10 @@
 #include "runtime/zero/swap_ring.h"
 
 #include <algorithm>
+#include <exception>
 
 #include "core/error.h"
-#include "core/log.h"
+#include "core/shutdown.h"
 
 namespace strata::runtime::zero {
 namespace {
@@ -28,11 +29,7 @@ SwapRing::SwapRing(tiers::TierStore& store, int sets, std::size_t window_numel, 
 
 SwapRing::~SwapRing() {
   // No swap set may be freed while the engine still reads into it or writes from it.
-  try {
-    flush();
-  } catch (const std::exception& e) {
-    log::warn("swap ring: I/O failed at shutdown: {}", e.what());
-  }
+  drain_for_shutdown("swap ring", [this] { flush(); });
 }
 
 tiers::TierState& SwapRing::state(int module, int k) { return store_.state(module, kSwapped[k]); }
@@ -135,11 +132,25 @@ void SwapRing::release(const Window& window) {
 }
 
 void SwapRing::flush() {
+  // Every read and write is waited for, even after one of them failed (Note [Drain everything,
+  // then report] in core/shutdown.h): the sets' buffers must outlive all of them. The first
+  // failure is thrown at the end.
+  std::exception_ptr first;
   for (Set& set : sets_) {
-    wait_reads(set);
-    wait_writes(set);
+    for (offload::AioHandle* handles : {set.reads, set.writes}) {
+      for (int k = 0; k < 3; ++k) {
+        try {
+          if (handles[k]) io().wait(handles[k]);
+        } catch (...) {
+          if (!first) first = std::current_exception();
+        }
+        handles[k] = {};
+      }
+    }
+    set.writing_module = -1;
   }
   queued_.clear();
+  if (first) std::rethrow_exception(first);
 }
 
 }  // namespace strata::runtime::zero

@@ -18,15 +18,17 @@ def stage3(opt, param, **kw):
 
 
 def train(strata, root, name, make_config, steps, flags=(), ranks=None, env=None, ok=True,
-          model=TINY):
+          model=TINY, rank_env=None):
     """One run of `model` (the model and data flags) for `steps` steps (the run's total) with
     `flags` added; make_config(nvme) gives its config. ok: fail unless it exits 0 with a --save
-    file. env: variables set for this run only (e.g. STRATA_CRASH_AT)."""
+    file. env: variables set for this run only (e.g. STRATA_CRASH_AT); rank_env: for some ranks
+    only ({rank: {variable: value}}, with ranks)."""
     run = Run(root, name)
     run.write_config(make_config(run.nvme))
     os.makedirs(run.nvme, exist_ok=True)
     with environ(env or {}):
-        run.start(strata, list(model) + ["--steps", str(steps)] + list(flags), np_ranks=ranks)
+        run.start(strata, list(model) + ["--steps", str(steps)] + list(flags), np_ranks=ranks,
+                  rank_env=rank_env)
     if ok:
         run.expect_ok()
         check(not run.swap_leftovers(), f"{name}: left in the swap folder: {run.swap_leftovers()}")

@@ -1,20 +1,28 @@
 """Cases of check_train.py: faults of the NVMe tier in the middle of a stage-3 run
 (STRATA_FAULT_INJECTION, offload/fault_injection.h), every class ending one of two ways:
 
-  faults_stop       EIO on a read of the swap (the parameters in host memory, and on NVMe too),
-                    ENOSPC on a write, a block corrupted on its way back or on disk
+  faults_stop       EIO on a read of the swap (the parameters in host memory, and on NVMe too;
+                    in a step and in a checkpoint's save), ENOSPC on a write, a block corrupted
+                    on its way back or on disk
                     (strata.checksum on): exit 1, an error naming the swap file, the offset and
                     the errno (or the checksum mismatch), no swap file left, and --resume from
                     the last published checkpoint ends with the bits of a run that never failed
   faults_transient  EAGAIN, EINTR and short transfers on reads and writes of the swap: exit 0
                     and the straight run's bits
+  faults_ranks_2/3  (label mpi) the same at 2 and 3 ranks under mpirun, the fault on one rank
+                    only (an EIO read on the last rank, an ENOSPC write on rank 0): every rank
+                    stops within seconds (no rank left waiting in a collective), the error names
+                    the rank, the file, the offset and the errno, and --resume from the last
+                    published checkpoint at the same world size ends with the straight run's
+                    bits and an empty swap folder (the killed ranks' folders are reclaimed)
 """
 import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "checkpoint"))
 from ckpt_util import check_folder, compare_resumed, error_text, train  # noqa: E402
-from train_util import check, compare_bitwise, ds_config, tail  # noqa: E402
+from cases_ranks import mpi_usable  # noqa: E402
+from train_util import SKIP, check, compare_bitwise, ds_config, tail  # noqa: E402
 
 STEPS = 6
 EVERY = ["--checkpoint-every", "2"]
@@ -56,6 +64,11 @@ STOP_CLASSES = [
     # The parameters on NVMe too: their reads (the trainer's fetches) and the states' share the
     # count (~300 reads a step).
     ("eio-read-params-nvme", "read:1000:EIO", False, "nvme", ["EIO", "read of", "at offset"]),
+    # The 1000th read lands in the save of step 4, which reads every state once (~170 reads)
+    # between step 4's updates and step 5's: a state that cannot be read ends the run (it is
+    # the run's only copy), not only that save (Note [A state that cannot be read ends the run]).
+    ("eio-read-in-save", "read:1000:EIO", False, "none",
+     ["reading the optimizer states for the checkpoint of step 4", "EIO", "read of", "at offset"]),
 ]
 
 
@@ -104,3 +117,64 @@ def case_faults_transient(strata, root):
     check_injected(run, len(specs))
     print(f"  {len(specs)} transient faults mid-run ({', '.join(specs)}): "
           f"{compare_bitwise(straight, run)}")
+
+
+# faults_ranks_W: (name, the rank that faults, its spec, words its error must hold). Each rank
+# reads and writes only its own shard of the states, so a rank's n-th piece comes later in the
+# run than at one rank; N puts the fault after the checkpoint of step 2 at both world sizes.
+RANK_FAULTS = [
+    ("eio-read-last-rank", -1, "read:{n}:EIO", ["EIO", "read of", "at offset"]),
+    ("enospc-write-rank-0", 0, "write:{n}:ENOSPC", ["ENOSPC", "write of", "at offset"]),
+]
+RANK_FAULT_NTH = {2: 300, 3: 300}
+# A rank that fails ends the job (runtime/comm: end_job_after_error) within seconds; a rank
+# left waiting for it in a collective would wait until mpirun's --timeout (110 s).
+RANK_FAULT_TIMEOUT_S = 60
+
+
+def case_faults_ranks(world):
+    def case(strata, root):
+        why = mpi_usable(strata)
+        if why:
+            print(f"skipped: {why}")
+            sys.exit(SKIP)
+        cfg = nvme_config()
+        straight = train(strata, root, "straight", cfg, STEPS, ranks=world)
+        for name, rank, spec, words in RANK_FAULTS:
+            rank = rank % world
+            spec = spec.format(n=RANK_FAULT_NTH[world])
+            ckpt = os.path.join(root, f"ckpt-{name}")
+            swap = os.path.join(root, name, "nvme")
+            run = train(strata, root, name, cfg, STEPS, ["--checkpoint-dir", ckpt] + EVERY,
+                        ranks=world, rank_env={rank: {ENV: f"{spec}:{swap}"}}, ok=False)
+            check_injected(run, 1)
+            err = error_text(run.result.stderr)
+            check(run.result.returncode != 0 and err,
+                  f"{name}: exit {run.result.returncode}, expected a failure with an error\n"
+                  f"{tail(run.result.stderr)}")
+            first = err.splitlines()[0]
+            missing = [w for w in [f"rank {rank} of {world}:", swap] + words if w not in first]
+            check(not missing, f"{name}: the error does not name {missing}:\n{first}")
+            ending = f"rank {rank} of {world} stopped with an error; ending the other ranks"
+            check(ending in run.result.stderr,
+                  f"{name}: no '{ending}' line:\n{tail(run.result.stderr)}")
+            check(not os.path.exists(run.save), f"{name}: a --save file after the fault")
+            done = len(run.metric_lines())
+            check(2 <= done < STEPS, f"{name}: the fault came after {done} steps, expected "
+                                     f"mid-run (after the checkpoint of step 2): move N in {spec}")
+            latest = check_folder(ckpt, name)
+            check(latest is not None, f"{name}: no checkpoint was published before the fault")
+            at = int(latest[len("step-"):])
+            check(run.seconds < RANK_FAULT_TIMEOUT_S,
+                  f"{name}: the ranks took {run.seconds:.0f} s to stop: one waited for the other")
+            # In the failed run's swap folder: the resumed run reclaims what the killed ranks
+            # left there, and leaves it empty.
+            resumed = train(strata, root, f"{name}-resumed", lambda _: cfg(swap), STEPS,
+                            ["--resume", ckpt, "--checkpoint-dir", ckpt] + EVERY, ranks=world)
+            check(not run.swap_leftovers(),
+                  f"{name}: left in the swap folder after the resume: {run.swap_leftovers()}")
+            what = compare_resumed(straight, resumed, at)
+            print(f"  {name} (rank {rank} of {world}): all ranks stopped in "
+                  f"{run.seconds:.1f} s after step {done}: {first[:140]}...")
+            print(f"    resumed from {latest}: {what}")
+    return case

@@ -53,6 +53,9 @@ every run in its own folder of the case's temp dir):
       STRATA_FAULT_INJECTION): EIO, ENOSPC, a corrupted block (strata.checksum) stop the run
       naming the swap file, the offset and the errno, and --resume from the last checkpoint
       gives a straight run's bits; EAGAIN, EINTR and short transfers change nothing.
+  faults_ranks_2, faults_ranks_3 (label mpi)
+      A fault on one rank of 2 or 3 stops every rank within seconds with the rank, file, offset
+      and errno named, and --resume at the same world size gives the straight run's bits.
   save_path_early
       --save into a folder that does not exist is refused at start, before any step.
   determinism
@@ -72,7 +75,7 @@ every run in its own folder of the case's temp dir):
 
 import sys
 
-from cases_faults import case_faults_stop, case_faults_transient
+from cases_faults import case_faults_ranks, case_faults_stop, case_faults_transient
 from cases_limits import (case_bad_inputs, case_enospc_io, case_enospc_plan, case_memory,
                           case_memory_minimum, case_save_path_early)
 from cases_llama import case_llama_model_folder, case_llama_placement, case_llama_resume
@@ -99,6 +102,8 @@ CASES = {
     "save_path_early": case_save_path_early,
     "faults_stop": case_faults_stop,
     "faults_transient": case_faults_transient,
+    "faults_ranks_2": case_faults_ranks(2),
+    "faults_ranks_3": case_faults_ranks(3),
     "determinism": case_determinism,
     "trace_config": case_trace_config,
     "llama_placement": case_llama_placement,

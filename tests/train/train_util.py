@@ -110,17 +110,30 @@ class Run:
         with open(self.config_path, "w") as f:
             json.dump(config, f, indent=1)
 
-    def start(self, strata, args, np_ranks=None, timeout=120):
+    def start(self, strata, args, np_ranks=None, timeout=120, rank_env=None):
         """Runs strata train with --config, --save, --metrics and --report none added. Returns the
-        CompletedProcess (also kept in self.result)."""
+        CompletedProcess (also kept in self.result). rank_env ({rank: {variable: value}}, with
+        np_ranks): variables set for those ranks only (one mpirun app context per rank)."""
         cmd = [strata, "train", "--config", self.config_path, "--save", self.save,
                "--metrics", self.metrics, "--report", "none"] + list(args)
         env = dict(os.environ)
         env.setdefault("OMP_NUM_THREADS", "2")
         if np_ranks is not None:
             env.update(MPI_ENV)
-            cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(np_ranks),
-                   "--timeout", str(timeout - 10)] + cmd
+            launcher = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--timeout",
+                        str(timeout - 10)]
+            if rank_env is None:
+                cmd = launcher + ["-np", str(np_ranks)] + cmd
+            else:
+                mpmd = list(launcher)
+                for rank in range(np_ranks):
+                    if rank > 0:
+                        mpmd.append(":")
+                    mpmd += ["-np", "1"]
+                    for key, value in rank_env.get(rank, {}).items():
+                        mpmd += ["-x", f"{key}={value}"]
+                    mpmd += cmd
+                cmd = mpmd
         self.cmd = cmd
         t0 = time.monotonic()
         try:

@@ -1,10 +1,15 @@
 // The NVMe swap ring on its own: windows come back with what was written, reads run ahead into
 // the next queued module (not only within one), a barrier in the queue stops them, and a read
-// of a module waits for that module's writes still in flight.
+// of a module waits for that module's writes still in flight, and flush() waits for every
+// request even after one of them failed.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <memory>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -24,7 +29,7 @@ namespace {
 constexpr std::size_t kWindow = 16'384;  // elements: one 64 KiB block of fp32
 
 struct RingRun {
-  explicit RingRun(const std::string& nvme) {
+  explicit RingRun(const std::string& nvme, offload::CompletionHook hook = {}) {
     config::Config c = make_config(3, config::OffloadDevice::kNone, config::OffloadDevice::kNvme, nvme);
     device::DeviceOptions o;
     o.kind = "host";
@@ -37,6 +42,7 @@ struct RingRun {
       setup.module_numels.push_back(2 * kWindow + kWindow / 2);
       setup.module_names.push_back("m" + std::to_string(m));
     }
+    setup.io_completion_hook = std::move(hook);
     store = std::make_unique<tiers::TierStore>(c, setup, *device, *init);
     ring = std::make_unique<zero::SwapRing>(*store, 4, kWindow, /*pipeline_read=*/true, /*pipeline_write=*/true);
   }
@@ -123,4 +129,35 @@ TEST(SwapRing, ReadsAheadIntoTheNextQueuedModuleAndStopsAtABarrier) {
   }
   r.ring->flush();
   EXPECT_EQ(r.bytes_read() - before_barrier, shard * 4 * 3);  // module 2's states, nothing more
+}
+
+// Note [Drain everything, then report] (core/shutdown.h): a read that fails must not leave the
+// other reads of the ring in flight once flush() has returned, since the ring's buffers are
+// freed next (~SwapRing). Here the first read piece fails and every other one completes 20 ms
+// late: flush() throws the EIO, and by then every piece the engine started has completed.
+TEST(SwapRing, FlushWaitsForEveryRequestAfterOneFailed) {
+  TempDir dir;
+  std::atomic<bool> armed{false};
+  std::atomic<bool> failed_one{false};
+  std::atomic<std::uint64_t> completions{0};
+  RingRun r(dir.path(), [&](const offload::Completion& c) {
+    int result = c.result;
+    if (armed.load() && c.op == offload::IoOp::kRead) {
+      if (!failed_one.exchange(true)) {
+        result = -EIO;
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    }
+    completions.fetch_add(1);
+    return result;
+  });
+  r.store->io().wait_all();  // the states' first writes
+  armed = true;
+  // Module 0's first window, with module 1 queued: the ring reads two windows ahead.
+  EXPECT_THROW(r.ring->acquire(0, 0, kWindow, [](std::size_t k) { return k == 0 ? 1 : -1; }), Error);
+  EXPECT_THROW(r.ring->flush(), Error);
+  EXPECT_EQ(completions.load(), r.store->io().stats().pieces)
+      << "flush() returned with pieces still in flight";
+  EXPECT_TRUE(failed_one.load());
 }
