@@ -1,10 +1,14 @@
 // meta.json of a training checkpoint.
 #include "train/run_state.h"
 
+#include <cstdint>
+#include <limits>
+
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "models/registry.h"
+#include "runtime/checkpoint/json_fields.h"
 
 namespace strata::train {
 namespace {
@@ -43,22 +47,30 @@ RunState RunState::from_json(const std::string& text, const std::string& where) 
     if (j.at("format").get<std::string>() != kFormat) {
       throw Error(where + " is not a strata training state", where, "give a checkpoint written by strata train");
     }
-    if (j.at("version").get<int>() != kVersion) {
-      throw Error(where + " has version " + std::to_string(j.at("version").get<int>()) + "; this strata reads " +
-                      std::to_string(kVersion),
+    const auto damaged = [&](const std::string& why) {
+      return Error(where + " is damaged: " + why, where, "resume from an earlier checkpoint");
+    };
+    const auto need_int = [&](const json& obj, const char* key) {
+      return static_cast<int>(runtime::checkpoint::need_uint(obj, key, std::numeric_limits<int>::max(), damaged));
+    };
+    constexpr std::uint64_t kMaxU64 = std::numeric_limits<std::uint64_t>::max();
+    const int version = need_int(j, "version");
+    if (version != kVersion) {
+      throw Error(where + " has version " + std::to_string(version) + "; this strata reads " + std::to_string(kVersion),
                   where, "use the strata that wrote it");
     }
-    t.step = j.at("step").get<std::uint64_t>();
-    t.applied_steps = j.at("applied_steps").get<std::uint64_t>();
-    t.world = j.at("world").get<int>();
-    t.shards = j.at("shards").get<int>();
-    t.stage = j.at("stage").get<int>();
+    t.step = runtime::checkpoint::need_uint(j, "step", kMaxU64, damaged);
+    t.applied_steps = runtime::checkpoint::need_uint(j, "applied_steps", kMaxU64, damaged);
+    t.world = need_int(j, "world");
+    t.shards = need_int(j, "shards");
+    t.stage = need_int(j, "stage");
     t.dtype = j.at("dtype").get<std::string>();
-    t.seq_len = j.at("seq_len").get<int>();
-    t.seed = j.at("seed").get<std::uint64_t>();
+    t.seq_len = need_int(j, "seq_len");
+    t.seed = runtime::checkpoint::need_uint(j, "seed", kMaxU64, damaged);
     t.shuffle = j.at("shuffle").get<bool>();
     t.model = models::model_from_json(j.at("model").dump(), where);
-    t.engine.adam_steps = j.at("engine").at("adam_steps").get<std::int64_t>();
+    t.engine.adam_steps = static_cast<std::int64_t>(runtime::checkpoint::need_uint(
+        j.at("engine"), "adam_steps", static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()), damaged));
     t.engine.loss_scaler = j.at("engine").at("loss_scaler").dump();
     t.loader = models::LoaderState::from_json(j.at("loader").dump(), where);
     t.config_json = j.at("config").dump();

@@ -12,6 +12,7 @@
 #include <xxhash.h>
 
 #include "core/error.h"
+#include "runtime/checkpoint/json_fields.h"
 
 namespace strata::runtime::checkpoint {
 namespace {
@@ -38,16 +39,9 @@ Error damaged(const std::string& path, const std::string& why) {
                "resume from an earlier checkpoint (a step-NNNNNNNN folder next to it)");
 }
 
-// obj[key] as a non-negative integer no larger than `max`. nlohmann's get<>() would convert a
-// float (1e30: undefined behaviour), wrap a negative and truncate a large value; the writer
-// only ever writes integers in range, so anything else is damage.
+// obj[key] as an integer in [0, max] (json_fields.h), else the manifest is damaged.
 std::uint64_t need_uint(const json& obj, const char* key, std::uint64_t max, const std::string& path) {
-  const json& v = obj.at(key);
-  if (!v.is_number_unsigned() || v.get<std::uint64_t>() > max) {
-    throw damaged(path, std::string("its \"") + key + "\" is " + v.dump(-1, ' ', false, json::error_handler_t::replace) +
-                            ", not an integer in [0, " + std::to_string(max) + "]");
-  }
-  return v.get<std::uint64_t>();
+  return checkpoint::need_uint(obj, key, max, [&](const std::string& why) { return damaged(path, why); });
 }
 
 json body_of(const Manifest& m) {

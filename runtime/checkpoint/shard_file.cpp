@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -12,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "runtime/checkpoint/json_fields.h"
 
 namespace strata::runtime::checkpoint {
 namespace {
@@ -116,18 +118,23 @@ ShardLayout ShardLayout::read(int fd, const std::string& path) {
   l.header_bytes = header_bytes;
   try {
     const json j = json::parse(text);
-    l.shard = j.at("shard").get<int>();
-    l.shards = j.at("shards").get<int>();
+    const auto bad = [&](const std::string& why) { return damaged(path, why); };
+    constexpr std::uint64_t kMaxInt = std::numeric_limits<int>::max();
+    // No count of elements reaches 2^60 (an exabyte of fp32): nothing below overflows.
+    constexpr std::uint64_t kMaxNumel = std::uint64_t{1} << 60;
+    l.shards = static_cast<int>(need_uint(j, "shards", kMaxInt, bad));
+    l.shard = static_cast<int>(need_uint(j, "shard", kMaxInt, bad));
+    if (l.shards < 1 || l.shard >= l.shards) throw damaged(path, "its shard index is not below its shard count");
     if (j.at("dtype").get<std::string>() != "f32") throw damaged(path, "its dtype is not f32");
     std::uint64_t expect = header_bytes;
     for (const json& e : j.at("entries")) {
       ShardEntry entry;
       entry.name = e.at("module").get<std::string>();
-      entry.module = e.at("index").get<int>();
+      entry.module = static_cast<int>(need_uint(e, "index", kMaxInt, bad));
       entry.state = state_from_name(e.at("state").get<std::string>(), path);
-      entry.numel = e.at("numel").get<std::uint64_t>();
-      entry.real_numel = e.at("real_numel").get<std::uint64_t>();
-      entry.offset = e.at("offset").get<std::uint64_t>();
+      entry.numel = need_uint(e, "numel", kMaxNumel, bad);
+      entry.real_numel = need_uint(e, "real_numel", kMaxNumel, bad);
+      entry.offset = need_uint(e, "offset", kMaxNumel * 4, bad);
       if (entry.offset != expect || entry.real_numel > entry.numel) throw damaged(path, "its entries overlap");
       expect += round_up(entry.numel * 4);
       l.entries.push_back(std::move(entry));

@@ -9,11 +9,15 @@
 #include <iterator>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "core/error.h"
+#include "models/registry.h"
+#include "train/run_state.h"
 #include "train/trainer.h"
 
 namespace strata::train {
@@ -116,6 +120,43 @@ TEST(Trainer, ConfigTraceNamesTheTraceFile) {
   std::size_t spans = 0;
   for (const json& e : j.at("traceEvents")) spans += e.at("ph") == "X" ? 1 : 0;
   EXPECT_GT(spans, 0u);
+}
+
+
+// meta.json's integers are read as integers in range: a float, a negative or a value beyond
+// the field's type is damage with a clear error, not a converted (or undefined) value.
+TEST(RunState, RefusesIntegersOutOfRangeInMetaJson) {
+  RunState s;
+  s.step = 12;
+  s.applied_steps = 12;
+  s.dtype = "fp32";
+  s.seq_len = 32;
+  s.model = models::model_preset("tiny");
+  s.engine.loss_scaler = "{}";
+  s.config_json = "{}";
+  s.loader.batch_size = 2;
+  s.loader.seq_len = 32;
+  s.loader.world = 1;
+  s.loader.ntokens = 1000;
+  const json good = json::parse(s.to_json());
+  EXPECT_EQ(RunState::from_json(good.dump(), "meta.json").step, 12u);
+  const std::vector<std::pair<std::string, json>> bad = {
+      {"step", -1},      {"step", 1.5},           {"step", 1e30},    {"world", 4294967297ULL},
+      {"seq_len", -32},  {"version", 1.0},        {"seed", "7"},     {"shards", -1}};
+  for (const auto& entry : bad) {
+    json j = good;
+    j[entry.first] = entry.second;
+    try {
+      RunState::from_json(j.dump(), "meta.json");
+      ADD_FAILURE() << entry.first << " = " << entry.second << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("meta.json is damaged"), std::string::npos)
+          << entry.first << " = " << entry.second << ": " << e.what();
+    }
+  }
+  json j = good;
+  j["engine"]["adam_steps"] = -3;
+  EXPECT_THROW(RunState::from_json(j.dump(), "meta.json"), Error);
 }
 
 }  // namespace

@@ -129,6 +129,37 @@ TEST(ShardLayout, EntriesAreAlignedAndTheHeaderReadsBack) {
   EXPECT_EQ(back.entries[4].offset, l.entries[4].offset);
 }
 
+// A shard header's integers are read as integers in range (json_fields.h): a float, a negative
+// or a count beyond 2^60 elements is damage, not a converted value.
+TEST(ShardLayout, RefusesHeaderIntegersOutOfRange) {
+  const checkpoint::ShardLayout l = checkpoint::ShardLayout::make(0, 1, {{"a", 1000, 0}});
+  const std::string header = l.header();
+  const std::size_t json_at = header.find('\n') + 1;
+  const nlohmann::json good = nlohmann::json::parse(header.substr(json_at));
+  const std::string path = ::testing::TempDir() + "/layout-bad.bin";
+  auto read_with = [&](const nlohmann::json& j) {
+    std::string text = j.dump();
+    EXPECT_LE(json_at + text.size(), header.size());
+    text.resize(header.size() - json_at, ' ');  // the same header size: padded as the writer pads
+    write_bytes(path, header.substr(0, json_at) + text);
+    const int fd = ::open(path.c_str(), O_RDONLY);
+    const std::string error = error_of([&] { checkpoint::ShardLayout::read(fd, path); });
+    ::close(fd);
+    return error;
+  };
+  EXPECT_EQ(read_with(good), "");
+  using P = nlohmann::json::json_pointer;
+  const std::vector<std::pair<P, nlohmann::json>> bad = {
+      {P("/shard"), -1},           {P("/shards"), 1.5},         {P("/shard"), 3},
+      {P("/entries/0/numel"), -1}, {P("/entries/0/numel"), 1e30}, {P("/entries/0/offset"), "4096"},
+      {P("/entries/0/numel"), std::uint64_t{1} << 62},           {P("/entries/0/index"), 4294967297ULL}};
+  for (const auto& entry : bad) {
+    nlohmann::json j = good;
+    j[entry.first] = entry.second;
+    EXPECT_NE(read_with(j).find("is damaged"), std::string::npos) << entry.first << " = " << entry.second;
+  }
+}
+
 TEST(ShardFile, WritesAndReadsBackThroughTheEngineAndCatchesAFlippedByte) {
   const std::string dir = ::testing::TempDir() + "/shardfile";
   fs::remove_all(dir);
