@@ -21,8 +21,8 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "checkpoint"))
 from ckpt_util import check_folder, compare_resumed, error_text, train  # noqa: E402
-from cases_ranks import mpi_usable  # noqa: E402
-from train_util import SKIP, check, compare_bitwise, ds_config, tail  # noqa: E402
+from cases_ranks import require_mpi  # noqa: E402
+from train_util import check, compare_bitwise, ds_config, tail  # noqa: E402
 
 STEPS = 6
 EVERY = ["--checkpoint-every", "2"]
@@ -72,6 +72,17 @@ STOP_CLASSES = [
 ]
 
 
+def stopped_mid_run(run, ckpt, name, spec):
+    """(steps done, `latest`, its step) of a run the fault stopped: after the checkpoint of step
+    2 was published and before the last step; fails otherwise."""
+    done = len(run.metric_lines())
+    check(2 <= done < STEPS, f"{name}: the fault came after {done} steps, expected mid-run "
+                             f"(after the checkpoint of step 2): move N in {spec}")
+    latest = check_folder(ckpt, name)
+    check(latest is not None, f"{name}: no checkpoint was published before the fault")
+    return done, latest, int(latest[len("step-"):])
+
+
 def case_faults_stop(strata, root):
     straights = {}
     for name, spec, checksum, param, words in STOP_CLASSES:
@@ -93,12 +104,7 @@ def case_faults_stop(strata, root):
         check(not missing, f"{name}: the error does not name {missing}:\n{tail(err, 8)}")
         check(not os.path.exists(run.save), f"{name}: a --save file after the fault")
         check(not run.swap_leftovers(), f"{name}: left in the swap folder: {run.swap_leftovers()}")
-        done = len(run.metric_lines())
-        check(2 <= done < STEPS, f"{name}: the fault came after {done} steps, expected mid-run "
-                                 f"(after the checkpoint of step 2): move N in {spec}")
-        latest = check_folder(ckpt, name)
-        check(latest is not None, f"{name}: no checkpoint was published before the fault")
-        at = int(latest[len("step-"):])
+        done, latest, at = stopped_mid_run(run, ckpt, name, spec)
         resumed = train(strata, root, f"{name}-resumed", cfg, STEPS,
                         ["--resume", ckpt, "--checkpoint-dir", ckpt] + EVERY)
         what = compare_resumed(straight, resumed, at)
@@ -134,10 +140,7 @@ RANK_FAULT_TIMEOUT_S = 60
 
 def case_faults_ranks(world):
     def case(strata, root):
-        why = mpi_usable(strata)
-        if why:
-            print(f"skipped: {why}")
-            sys.exit(SKIP)
+        require_mpi(strata)
         cfg = nvme_config()
         straight = train(strata, root, "straight", cfg, STEPS, ranks=world)
         for name, rank, spec, words in RANK_FAULTS:
@@ -159,12 +162,7 @@ def case_faults_ranks(world):
             check(ending in run.result.stderr,
                   f"{name}: no '{ending}' line:\n{tail(run.result.stderr)}")
             check(not os.path.exists(run.save), f"{name}: a --save file after the fault")
-            done = len(run.metric_lines())
-            check(2 <= done < STEPS, f"{name}: the fault came after {done} steps, expected "
-                                     f"mid-run (after the checkpoint of step 2): move N in {spec}")
-            latest = check_folder(ckpt, name)
-            check(latest is not None, f"{name}: no checkpoint was published before the fault")
-            at = int(latest[len("step-"):])
+            done, latest, at = stopped_mid_run(run, ckpt, name, spec)
             check(run.seconds < RANK_FAULT_TIMEOUT_S,
                   f"{name}: the ranks took {run.seconds:.0f} s to stop: one waited for the other")
             # In the failed run's swap folder: the resumed run reclaims what the killed ranks

@@ -43,6 +43,14 @@ def mpi_usable(strata):
     return None
 
 
+def require_mpi(strata):
+    """Exits 77 (skipped), saying why, unless this strata has MPI and mpirun exists."""
+    why = mpi_usable(strata)
+    if why:
+        print(f"skipped: {why}")
+        sys.exit(SKIP)
+
+
 def ranks_distance(a, b, what):
     """(worst loss / grad-norm rel, [(weights rel, tensor)] sorted worst first); fails on a
     metrics mismatch beyond RANKS_TOL."""
@@ -88,10 +96,7 @@ SAME_BITS = [("s2-cpu", "s2"), ("s3-cpu", "s3"), ("s3-nvme", "s3"), ("s1-buckets
 
 def case_ranks(world):
     def case(strata, root):
-        why = mpi_usable(strata)
-        if why:
-            print(f"skipped: {why}")
-            sys.exit(SKIP)
+        require_mpi(strata)
         args = TINY + ["--steps", str(RANKS_STEPS)]
 
         def train(name, variant, gas, micro_batch=MICRO_BATCH, ranks=None):
