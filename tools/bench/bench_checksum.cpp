@@ -13,7 +13,8 @@
 //   step  a ZeRO stage-3 training step with the parameters and optimizer states on NVMe (the nvme
 //         cell of `strata bench step`, Note [The cell configs] in bench_children.cpp), a `strata
 //         train` child with strata.checksum false, then one with true, round after round. ratio =
-//         median step ms on / off over the timed steps of every round.
+//         median step ms on / off over the timed steps of every round. The bytes the swap moves per
+//         step (the metrics' bytes.nvme_read + nvme_write), every one of them hashed, come with it.
 //
 // Medians throughout; the per-round numbers are in the JSON (`*_runs`). A step child that fails
 // gives its error in its row and the bench goes on.
@@ -310,7 +311,9 @@ Json swap_json(const Plan& plan, const SwapCell& c, int reps) {
 struct StepCell {
   std::string error;                  // not empty: a run failed and the numbers are unset
   std::vector<double> off_ms, on_ms;  // the timed steps of every round
+  std::vector<double> swap_bytes;     // per timed step of the on runs: bytes.nvme_read + nvme_write
   double off = 0, on = 0, ratio = 0;  // medians; ratio = on / off
+  double bytes = 0;                   // median of swap_bytes: what the checksums hash per step
 };
 
 void measure_step(const ChecksumBenchOptions& o, const ScratchFolder& scratch, const train::StopSignals& stop,
@@ -342,6 +345,10 @@ void measure_step(const ChecksumBenchOptions& o, const ScratchFolder& scratch, c
       for (const Json& r : run.rows) ms.push_back(number(r, "step_ms"));
       std::vector<double>& all = checksum ? cell.on_ms : cell.off_ms;
       all.insert(all.end(), ms.begin(), ms.end());
+      for (const Json& r : run.rows) {
+        const Json bytes = r.value("bytes", Json::object());
+        if (checksum) cell.swap_bytes.push_back(number(bytes, "nvme_read") + number(bytes, "nvme_write"));
+      }
       std::fprintf(stderr, "%s%.1f ms/step (%.1f s)\n", line.c_str(), median(ms), run.seconds);
       std::fflush(stderr);
     }
@@ -349,8 +356,9 @@ void measure_step(const ChecksumBenchOptions& o, const ScratchFolder& scratch, c
   cell.off = median(cell.off_ms);
   cell.on = median(cell.on_ms);
   cell.ratio = cell.on / cell.off;
-  for (double v : {cell.off, cell.on}) {
-    if (!std::isfinite(v) || v <= 0) cell.error = "the metrics lack step_ms";
+  cell.bytes = median(cell.swap_bytes);
+  for (double v : {cell.off, cell.on, cell.bytes}) {
+    if (!std::isfinite(v) || v <= 0) cell.error = "the metrics lack step_ms or bytes.nvme_read / nvme_write";
   }
 }
 
@@ -368,6 +376,7 @@ Json step_json(const ChecksumBenchOptions& o, const StepCell& c) {
   j["on_step_ms"] = c.on;
   j["ratio"] = c.ratio;
   j["ms_per_step"] = c.on - c.off;
+  j["swap_bytes_per_step"] = c.bytes;
   j["timed_steps"] = c.on_ms.size();
   j["off_step_ms_runs"] = c.off_ms;
   j["on_step_ms_runs"] = c.on_ms;
@@ -449,8 +458,9 @@ void run_bench(const ChecksumBenchOptions& o, const Plan& plan, const train::Sto
     measure_step(o, *scratch, stop, c);
     if (stop.received() != 0) return;
     if (c.error.empty()) {
-      std::fprintf(text, "step: %.1f ms without checksums, %.1f ms with: %.3fx (%+.1f ms per step)\n", c.off, c.on,
-                   c.ratio, c.on - c.off);
+      std::fprintf(text, "step: %.1f ms without checksums, %.1f ms with: %.3fx (%+.1f ms per step); the swap moves "
+                   "%s per step (read + written), all of it hashed\n",
+                   c.off, c.on, c.ratio, c.on - c.off, format_bytes(static_cast<std::uint64_t>(c.bytes)).c_str());
     } else {
       std::fprintf(text, "step: error: %s\n", c.error.c_str());
     }
