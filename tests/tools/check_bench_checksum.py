@@ -7,7 +7,8 @@ Checks exit 0; one JSON object per cell in order: hash at 1 and 2 threads, swap,
 and time finite and positive, one per round in the *_runs lists, the medians the medians of
 those lists, and the ratios computed from them as documented: hash ratio_to_memcpy = hash_gbps /
 memcpy_gbps, swap ratio = on_ms / off_ms, step ratio = on_step_ms / off_step_ms and ms_per_step =
-on - off, swap_bytes_per_step positive; the swap on O_DIRECT, its extents x extent_bytes = bytes. The tables on stderr, the
+on - off, swap_bytes_per_step positive, cpu_ratio = on_cpu_s / off_cpu_s
+and cpu_ms_per_step = their difference / --steps; the swap on O_DIRECT, its extents x extent_bytes = bytes. The tables on stderr, the
 scratch folder removed. Then that an unknown part, an extent size that is not a multiple of the
 block size, a thread count of 0, --steps 2 (no timed step) and a missing --dir are refused
 naming their flag. No timing is asserted.
@@ -84,7 +85,14 @@ def check_step(row, run):
         fail(f"step cell {row}: wanted tiny, nvme, stage 3", run)
     if "error" in row:
         fail(f"the step failed: {row}", run)
-    positive(row, ("off_step_ms", "on_step_ms", "ratio", "swap_bytes_per_step"), run)
+    positive(row, ("off_step_ms", "on_step_ms", "ratio", "swap_bytes_per_step", "off_cpu_s", "on_cpu_s",
+                   "cpu_ratio"), run)
+    runs_of(row, "off_cpu_s", 2, run)
+    runs_of(row, "on_cpu_s", 2, run)
+    if not close(row["cpu_ratio"], row["on_cpu_s"] / row["off_cpu_s"]):
+        fail(f"cpu_ratio is not on_cpu_s / off_cpu_s in {row}", run)
+    if not close(row["cpu_ms_per_step"], (row["on_cpu_s"] - row["off_cpu_s"]) * 1e3 / 3):
+        fail(f"cpu_ms_per_step is not (on_cpu_s - off_cpu_s) x 1000 / 3 steps in {row}", run)
     runs_of(row, "off_step_ms", 2, run)
     runs_of(row, "on_step_ms", 2, run)
     if row.get("timed_steps") != 2:

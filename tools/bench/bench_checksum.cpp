@@ -14,7 +14,10 @@
 //         cell of `strata bench step`, Note [The cell configs] in bench_children.cpp), a `strata
 //         train` child with strata.checksum false, then one with true, round after round. ratio =
 //         median step ms on / off over the timed steps of every round. The bytes the swap moves per
-//         step (the metrics' bytes.nvme_read + nvme_write), every one of them hashed, come with it.
+//         step (the metrics' bytes.nvme_read + nvme_write), every one of them hashed, come with it,
+//         and the CPU time of each child (user + system, from wait4): on a shared machine the wall
+//         time swings with the load, the CPU a run spends much less. cpu_ratio = median CPU seconds
+//         per run on / off; cpu_ms_per_step = their difference / --steps (the start included).
 //
 // Medians throughout; the per-round numbers are in the JSON (`*_runs`). A step child that fails
 // gives its error in its row and the bench goes on.
@@ -312,8 +315,10 @@ struct StepCell {
   std::string error;                  // not empty: a run failed and the numbers are unset
   std::vector<double> off_ms, on_ms;  // the timed steps of every round
   std::vector<double> swap_bytes;     // per timed step of the on runs: bytes.nvme_read + nvme_write
+  std::vector<double> off_cpu_s, on_cpu_s;  // per run: the child's CPU seconds (user + system)
   double off = 0, on = 0, ratio = 0;  // medians; ratio = on / off
   double bytes = 0;                   // median of swap_bytes: what the checksums hash per step
+  double off_cpu = 0, on_cpu = 0, cpu_ratio = 0;  // medians; cpu_ratio = on / off
 };
 
 void measure_step(const ChecksumBenchOptions& o, const ScratchFolder& scratch, const train::StopSignals& stop,
@@ -343,13 +348,15 @@ void measure_step(const ChecksumBenchOptions& o, const ScratchFolder& scratch, c
       }
       std::vector<double> ms;
       for (const Json& r : run.rows) ms.push_back(number(r, "step_ms"));
+      (checksum ? cell.on_cpu_s : cell.off_cpu_s).push_back(run.cpu_seconds);
       std::vector<double>& all = checksum ? cell.on_ms : cell.off_ms;
       all.insert(all.end(), ms.begin(), ms.end());
       for (const Json& r : run.rows) {
         const Json bytes = r.value("bytes", Json::object());
         if (checksum) cell.swap_bytes.push_back(number(bytes, "nvme_read") + number(bytes, "nvme_write"));
       }
-      std::fprintf(stderr, "%s%.1f ms/step (%.1f s)\n", line.c_str(), median(ms), run.seconds);
+      std::fprintf(stderr, "%s%.1f ms/step (%.1f s, %.1f CPU s)\n", line.c_str(), median(ms), run.seconds,
+                   run.cpu_seconds);
       std::fflush(stderr);
     }
   }
@@ -357,7 +364,10 @@ void measure_step(const ChecksumBenchOptions& o, const ScratchFolder& scratch, c
   cell.on = median(cell.on_ms);
   cell.ratio = cell.on / cell.off;
   cell.bytes = median(cell.swap_bytes);
-  for (double v : {cell.off, cell.on, cell.bytes}) {
+  cell.off_cpu = median(cell.off_cpu_s);
+  cell.on_cpu = median(cell.on_cpu_s);
+  cell.cpu_ratio = cell.on_cpu / cell.off_cpu;
+  for (double v : {cell.off, cell.on, cell.bytes, cell.off_cpu, cell.on_cpu}) {
     if (!std::isfinite(v) || v <= 0) cell.error = "the metrics lack step_ms or bytes.nvme_read / nvme_write";
   }
 }
@@ -377,9 +387,15 @@ Json step_json(const ChecksumBenchOptions& o, const StepCell& c) {
   j["ratio"] = c.ratio;
   j["ms_per_step"] = c.on - c.off;
   j["swap_bytes_per_step"] = c.bytes;
+  j["off_cpu_s"] = c.off_cpu;
+  j["on_cpu_s"] = c.on_cpu;
+  j["cpu_ratio"] = c.cpu_ratio;
+  j["cpu_ms_per_step"] = (c.on_cpu - c.off_cpu) * 1e3 / o.steps;
   j["timed_steps"] = c.on_ms.size();
   j["off_step_ms_runs"] = c.off_ms;
   j["on_step_ms_runs"] = c.on_ms;
+  j["off_cpu_s_runs"] = c.off_cpu_s;
+  j["on_cpu_s_runs"] = c.on_cpu_s;
   return j;
 }
 
@@ -461,6 +477,9 @@ void run_bench(const ChecksumBenchOptions& o, const Plan& plan, const train::Sto
       std::fprintf(text, "step: %.1f ms without checksums, %.1f ms with: %.3fx (%+.1f ms per step); the swap moves "
                    "%s per step (read + written), all of it hashed\n",
                    c.off, c.on, c.ratio, c.on - c.off, format_bytes(static_cast<std::uint64_t>(c.bytes)).c_str());
+      std::fprintf(text, "step: CPU time per run (user + system, %d steps and the start): %.2f s without, %.2f s "
+                   "with: %.3fx (%+.1f CPU ms per step)\n",
+                   o.steps, c.off_cpu, c.on_cpu, c.cpu_ratio, (c.on_cpu - c.off_cpu) * 1e3 / o.steps);
     } else {
       std::fprintf(text, "step: error: %s\n", c.error.c_str());
     }
