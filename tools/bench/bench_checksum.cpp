@@ -8,16 +8,24 @@
 //         above 1 the hash is cheaper than copying the bytes once more.
 //   swap  a SwapSpace round trip on the disk of --dir (O_DIRECT): --size bytes in extents of
 //         --extent-size, all written, waited for, then all read back, waited for; two swap spaces
-//         on the same I/O engine, checksum off and on, run off, on, off, on, ... so that drift
-//         hits both. ratio = median round-trip ms on / off.
+//         on the same I/O engine, checksum off and on, in the order off, on, on, off, off, on, ...
+//         (Note [Alternating order]). ratio = median round-trip ms on / off.
 //   step  a ZeRO stage-3 training step with the parameters and optimizer states on NVMe (the nvme
 //         cell of `strata bench step`, Note [The cell configs] in bench_children.cpp), a `strata
-//         train` child with strata.checksum false, then one with true, round after round. ratio =
+//         train` child with strata.checksum false and one with true, round after round in the
+//         alternating order. ratio =
 //         median step ms on / off over the timed steps of every round. The bytes the swap moves per
 //         step (the metrics' bytes.nvme_read + nvme_write), every one of them hashed, come with it,
 //         and the CPU time of each child (user + system, from wait4): on a shared machine the wall
 //         time swings with the load, the CPU a run spends much less. cpu_ratio = median CPU seconds
 //         per run on / off; cpu_ms_per_step = their difference / --steps (the start included).
+//
+// Note [Alternating order]
+// Odd rounds run off then on, even rounds on then off: on a shared machine whatever the run
+// before leaves behind (a swap file being unlinked, dirty pages being written back, another
+// session's load pattern) falls on both sides alike. In the first version (off, on every round)
+// three bench runs of the step gave on/off 0.77, 0.74 and 0.80, and the next three 1.00, 0.81
+// and 1.01: a position effect or the load, not the checksums.
 //
 // Medians throughout; the per-round numbers are in the JSON (`*_runs`). A step child that fails
 // gives its error in its row and the bench goes on.
@@ -25,6 +33,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <chrono>
 #include <cmath>
@@ -61,6 +70,11 @@ constexpr int kStage = 3;
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Round 1, 3, ...: off then on; round 2, 4, ...: on then off (Note [Alternating order]).
+std::array<bool, 2> checksum_order(int round) {
+  return round % 2 == 1 ? std::array<bool, 2>{false, true} : std::array<bool, 2>{true, false};
 }
 
 // ---- flags ----------------------------------------------------------------------------------
@@ -274,8 +288,10 @@ SwapCell measure_swap(const Plan& plan, int reps, const std::string& dir, std::F
   cell.off = {};
   cell.on = {};
   for (int r = 0; r < reps; ++r) {
-    round_trip(off, plan, buffer, cell.off);
-    round_trip(on, plan, buffer, cell.on);
+    for (const bool checksum : checksum_order(r + 1)) {
+      if (checksum) round_trip(on, plan, buffer, cell.on);
+      else round_trip(off, plan, buffer, cell.off);
+    }
     std::fprintf(stderr, "[swap round %d/%d] off %.1f ms, on %.1f ms\n", r + 1, reps, cell.off.round_trip_ms.back(),
                  cell.on.round_trip_ms.back());
     std::fflush(stderr);
@@ -335,7 +351,7 @@ void measure_step(const ChecksumBenchOptions& o, const ScratchFolder& scratch, c
   const std::string self = self_executable();
   const std::string text = training_text(o, scratch);
   for (int round = 1; round <= o.rounds; ++round) {
-    for (const bool checksum : {false, true}) {
+    for (const bool checksum : checksum_order(round)) {
       if (stop.received() != 0 || !cell.error.empty()) return;
       const std::string name = fmt::format("{}-round{}", checksum ? "on" : "off", round);
       const ChildRun run = run_train_child(self, o, scratch.file(checksum ? "on.json" : "off.json"), text,
@@ -450,7 +466,7 @@ void run_bench(const ChecksumBenchOptions& o, const Plan& plan, const train::Sto
     fs::create_directory(dir, ec);
     if (ec) throw system_error(ec.value(), "mkdir", dir);
     std::fprintf(text, "\nswap: SwapSpace round trips (write every extent, wait, read every extent, wait), "
-                 "checksum off then on, %d round(s) after one untimed each\n", o.reps);
+                 "checksum off and on in alternating order, %d round(s) after one untimed each\n", o.reps);
     const SwapCell c = measure_swap(plan, o.reps, dir, text);
     std::fprintf(text, "%-9s %10s %10s %10s\n", "checksum", "trip ms", "write GB/s", "read GB/s");
     const double bytes = static_cast<double>(plan.size);
@@ -466,7 +482,7 @@ void run_bench(const ChecksumBenchOptions& o, const Plan& plan, const train::Sto
 
   if (has_part(plan, "step") && stop.received() == 0) {
     std::fprintf(text, "\nstep: %s, micro-batch %d x %d tokens, %s, ZeRO stage %d, parameters and optimizer states "
-                 "on NVMe, device %s; %d steps per run (the first %d warm up) x %d round(s), checksum off then on\n",
+                 "on NVMe, device %s; %d steps per run (the first %d warm up) x %d round(s), checksum off and on in alternating order\n",
                  o.model.empty() ? o.preset.c_str() : o.model.c_str(), o.batch, o.seq_len, o.dtype.c_str(), kStage,
                  o.device.c_str(), o.steps, kWarmupSteps, o.rounds);
     std::fflush(text);
