@@ -231,7 +231,8 @@ struct SwapCell {
   double off_ms = 0, on_ms = 0, ratio = 0;  // medians of the round trip; ratio = on / off
 };
 
-// A swap space in `dir` with `extents` extents of `extent` bytes.
+// A swap space in `dir` (plan.size reserved up front) holding plan.size / plan.extent extents of
+// plan.extent bytes.
 struct SwapUnderTest {
   offload::SwapSpace swap;
   std::vector<offload::ExtentId> ids;
