@@ -15,6 +15,9 @@
 //                   [--python PATH] [--peer-script PATH]
 // strata bench checkpoint [--preset bytes-30m | --model config.json] [--placements cpu,nvme]
 //                   [--steps 8] [--rounds 2] [--dir|--scratch DIR] and the other flags of bench step
+// strata bench checksum [--parts hash,swap,step] [--size 256M] [--block-size 1M] [--extent-size 16M]
+//                      [--threads 1,all] [--reps 5] [--preset bytes-30m | --model config.json]
+//                      [--steps 6] [--rounds 3] [--dir|--scratch DIR] and the other flags of bench step
 // strata bench machine [--out strata-machine.json] [--dir DIR] [--dtype auto|bf16|fp32] [--seconds 5]
 //                      [--step-preset NAME] [--json] [--device host|cuda|auto] [--device-memory SIZE]
 //                      [--config ds.json]
@@ -206,6 +209,29 @@ void add_bench_command(CLI::App& app) {
                          "comma-separated: device (nothing offloaded), cpu, nvme")
       ->capture_default_str();
   checkpoint->callback([checkpoint_options] { bench_checkpoint(*checkpoint_options); });
+
+  auto checksum_options = std::make_shared<ChecksumBenchOptions>();
+  CLI::App* checksum = bench->add_subcommand(
+      "checksum", "what strata.checksum costs: xxh3 per block vs memcpy, a swap round trip and a stage-3 NVMe "
+                  "step with checksums off vs on");
+  add_train_child_flags(*checksum, *checksum_options,
+                        "strata.device_memory of the step's runs, e.g. 64MiB (default: the backend's)");
+  checksum->add_option("--parts", checksum_options->parts, "comma-separated: hash, swap, step")
+      ->capture_default_str();
+  checksum->add_option("--size", checksum_options->size,
+                       "bytes the hash and memcpy go over, and each swap round trip moves")
+      ->capture_default_str();
+  checksum->add_option("--block-size", checksum_options->block_size,
+                       "the checksum block (aio.block_size) of hash and swap, a multiple of 4K")
+      ->capture_default_str();
+  checksum->add_option("--extent-size", checksum_options->extent_size,
+                       "bytes per swap extent, a multiple of --block-size")
+      ->capture_default_str();
+  checksum->add_option("--threads", checksum_options->threads, "the hash's thread counts, comma-separated: N or all")
+      ->capture_default_str();
+  checksum->add_option("--reps", checksum_options->reps, "rounds of hash and swap, medians reported")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  checksum->callback([checksum_options] { bench_checksum(*checksum_options); });
 
   auto machine_options = std::make_shared<MachineBenchOptions>();
   CLI::App* machine = bench->add_subcommand(

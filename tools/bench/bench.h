@@ -181,6 +181,25 @@ struct CheckpointBenchOptions : TrainChildOptions {
 
 void bench_checkpoint(const CheckpointBenchOptions& options);  // bench_checkpoint.cpp
 
+// `strata bench checksum`: what strata.checksum costs: the xxh3-64 of a block against memcpy
+// (1 thread, all), a swap space's round trip on the disk with checksums off and on, and a ZeRO
+// stage-3 step with everything on NVMe with strata.checksum false and true (a `strata train`
+// child each, interleaved). Sizes take K/M/G = 2^10/2^20/2^30.
+struct ChecksumBenchOptions : TrainChildOptions {
+  ChecksumBenchOptions() {
+    preset = "bytes-30m";
+    batch = 2;
+  }
+  std::string parts = "hash,swap,step";  // comma-separated: which parts to run
+  std::string size = "256M";             // bytes hashed and copied, and moved per round trip
+  std::string block_size = "1M";         // the checksum block (aio.block_size) of hash and swap
+  std::string extent_size = "16M";       // bytes per swap extent
+  std::string threads = "1,all";         // the hash's thread counts: N or all
+  int reps = 5;                          // rounds of hash and swap (step: --rounds)
+};
+
+void bench_checksum(const ChecksumBenchOptions& options);  // bench_checksum.cpp
+
 // `strata bench machine`: the rates a placement's step time depends on (CPU Adam, memory copy,
 // pinned H2D and D2H, disk read and write through the I/O engine, the device's GEMM, a resident
 // training step), each as a run would see it, written as a machine profile

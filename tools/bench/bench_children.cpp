@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <spawn.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -48,6 +49,7 @@ void write_text(const std::string& path, std::uint64_t bytes) {
 
 struct ChildResult {
   int wait_status = 0;  // as waitpid gives it
+  double cpu_seconds = 0;  // user + system CPU time of the child and the children it waited for
   std::string output;   // everything it wrote to stderr (and, with --verbose, to stdout)
 };
 
@@ -92,9 +94,12 @@ ChildResult run_child(const std::vector<std::string>& args, bool verbose) {
     if (verbose) std::fwrite(buf, 1, static_cast<std::size_t>(n), stderr);
   }
   ::close(fds[0]);
-  while (::waitpid(pid, &result.wait_status, 0) < 0) {
-    if (errno != EINTR) throw system_error(errno, "waitpid", args[0]);
+  struct rusage usage{};
+  while (::wait4(pid, &result.wait_status, 0, &usage) < 0) {
+    if (errno != EINTR) throw system_error(errno, "wait4", args[0]);
   }
+  auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_usec); };
+  result.cpu_seconds = seconds(usage.ru_utime) + seconds(usage.ru_stime);
   return result;
 }
 
@@ -276,6 +281,7 @@ ChildRun run_train_child(const std::string& self, const TrainChildOptions& o, co
   const ChildResult result = run_child(args, o.verbose);
   ChildRun run;
   run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  run.cpu_seconds = result.cpu_seconds;
   if (WIFEXITED(result.wait_status) && WEXITSTATUS(result.wait_status) == 0) {
     run.rows = timed_rows(metrics_path, first_timed, last_timed, run.error);
   } else {

@@ -59,6 +59,7 @@ struct ChildRun {
   std::vector<Json> rows;  // the metrics of the timed steps, in order
   std::string error;       // not empty: the child failed, or its metrics lack timed steps
   double seconds = 0;      // wall time of the child
+  double cpu_seconds = 0;  // its user + system CPU time (wait4), its own waited-for children included
 };
 
 // Runs `self train --config config_path` with the model, text, --steps and --seq-len of `o`,
