@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <exception>
 #include <string>
 
 #include "core/error.h"
@@ -86,6 +87,14 @@ class NcclCommunicator final : public Communicator {
   }
 
   ~NcclCommunicator() override {
+    if (std::uncaught_exceptions() > 0 && world_ > 1) {
+      // Torn down by an error (Note [A rank that fails does not finalize], mpi_session.cpp):
+      // the other ranks may never run the collectives still enqueued here, and finalizing
+      // would wait for them. Abort drops them; the job is ended by end_job_after_error.
+      const ncclResult_t rc = ncclCommAbort(comm_);
+      if (rc != ncclSuccess) log::debug("ncclCommAbort: {}", ncclGetErrorString(rc));
+      return;
+    }
     // ncclCommFinalize waits for the operations still enqueued; destroy frees the rest.
     ncclResult_t rc = ncclCommFinalize(comm_);
     if (rc != ncclSuccess) log::warn("ncclCommFinalize: {}", ncclGetErrorString(rc));
