@@ -31,13 +31,17 @@ What it does:
      After every kill: `latest` names a complete checkpoint and never goes back; no step-*
      folder lacks its manifest; the swap path holds at most 2 run folders (the killed run's,
      and its predecessor's when the kill came between making its own folder and reclaiming
-     the stale one: strata reclaims killed runs' folders at start); the metrics lines the
+     the stale one: strata reclaims killed runs' folders at start; hidden ones, below, are
+     not counted); the metrics lines the
      segment wrote equal the straight run's for those steps (loss, grad_norm, lr, loss_scale,
      skipped).
      At the end of a round: the --save file equals the straight run's byte for byte, and so do
      the metrics of every step the last segment trained; D holds `latest` and the last two
      checkpoints, nothing hidden (.step-*.partial / .deleting, .latest.tmp); the swap path is
-     empty. A round whose last kill came after its step-N checkpoint was published ends there:
+     empty. strata removes a hidden swap folder (.strata-swap-*: a kill while a run made its
+     folder, or while it removed a stale one) only once it is a minute old, so before a
+     segment that is let finish the soak waits until those are (rare: counted in the JSON as
+     grace_waits). A round whose last kill came after its step-N checkpoint was published ends there:
      `strata convert D` must give the straight run's --save bytes.
 
 Output: a line per kill (when, the step the run had reached, what it had resumed from, where
@@ -59,6 +63,7 @@ import statistics
 import subprocess
 import sys
 import time
+import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "train"))
@@ -75,6 +80,11 @@ HANG_FACTOR, HANG_SLACK_S = 10.0, 120.0
 METRIC_KEYS = ("loss", "grad_norm", "lr", "loss_scale", "skipped")
 # Run folders in the swap path that may be there after a kill (see the docstring).
 MAX_SWAP_FOLDERS_AFTER_KILL = 2
+# strata removes a hidden run folder (.strata-swap-*: one being made, or a stale one a killed run
+# was removing) only once it is a minute old: younger, it may still be in the making
+# (offload/swap_dir.h). Before a segment that must leave the swap path empty, the soak waits
+# until those a kill left are that old (+1 s: strata compares whole seconds).
+HIDDEN_GRACE_S = 61
 
 
 def model_flags(a):
@@ -131,6 +141,7 @@ def check_metrics(straight, name, lines, first):
     check(steps == list(range(first + 1, first + 1 + len(lines))),
           f"{name}: metrics steps {steps[:3]}..{steps[-3:]}, expected from {first + 1} on")
     for m in lines:
+        check(m["step"] in ref, f"{name}: step {m['step']}, the straight run has steps 1..{len(ref)}")
         for key in METRIC_KEYS:
             check(m[key] == ref[m["step"]][key],
                   f"{name}: step {m['step']} {key} {m[key]!r}, the straight run had "
@@ -138,8 +149,13 @@ def check_metrics(straight, name, lines, first):
 
 
 def swap_folders(swap):
-    """The run folders in the swap path (strata-swap-*, and hidden ones being made)."""
-    return sorted(n for n in os.listdir(swap) if "strata-swap-" in n)
+    """The run folders in the swap path (strata-swap-*; not the hidden ones, see
+    HIDDEN_GRACE_S)."""
+    return sorted(n for n in os.listdir(swap) if n.startswith("strata-swap-"))
+
+
+def hidden_swap_folders(swap):
+    return sorted(n for n in os.listdir(swap) if n.startswith(".strata-swap-"))
 
 
 def latest_step(ckpt):
@@ -201,6 +217,7 @@ class Soak:
         self.steps_trained = 0
         self.landed = {}
         self.step_ms = []
+        self.grace_waits = 0
 
     def elapsed(self):
         return time.monotonic() - self.t0
@@ -299,6 +316,21 @@ class Soak:
         self.steps_trained += len(lines)
         check_metrics(self.straight, seg.run.name, lines, seg.first)
 
+    def wait_for_hidden_grace(self):
+        """Waits until every hidden run folder in the swap path is old enough for strata to
+        remove it (HIDDEN_GRACE_S): a kill during a folder's making or a stale folder's
+        removal leaves one."""
+        hidden = hidden_swap_folders(self.swap)
+        if not hidden:
+            return
+        newest = max(os.stat(os.path.join(self.swap, n)).st_mtime for n in hidden)
+        wait = newest + HIDDEN_GRACE_S - time.time()
+        if wait > 0:
+            print(f"  waiting {wait:.0f} s before a segment that must finish: {hidden} in the swap "
+                  f"path is younger than strata's minute of grace", flush=True)
+            self.grace_waits += 1
+            time.sleep(wait)
+
     # after a kill
 
     def where_landed(self, ckpt, lines):
@@ -379,6 +411,8 @@ class Soak:
             first = resume_step(ckpt)
             seg = Segment(root, index, first, self.rng.choice(["cpu", "nvme"]))
             plan = self.plan_kill(first)
+            if plan is None:
+                self.wait_for_hidden_grace()
             self.segments += 1
             self.resumes += first > 0
             self.run_segment(seg, ckpt, plan)
@@ -402,7 +436,8 @@ class Soak:
             "every": self.a.every, "seed": self.a.seed, "segments": self.segments,
             "resumes": self.resumes, "steps_trained": self.steps_trained,
             "steps_redone": self.steps_trained - self.rounds * self.a.steps,
-            "wall_s": round(self.elapsed(), 1), "landed": self.landed, "result": "ok",
+            "wall_s": round(self.elapsed(), 1), "landed": self.landed,
+            "grace_waits": self.grace_waits, "result": "ok",
         }
 
 
@@ -446,6 +481,11 @@ def main():
     except Failure as e:
         print(f"FAIL soak (seed {a.seed}, after {soak.kills} kills, {soak.elapsed():.0f} s; files "
               f"kept in {soak.work}): {e}", file=sys.stderr)
+        return 1
+    except Exception:  # a bug of this script, or output it could not parse
+        traceback.print_exc()
+        print(f"FAIL soak (seed {a.seed}): unexpected exception; files kept in {soak.work}",
+              file=sys.stderr)
         return 1
     print(json.dumps(soak.summary()), flush=True)
     if not a.keep:
