@@ -68,7 +68,7 @@ import traceback
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "train"))
 sys.path.insert(0, os.path.join(HERE, "..", "checkpoint"))
-from ckpt_util import check_folder, compare_resumed, latest, listing, stage3, train  # noqa: E402
+from ckpt_util import check_folder, compare_resumed, latest, stage3, train  # noqa: E402
 from train_util import GPL, SKIP, Failure, Run, check, tail  # noqa: E402
 
 # The share of kills aimed at the startup (before the first step: setup, reclaim, resume).
@@ -156,6 +156,11 @@ def swap_folders(swap):
 
 def hidden_swap_folders(swap):
     return sorted(n for n in os.listdir(swap) if n.startswith(".strata-swap-"))
+
+
+def listing(ckpt):
+    """The names in a checkpoint folder; [] before the round's first segment has made it."""
+    return sorted(os.listdir(ckpt)) if os.path.isdir(ckpt) else []
 
 
 def latest_step(ckpt):
@@ -335,7 +340,7 @@ class Soak:
         """Where the kill came, from what it left: (a kind to count, a description). The last
         checkpoint published, no step trained yet, a save in progress (a .partial folder), the
         removal of an old checkpoint (.deleting), else within a step."""
-        names = listing(ckpt) if os.path.isdir(ckpt) else []
+        names = listing(ckpt)
         partial = [n for n in names if n.endswith(".partial")]
         if resume_step(ckpt) == self.a.steps:
             return "end", "after the last checkpoint was published"
