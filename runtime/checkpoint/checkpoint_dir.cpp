@@ -205,10 +205,12 @@ void CheckpointDir::prune(std::uint64_t step, int keep_last, CrashPoints* crash)
   fsync_path(path_);
 }
 
-std::vector<std::uint64_t> CheckpointDir::complete_steps() const {
+std::vector<std::uint64_t> CheckpointDir::complete_steps() const { return complete_checkpoint_steps(path_); }
+
+std::vector<std::uint64_t> complete_checkpoint_steps(const std::string& dir) {
   std::vector<std::uint64_t> steps;
   std::error_code ec;
-  for (const fs::directory_entry& e : fs::directory_iterator(path_, ec)) {
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
     const std::optional<std::uint64_t> step = checkpoint_step(e.path().filename().string());
     if (step && fs::is_regular_file(e.path() / kManifestFile, ec)) steps.push_back(*step);
   }
@@ -255,6 +257,18 @@ std::string resolve_checkpoint(const std::string& path) {
   if (fs::is_regular_file(fs::path(path) / kManifestFile, ec)) return path;
   const std::string latest = path + "/latest";
   if (!fs::is_regular_file(latest, ec)) {
+    // A run killed between publishing its first checkpoint (the rename to step-N) and writing
+    // `latest` leaves step-N and no `latest`; a run without --resume refuses the folder (it
+    // holds checkpoints), so --resume must take it. step-N is complete by construction and is
+    // what `latest` was about to name. (A later save cannot leave this: `latest` names the
+    // previous checkpoint until it is replaced in one rename.)
+    const std::vector<std::uint64_t> steps = complete_checkpoint_steps(path);
+    if (!steps.empty()) {
+      const std::string target = path + "/" + checkpoint_name(steps.back());
+      log::warn("{} has no `latest` (a run stopped between publishing {} and writing it): resuming from {}", path,
+                checkpoint_name(steps.back()), target);
+      return target;
+    }
     std::string hint = "give a checkpoint folder (step-NNNNNNNN) or the --checkpoint-dir that holds `latest`";
     const std::vector<std::string> partial = checkpoint_leftovers(path);
     if (!partial.empty()) hint += "; " + partial.front() + " is a save that did not finish and cannot be loaded";

@@ -77,9 +77,13 @@ class CheckpointDir {
 
 // The .partial / .deleting folders in `dir`.
 std::vector<std::string> checkpoint_leftovers(const std::string& dir);
+// The complete checkpoints (step-N folders with a manifest.json) in `dir`, by step (oldest first).
+std::vector<std::uint64_t> complete_checkpoint_steps(const std::string& dir);
 
 // The checkpoint folder a --resume argument names: `path` itself when it holds manifest.json,
-// else the folder `path/latest` names. Throws strata::Error saying what was found instead.
+// else the folder `path/latest` names, else (no `latest`: a run killed between publishing its
+// first checkpoint and writing `latest`) the newest complete checkpoint in `path`. Throws
+// strata::Error saying what was found instead.
 std::string resolve_checkpoint(const std::string& path);
 
 }  // namespace strata::runtime::checkpoint

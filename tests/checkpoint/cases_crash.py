@@ -129,6 +129,43 @@ def check_resume_after_crash(strata, root, cfg, straight, work, name, n, what):
     shutil.rmtree(resumed.dir, ignore_errors=True)
 
 
+def case_crash_first_save(strata, root):
+    """A run killed between publishing its first checkpoint (the rename into step-N) and
+    writing `latest` (a window found while writing tests/soak): the folder holds step-N and no
+    `latest`, so a run without --resume refuses it (it holds checkpoints) and --resume must take
+    it. Restarted with the same flags plus --resume, the run continues from step-N to the
+    straight run's bits."""
+    cfg = crash_config
+    straight = train(strata, root, "straight", cfg, CRASH_TOTAL)
+    work = os.path.join(root, "ckpt")
+    first = f"step-{CRASH_FROM:08d}"
+    flags = ["--checkpoint-dir", work] + CRASH_EVERY
+    for n in range(1, 200):
+        shutil.rmtree(work, ignore_errors=True)
+        run = train(strata, root, f"crash-at-{n}", cfg, CRASH_TOTAL, flags,
+                    env={"STRATA_CRASH_AT": n}, ok=False)
+        what = killed_after(run.result.stderr, n)
+        check(run.result.returncode == -signal.SIGKILL and what is not None,
+              f"STRATA_CRASH_AT={n}: exit {run.result.returncode}, expected death by SIGKILL before "
+              f"the first save was published\n{tail(run.result.stderr)}")
+        shutil.rmtree(run.dir, ignore_errors=True)
+        if what.endswith(f"-> {os.path.join(work, first)}"):
+            break
+    else:
+        raise Failure(f"no crash point renames the partial folder to {first}")
+    check(listing(work) == [first], f"killed after {what}: the folder holds {listing(work)}, "
+                                    f"expected {[first]} (no `latest` yet)")
+    fresh = train(strata, root, "fresh", cfg, CRASH_TOTAL, flags, ok=False)
+    check(fresh.result.returncode == 1 and "already holds checkpoints" in fresh.result.stderr,
+          f"a run without --resume: exit {fresh.result.returncode}, expected 1 (the folder holds "
+          f"checkpoints)\n{tail(fresh.result.stderr)}")
+    resumed = train(strata, root, "resumed", cfg, CRASH_TOTAL, ["--resume", work] + flags)
+    check(f"resumed from {os.path.join(work, first)} at step {CRASH_FROM}" in resumed.result.stderr,
+          f"{resumed.name}: no 'resumed from .../{first}' line\n{tail(resumed.result.stderr)}")
+    print(f"  STRATA_CRASH_AT={n} (killed after {what.replace(work + '/', '')}): {listing(work)} "
+          f"after the resume; {compare_resumed(straight, resumed, CRASH_FROM)}")
+
+
 def case_signal(strata, root):
     cfg = stage3("cpu", "cpu")
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -42,6 +42,10 @@ Cases:
       checkpoints of steps 4 and 6 (at every point; on a slow machine, past 20 s, at a sample of
       the shard file's pieces). aio.block_size 256 KiB: 1 MiB pieces, one per module state, 35
       points.
+  crash_first_save
+      A fresh run killed after its first save is renamed into step-2 and before `latest` is
+      written: a run without --resume is refused (the folder holds checkpoints), and --resume
+      of the folder continues from step-2 to the straight run's bits.
   corruption
       A flipped byte in manifest.json, meta.json or the shard file (its header line, JSON and
       padding; values at its start, middle and end), the shard file deleted, cut short or grown,
@@ -75,7 +79,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "train"))
 from train_util import run_cases  # noqa: E402  (tests/train/train_util.py)
 
-from cases_crash import case_crash, case_keep_last, case_signal  # noqa: E402
+from cases_crash import case_crash, case_crash_first_save, case_keep_last, case_signal  # noqa: E402
 from cases_save_errors import case_save_enospc, case_save_error  # noqa: E402
 from cases_damage import case_bad_resume, case_corruption  # noqa: E402
 from cases_resume import (case_resume_bf16, case_resume_cpu, case_resume_cross_tier,  # noqa: E402
@@ -89,6 +93,7 @@ CASES = {
     "resume_cross_tier": case_resume_cross_tier,
     "resume_ranks_2": case_resume_ranks_2,
     "crash": case_crash,
+    "crash_first_save": case_crash_first_save,
     "corruption": case_corruption,
     "signal": case_signal,
     "bad_resume": case_bad_resume,

@@ -270,6 +270,24 @@ TEST(CheckpointDir, PublishesAtomicallyKeepsTheLastAndResolvesLatest) {
   fs::remove_all(root);
 }
 
+// A run killed between publishing its first checkpoint (the rename into step-N) and writing
+// `latest` (a window found while writing tests/soak) leaves step-N and no `latest`: --resume of
+// the folder takes the newest complete checkpoint; a save that did not finish still never counts.
+TEST(CheckpointDir, ResolvesTheNewestCompleteCheckpointWithoutLatest) {
+  const std::string root = ::testing::TempDir() + "/ckdir-no-latest";
+  fs::remove_all(root);
+  const checkpoint::CheckpointDir dir(root);
+  write_bytes(dir.begin_partial(2) + "/manifest.json", "{}");
+  dir.publish(2, 0, nullptr);
+  fs::remove(root + "/latest");  // what the kill leaves
+  dir.begin_partial(4);
+  EXPECT_EQ(checkpoint::complete_checkpoint_steps(root), (std::vector<std::uint64_t>{2}));
+  EXPECT_EQ(checkpoint::resolve_checkpoint(root), root + "/step-00000002");
+  fs::remove_all(root + "/step-00000002");
+  EXPECT_NE(error_of([&] { checkpoint::resolve_checkpoint(root); }).find("holds no checkpoint"), std::string::npos);
+  fs::remove_all(root);
+}
+
 // The engine-level checkpoint: 2 steps, a save that overlaps the next 2 steps, then a fresh
 // engine with its states in another tier resumes from it; its 2 steps give the same bits as the
 // first engine's steps 3 and 4.
