@@ -29,6 +29,8 @@ namespace fs = std::filesystem;
 
 // A hidden folder younger than this may still be in the making (see the header).
 constexpr std::time_t kHiddenGraceSeconds = 60;
+// The name a reclaim gives a stale folder before removing it.
+constexpr const char* kRemovingSuffix = ".removing";
 
 class Fd {
  public:
@@ -80,6 +82,35 @@ std::uint64_t allocated_bytes(const std::string& dir) {
     }
   }
   return bytes;
+}
+
+// Removes the run folder `dir`: everything in it but its lock file, then the lock file, then the
+// folder. The caller holds the lock, so that until the very end anyone who looks sees a held
+// lock (a live run or a reclaim at work), and a reclaim killed half-way leaves a folder whose
+// lock is free (see the header).
+std::error_code remove_lock_last(const std::string& dir) {
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    if (e.path().filename() == kLockName) continue;
+    fs::remove_all(e.path(), ec);
+    if (ec) return ec;
+  }
+  if (ec) return ec;
+  fs::remove(fs::path(dir) / kLockName, ec);
+  if (ec) return ec;
+  fs::remove(dir, ec);
+  return ec;
+}
+
+// A folder without a lock (missing): nothing to keep for last.
+std::error_code remove_all_of(const std::string& dir) {
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  return ec;
+}
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
 
 enum class LockState { kHeld, kFree, kMissing, kUnknown };
@@ -154,21 +185,25 @@ Reclaimed reclaim_stale(const std::string& parent) {
     struct stat st{};
     if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;  // not ours
     const bool hidden = name[0] == '.';
-    if (hidden && std::time(nullptr) - st.st_mtime < kHiddenGraceSeconds) continue;
+    const bool young = hidden && std::time(nullptr) - st.st_mtime < kHiddenGraceSeconds;
+    // A reclaim's folder is not being made: its lock alone tells (see the header).
+    const bool removing = hidden && ends_with(name, kRemovingSuffix);
+    if (young && !removing) continue;
 
     Fd lock;
     std::string why;
     const LockState state = try_lock(dir, lock, why);
-    if (state == LockState::kHeld) continue;  // a live run
+    if (state == LockState::kHeld) continue;  // a live run, or a reclaim at work
     if (state == LockState::kUnknown) {
       log::warn("swap: cannot tell whether {} belongs to a live run, leaving it: {}", dir, why);
       continue;
     }
+    if (state == LockState::kMissing && young) continue;  // the grace of hidden folders
 
     // Ours to remove: move it out of sight first, so a concurrent reclaimer skips it.
     std::string doomed = dir;
     if (!hidden) {
-      doomed = parent + "/." + name + "." + random_tag() + ".removing";
+      doomed = parent + "/." + name + "." + random_tag() + kRemovingSuffix;
       if (::rename(dir.c_str(), doomed.c_str()) != 0) {
         if (errno != ENOENT) {
           log::warn("swap: cannot remove the stale swap folder {}: rename: {}", dir,
@@ -178,8 +213,8 @@ Reclaimed reclaim_stale(const std::string& parent) {
       }
     }
     const std::uint64_t bytes = allocated_bytes(doomed);
-    std::error_code ec;
-    fs::remove_all(doomed, ec);
+    const std::error_code ec =
+        state == LockState::kFree ? remove_lock_last(doomed) : remove_all_of(doomed);
     if (ec) {
       log::warn("swap: cannot remove the stale swap folder {}: {}", doomed, ec.message());
       continue;
@@ -269,9 +304,9 @@ RunDir& RunDir::operator=(RunDir&& other) noexcept {
 
 void RunDir::remove() noexcept {
   if (!path_.empty()) {
-    // Removed while the lock is still held: nobody may take it for a stale folder meanwhile.
-    std::error_code ec;
-    fs::remove_all(path_, ec);
+    // Removed while the lock is still held, the lock file last: nobody may take it for a
+    // stale folder meanwhile.
+    const std::error_code ec = remove_lock_last(path_);
     if (ec) {
       try {
         log::warn("swap: cannot remove the swap run folder {}: {}", path_, ec.message());

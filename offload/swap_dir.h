@@ -11,11 +11,15 @@
 // no living run. The kernel drops a flock when its holder dies however it dies, so the lock
 // (not the pid in the name, which another machine or pid namespace may reuse) is the test.
 //
-// Reclaim takes a stale folder's lock itself, renames the folder to a hidden name (so that a
-// second process reclaiming at the same time skips it) and removes it. Hidden folders (a run
-// that crashed while making its folder, a reclaim that crashed while removing) are removed
-// once their lock is free and they are older than a minute: making a folder takes
-// microseconds, so an older one is not being made.
+// Reclaim takes a stale folder's lock itself, renames the folder to a hidden
+// `.<name>.<tag>.removing` (so that a second process reclaiming at the same time skips it) and
+// removes it, the lock file last, holding the lock throughout (a clean exit removes its own
+// folder the same way). So a `.removing` folder whose lock is free belongs to a reclaim that
+// died (a SIGKILL while it deleted a large swap.bin, seen in tests/soak) and is removed at once.
+// Other hidden folders (a run that crashed while making its folder, or a `.removing` one whose
+// lock is already gone) are removed once their lock is free or missing and they are older than
+// a minute: making a folder takes microseconds, and its lock is missing for a moment after its
+// mkdir, so an older one is not being made.
 #include <cstdint>
 #include <string>
 

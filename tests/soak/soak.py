@@ -155,7 +155,16 @@ def swap_folders(swap):
 
 
 def hidden_swap_folders(swap):
-    return sorted(n for n in os.listdir(swap) if n.startswith(".strata-swap-"))
+    """The hidden run folders strata leaves for a minute (offload/swap_dir.h): one a kill caught
+    being made, or a reclaim's `.removing` folder whose lock file is already gone. A killed
+    reclaim's `.removing` folder that still has its lock is not one of them: strata removes it
+    at once, so the soak does not wait for it (and fails if it is left)."""
+    def graced(name):
+        if not name.startswith(".strata-swap-"):
+            return False
+        return not (name.endswith(".removing") and
+                    os.path.exists(os.path.join(swap, name, "lock")))
+    return sorted(n for n in os.listdir(swap) if graced(n))
 
 
 def listing(ckpt):
@@ -320,9 +329,8 @@ class Soak:
         check_metrics(self.straight, seg.run.name, lines, seg.first)
 
     def wait_for_hidden_grace(self):
-        """Waits until every hidden run folder in the swap path is old enough for strata to
-        remove it (HIDDEN_GRACE_S): a kill during a folder's making or a stale folder's
-        removal leaves one."""
+        """Waits until every hidden run folder strata keeps for a minute (hidden_swap_folders) is
+        old enough for it to be removed (HIDDEN_GRACE_S)."""
         hidden = hidden_swap_folders(self.swap)
         if not hidden:
             return
