@@ -14,36 +14,21 @@ and a missing --dir are refused naming their flag. No timing is asserted.
 Usage: check_bench_checkpoint.py STRATA WORK_DIR
 Exit 0 on success, 1 on failure, 77 (skipped) when O_DIRECT does not work in WORK_DIR.
 """
-import json
 import math
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 
-SKIP = 77
+from bench_check_util import close, fail, refused, run_json_bench
+
 POSITIVE = ("step_ms", "checkpoint_step_ms", "step_ratio", "boundary_ms", "checkpoint_bytes",
             "write_ms", "write_gbps", "limit_gbps", "write_ratio")
 
 
-def fail(message, run=None):
-    print(f"FAIL: {message}", file=sys.stderr)
-    if run is not None:
-        print(f"--- stdout\n{run.stdout}--- stderr\n{run.stderr}", file=sys.stderr)
-    sys.exit(1)
-
-
-def close(a, b):
-    return abs(a - b) <= 1e-9 * max(abs(a), abs(b), 1.0)
-
-
-def refused(strata, extra, flag):
-    args = [strata, "bench", "checkpoint", "--preset", "tiny"] + extra
-    bad = subprocess.run(args, capture_output=True, text=True, timeout=30)
-    if bad.returncode == 0 or flag not in bad.stderr:
-        fail(f"{' '.join(extra)} was not refused naming {flag}", bad)
+def refused_flags(strata, extra, flag):
+    refused([strata, "bench", "checkpoint", "--preset", "tiny"] + extra, flag)
 
 
 def main():
@@ -54,20 +39,7 @@ def main():
         args = [strata, "bench", "checkpoint", "--preset", "tiny", "--batch", "2", "--seq-len", "32",
                 "--steps", "4", "--rounds", "2", "--placements", "cpu,nvme", "--device", "host",
                 "--dir", folder, "--json"]
-        env = dict(os.environ)
-        env.setdefault("OMP_NUM_THREADS", "2")
-        run = subprocess.run(args, capture_output=True, text=True, timeout=90, env=env)
-        if run.returncode != 0:
-            if "O_DIRECT does not work" in run.stderr or "not a disk" in run.stderr:
-                print(f"skipped: {run.stderr.strip()}")
-                sys.exit(SKIP)
-            fail(f"{' '.join(args)} exited {run.returncode}", run)
-        rows = []
-        for line in run.stdout.splitlines():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                fail(f"stdout line is not JSON: {line!r}", run)
+        run, rows = run_json_bench(args)
         got = [(r.get("placement"), r.get("stage")) for r in rows]
         if got != [("cpu", 3), ("nvme", 3)]:
             fail(f"rows {got}, wanted cpu and nvme at stage 3", run)
@@ -102,9 +74,9 @@ def main():
         if os.listdir(folder):
             fail(f"left in {folder}: {os.listdir(folder)}", run)
 
-        refused(strata, ["--dir", folder, "--steps", "3"], "--steps")
-        refused(strata, ["--dir", folder, "--placements", "cpu,disk"], "--placements")
-        refused(strata, ["--dir", os.path.join(folder, "missing")], "--dir")
+        refused_flags(strata, ["--dir", folder, "--steps", "3"], "--steps")
+        refused_flags(strata, ["--dir", folder, "--placements", "cpu,disk"], "--placements")
+        refused_flags(strata, ["--dir", os.path.join(folder, "missing")], "--dir")
         print("ok:", len(rows), "placements;", run.stderr.splitlines()[-1] if run.stderr else "")
     finally:
         shutil.rmtree(folder, ignore_errors=True)

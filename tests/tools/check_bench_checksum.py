@@ -16,28 +16,16 @@ naming their flag. No timing is asserted.
 Usage: check_bench_checksum.py STRATA WORK_DIR
 Exit 0 on success, 1 on failure, 77 (skipped) when O_DIRECT does not work in WORK_DIR.
 """
-import json
 import math
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 
-SKIP = 77
+from bench_check_util import close, fail, refused, run_json_bench
+
 MIB = 1 << 20
-
-
-def fail(message, run=None):
-    print(f"FAIL: {message}", file=sys.stderr)
-    if run is not None:
-        print(f"--- stdout\n{run.stdout}--- stderr\n{run.stderr}", file=sys.stderr)
-    sys.exit(1)
-
-
-def close(a, b):
-    return abs(a - b) <= 1e-9 * max(abs(a), abs(b), 1.0)
 
 
 def positive(row, keys, run):
@@ -103,11 +91,8 @@ def check_step(row, run):
         fail(f"ms_per_step is not on_step_ms - off_step_ms in {row}", run)
 
 
-def refused(strata, folder, extra, flag):
-    args = [strata, "bench", "checksum", "--dir", folder, "--preset", "tiny"] + extra
-    bad = subprocess.run(args, capture_output=True, text=True, timeout=30)
-    if bad.returncode == 0 or flag not in bad.stderr:
-        fail(f"{' '.join(extra)} was not refused naming {flag}", bad)
+def refused_flags(strata, folder, extra, flag):
+    refused([strata, "bench", "checksum", "--dir", folder, "--preset", "tiny"] + extra, flag)
 
 
 def main():
@@ -118,20 +103,7 @@ def main():
         args = [strata, "bench", "checksum", "--size", "8M", "--block-size", "1M", "--extent-size", "2M",
                 "--threads", "1,2", "--reps", "2", "--preset", "tiny", "--batch", "2", "--seq-len", "32",
                 "--steps", "3", "--rounds", "2", "--device", "host", "--dir", folder, "--json"]
-        env = dict(os.environ)
-        env.setdefault("OMP_NUM_THREADS", "2")
-        run = subprocess.run(args, capture_output=True, text=True, timeout=90, env=env)
-        if run.returncode != 0:
-            if "O_DIRECT does not work" in run.stderr or "not a disk" in run.stderr:
-                print(f"skipped: {run.stderr.strip()}")
-                sys.exit(SKIP)
-            fail(f"{' '.join(args)} exited {run.returncode}", run)
-        rows = []
-        for line in run.stdout.splitlines():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                fail(f"stdout line is not JSON: {line!r}", run)
+        run, rows = run_json_bench(args)
         parts = [r.get("part") for r in rows]
         if parts != ["hash", "hash", "swap", "step"]:
             fail(f"cells {parts}, wanted hash (1 and 2 threads), swap, step", run)
@@ -145,11 +117,11 @@ def main():
         if os.listdir(folder):
             fail(f"left in {folder}: {os.listdir(folder)}", run)
 
-        refused(strata, folder, ["--parts", "hash,crc"], "--parts")
-        refused(strata, folder, ["--block-size", "1M", "--extent-size", "1536K"], "--extent-size")
-        refused(strata, folder, ["--threads", "0"], "--threads")
-        refused(strata, folder, ["--parts", "step", "--steps", "2"], "--steps")
-        refused(strata, os.path.join(folder, "missing"), ["--parts", "swap"], "--dir")
+        refused_flags(strata, folder, ["--parts", "hash,crc"], "--parts")
+        refused_flags(strata, folder, ["--block-size", "1M", "--extent-size", "1536K"], "--extent-size")
+        refused_flags(strata, folder, ["--threads", "0"], "--threads")
+        refused_flags(strata, folder, ["--parts", "step", "--steps", "2"], "--steps")
+        refused_flags(strata, os.path.join(folder, "missing"), ["--parts", "swap"], "--dir")
         print("ok:", len(rows), "cells;", run.stderr.splitlines()[-1] if run.stderr else "")
     finally:
         shutil.rmtree(folder, ignore_errors=True)
