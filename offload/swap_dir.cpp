@@ -102,13 +102,6 @@ std::error_code remove_lock_last(const std::string& dir) {
   return ec;
 }
 
-// A folder without a lock (missing): nothing to keep for last.
-std::error_code remove_all_of(const std::string& dir) {
-  std::error_code ec;
-  fs::remove_all(dir, ec);
-  return ec;
-}
-
 bool ends_with(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
@@ -213,8 +206,13 @@ Reclaimed reclaim_stale(const std::string& parent) {
       }
     }
     const std::uint64_t bytes = allocated_bytes(doomed);
-    const std::error_code ec =
-        state == LockState::kFree ? remove_lock_last(doomed) : remove_all_of(doomed);
+    // Without a lock file (kMissing) there is nothing to keep for last.
+    std::error_code ec;
+    if (state == LockState::kFree) {
+      ec = remove_lock_last(doomed);
+    } else {
+      fs::remove_all(doomed, ec);
+    }
     if (ec) {
       log::warn("swap: cannot remove the stale swap folder {}: {}", doomed, ec.message());
       continue;

@@ -26,7 +26,6 @@ Error state_read_failure(std::uint64_t step, const std::exception& e) {
   return Error(what + e.what());
 }
 
-
 std::vector<ShardModule> shard_modules(const zero::ZeroEngine& engine) {
   std::vector<ShardModule> modules;
   for (int m = 0; m < engine.module_count(); ++m) {

@@ -68,7 +68,8 @@ import traceback
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "train"))
 sys.path.insert(0, os.path.join(HERE, "..", "checkpoint"))
-from ckpt_util import check_folder, compare_resumed, latest, stage3, train  # noqa: E402
+from ckpt_util import (check_folder, compare_resumed, complete_lines, latest, stage3,  # noqa: E402
+                       train)
 from train_util import GPL, SKIP, Failure, Run, check, tail  # noqa: E402
 
 # The share of kills aimed at the startup (before the first step: setup, reclaim, resume).
@@ -123,14 +124,6 @@ def complete_metric_lines(path):
     except FileNotFoundError:
         return []
     return [json.loads(line) for line in data.split(b"\n")[:-1] if line.strip()]
-
-
-def count_lines(path):
-    try:
-        with open(path, "rb") as f:
-            return f.read().count(b"\n")
-    except FileNotFoundError:
-        return 0
 
 
 def check_metrics(straight, name, lines, first):
@@ -304,7 +297,7 @@ class Soak:
                                     f"~{expected:.0f} s): a hang?\n  command: {' '.join(seg.run.cmd)}")
                 if plan is not None:
                     lines, delay = plan
-                    if reached_at is None and count_lines(seg.run.metrics) >= lines:
+                    if reached_at is None and complete_lines(seg.run.metrics) >= lines:
                         reached_at = now
                     if reached_at is not None and now >= reached_at + delay:
                         p.send_signal(signal.SIGKILL)
