@@ -197,6 +197,11 @@ void add_bench_command(CLI::App& app) {
   step->add_option("--peer-script", step_options->peer_script,
                    "tools/bench/step_peers.py elsewhere (default: next to the binary, in the source tree "
                    "or under the current folder)");
+  step->add_option("--placements", step_options->placements,
+                   "comma-separated placements of the cells besides the reference: device, cpu, nvme")
+      ->capture_default_str();
+  step->add_option("--stages", step_options->stages, "comma-separated ZeRO stages of those cells: 1, 2, 3")
+      ->capture_default_str();
   step->callback([step_options] { bench_step(*step_options); });
 
   auto checkpoint_options = std::make_shared<CheckpointBenchOptions>();

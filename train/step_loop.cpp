@@ -56,7 +56,8 @@ RunTotals run_steps(Session& s, const TrainOptions& o, StartPoint start, Checkpo
   for (std::uint64_t step = start.step; step < o.steps; ++step) {
     const Clock::time_point t0 = Clock::now();
     busy.begin_step();
-    const runtime::telemetry::LinkBytes bytes_before = link_bytes(engine.counters());
+    const runtime::zero::EngineCounters counters_before = engine.counters();
+    const runtime::telemetry::LinkBytes bytes_before = link_bytes(counters_before);
     const double lr = s.schedule->lr(applied_steps);
     engine.begin_step(lr);
     double loss_sum = 0, forward_ms = 0, backward_ms = 0;
@@ -112,7 +113,10 @@ RunTotals run_steps(Session& s, const TrainOptions& o, StartPoint start, Checkpo
     for (const runtime::checkpoint::SaveResult& r : boundary.saves) {
       m.checkpoints.push_back({r.step, r.ok, r.bytes, r.write_ms, r.wait_ms, r.publish_ms});
     }
-    m.bytes = minus(link_bytes(engine.counters()), bytes_before);
+    const runtime::zero::EngineCounters counters_after = engine.counters();
+    m.bytes = minus(link_bytes(counters_after), bytes_before);
+    m.speculative_updates = counters_after.speculative_updates - counters_before.speculative_updates;
+    m.speculative_redone = counters_after.speculative_redone - counters_before.speculative_redone;
     totals.bytes += m.bytes;
     m.collective_theory_bytes = theory;
     const TierSnapshot snap = snapshot(s);

@@ -61,6 +61,7 @@ std::string to_json_line(const StepMetrics& m) {
   Json busy = Json::object();
   for (const auto& [track, ms] : m.busy_ms) busy[track] = ms;
   j["busy_ms"] = std::move(busy);
+  j["speculative"] = {{"updates", m.speculative_updates}, {"redone", m.speculative_redone}};
   if (!m.checkpoints.empty()) {
     Json list = Json::array();
     for (const CheckpointMetrics& c : m.checkpoints) {

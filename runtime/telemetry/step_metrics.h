@@ -72,6 +72,10 @@ struct StepMetrics {
   double overlap = 0;                 // step_ms / busiest_ms (1 = perfect overlap); 0 = unknown
   std::vector<std::pair<std::string, double>> busy_ms;  // every track's busy time in this step
   std::vector<CheckpointMetrics> checkpoints;  // finished at the end of this step (0, 1 or 2)
+  // Module updates run before the global norm was known (Note [Speculative updates],
+  // runtime/zero/updater.h), and of those, redone because the norm was over the threshold.
+  std::uint64_t speculative_updates = 0;
+  std::uint64_t speculative_redone = 0;
 };
 
 // One JSON object, no newline. Keys, in this order: step, loss, lr, step_ms, tokens_per_s,
@@ -79,8 +83,8 @@ struct StepMetrics {
 // nvme_write, h2d, d2h, collective}, collective_theory_bytes, memory {device, pinned, nvme:
 // {current_bytes, peak_bytes, budget_bytes, allocated_bytes}}, memory_at_phase {name: {current_bytes, ...}}
 // (an empty object when none), busiest, busiest_ms, overlap, busy_ms {track: ms, ...} (every
-// track, an empty object when none), and checkpoints [{step, ok, bytes,
-// write_ms, wait_ms, publish_ms}, ...] when checkpoints finished at the end of the step. A non-finite number (a NaN loss)
+// track, an empty object when none), speculative {updates, redone}, and checkpoints [{step, ok,
+// bytes, write_ms, wait_ms, publish_ms}, ...] when checkpoints finished at the end of the step. A non-finite number (a NaN loss)
 // is written as null.
 std::string to_json_line(const StepMetrics& m);
 

@@ -5,9 +5,12 @@
 Checks exit 0; one JSON object per cell, the reference (placement "resident", stage 0) and the
 nine placement x stage cells, each with finite positive step_ms, tokens_per_s, tflops,
 busiest_ms, overlap and ratio_to_resident, overlap = step_ms / busiest_ms, the reference's
-ratio 1 and one timed step per round; a progress line per cell and round on stderr; the
-scratch folder removed. Then that --steps 2 (no timed step) is refused with a message naming
---steps.
+ratio 1 and one timed step per round; every cell with a CPU Adam carries offload_bound_ms =
+max(the reference's step_ms, its cpu_adam_busy_ms) and vs_offload_bound = step_ms / that; every
+cell its timed steps' grad_norms (clipping 1.0) and its speculative update counts; a progress
+line per cell and round on stderr; the scratch folder removed. Then that --placements cpu
+--stages 3,1 runs the reference, cpu stage 1 and cpu stage 3 alone, in that order; that --steps
+2 (no timed step), --placements gpu and --stages 0 are refused naming their flag.
 
 Usage: check_bench_step.py STRATA WORK_DIR
 """
@@ -28,6 +31,27 @@ def fail(message, run=None):
     if run is not None:
         print(f"--- stdout\n{run.stdout}--- stderr\n{run.stderr}", file=sys.stderr)
     sys.exit(1)
+
+
+def check_offload_bound(c, reference, run):
+    norms = c.get("grad_norms")
+    if not isinstance(norms, list) or len(norms) != 2 or not all(n > 0 for n in norms):
+        fail(f"grad_norms {norms!r}: wanted the 2 timed steps' norms (clipping 1.0) in {c}", run)
+    for key in ("speculative_updates", "speculative_redone"):
+        if not isinstance(c.get(key), int) or c[key] < 0:
+            fail(f"{key} = {c.get(key)!r} in {c}", run)
+    if c["speculative_redone"] > c["speculative_updates"]:
+        fail(f"more speculative updates redone than run in {c}", run)
+    adam = c.get("cpu_adam_busy_ms")
+    if adam is None:
+        if "offload_bound_ms" in c:
+            fail(f"an offload bound in a cell without a CPU Adam: {c}", run)
+        return
+    bound = max(reference["step_ms"], adam)
+    if abs(c.get("offload_bound_ms", -1) - bound) > 1e-9 * bound:
+        fail(f"offload_bound_ms is not max(resident step_ms, cpu_adam_busy_ms) in {c}", run)
+    if abs(c.get("vs_offload_bound", -1) - c["step_ms"] / bound) > 1e-9 * c["step_ms"] / bound:
+        fail(f"vs_offload_bound is not step_ms / offload_bound_ms in {c}", run)
 
 
 def main():
@@ -77,6 +101,7 @@ def main():
                     fail(f"vs_disk is not step_ms / disk_bound_ms in {c}", run)
             elif "disk_bound_ms" in c:
                 fail(f"a disk bound in a cell that is not nvme: {c}", run)
+            check_offload_bound(c, cells[0], run)
         if abs(cells[0]["ratio_to_resident"] - 1) > 1e-12:
             fail(f"the reference's ratio is not 1: {cells[0]}", run)
         if not any(l.startswith("[disk] ") for l in run.stderr.splitlines()):
@@ -87,10 +112,22 @@ def main():
         if os.listdir(folder):
             fail(f"left in {folder}: {os.listdir(folder)}", run)
 
-        bad = subprocess.run([strata, "bench", "step", "--steps", "2", "--dir", folder],
-                             capture_output=True, text=True, timeout=30)
-        if bad.returncode == 0 or "--steps" not in bad.stderr:
-            fail("--steps 2 was not refused naming --steps", bad)
+        some = subprocess.run([strata, "bench", "step", "--preset", "tiny", "--batch", "2", "--seq-len", "32",
+                               "--steps", "3", "--rounds", "1", "--placements", "cpu", "--stages", "3,1",
+                               "--device", "host", "--dir", folder, "--json"],
+                              capture_output=True, text=True, timeout=60, env=env)
+        if some.returncode != 0:
+            fail("--placements cpu --stages 3,1 failed", some)
+        got = [(c.get("placement"), c.get("stage")) for c in map(json.loads, some.stdout.splitlines())]
+        if got != [("resident", 0), ("cpu", 1), ("cpu", 3)]:
+            fail(f"--placements cpu --stages 3,1 ran {got}", some)
+
+        for flags, name in ((["--steps", "2"], "--steps"), (["--placements", "gpu"], "--placements"),
+                            (["--stages", "0"], "--stages")):
+            bad = subprocess.run([strata, "bench", "step", *flags, "--dir", folder],
+                                 capture_output=True, text=True, timeout=30)
+            if bad.returncode == 0 or name not in bad.stderr:
+                fail(f"{' '.join(flags)} was not refused naming {name}", bad)
         print("ok:", len(cells), "cells;", run.stderr.splitlines()[-1] if run.stderr else "")
     finally:
         shutil.rmtree(folder, ignore_errors=True)

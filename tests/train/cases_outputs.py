@@ -57,3 +57,39 @@ def case_trace_config(strata, root):
                                         f"was written too\n{tail(flag.result.stderr)}")
     print(f"  --trace over strata.trace: {len(spans)} spans in {os.path.basename(flag_path)}, "
           "none at the key's path")
+
+
+def case_speculation_metrics(strata, root):
+    """Each metrics line's `speculative` {updates, redone} counts that step's module updates run
+    before the global norm was known, and of those the ones redone (docs/architecture.md,
+    "Speculative updates"). Stage 3, states in pinned memory, 3 steps:
+    - clipping far above the norm: every step speculates every module and redoes none;
+    - clipping far below it: step 1 speculates every module and redoes each, and steps 2 and 3
+      do not speculate (a step after a clipped one does not);
+    - strata.speculative_updates false: none.
+    Fails if the counts are missing, are totals rather than per step, or the engine speculates
+    where it should not."""
+    def counts(name, clip, extra_strata=None):
+        run = Run(root, name)
+        strata_section = {"device": "host", **(extra_strata or {})}
+        run.write_config(ds_config(3, opt="cpu", param="cpu", clip=clip, extra={"strata": strata_section}))
+        run.start(strata, TINY + ["--steps", "3"])
+        run.expect_ok()
+        lines = run.metric_lines()
+        check(len(lines) == 3, f"{name}: {len(lines)} metrics lines, wanted 3")
+        for m in lines:
+            s = m.get("speculative")
+            check(isinstance(s, dict) and isinstance(s.get("updates"), int) and isinstance(s.get("redone"), int),
+                  f"{name}: step {m.get('step')} has no speculative {{updates, redone}}: {s!r}")
+        return [(m["speculative"]["updates"], m["speculative"]["redone"]) for m in lines]
+
+    under = counts("norm-under", 1e6)
+    modules = under[0][0]
+    check(modules >= 3, f"clipping 1e6: step 1 speculated {modules} module updates, wanted every module")
+    check(under == [(modules, 0)] * 3, f"clipping 1e6: {under}, wanted ({modules}, 0) at every step")
+    over = counts("norm-over", 1e-6)
+    check(over == [(modules, modules), (0, 0), (0, 0)],
+          f"clipping 1e-6: {over}, wanted ({modules}, {modules}) then no speculation after the clipped step")
+    off = counts("off", 1e6, {"speculative_updates": False})
+    check(off == [(0, 0)] * 3, f"strata.speculative_updates false: {off}, wanted no speculation")
+    print(f"  {modules} modules: {under} (norm under), {over} (norm over), {off} (off)")

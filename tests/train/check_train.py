@@ -63,6 +63,9 @@ every run in its own folder of the case's temp dir):
   trace_config
       strata.trace in the config writes a valid Chrome trace of the run there; --trace overrides
       it.
+  speculation_metrics
+      Each metrics line counts the step's speculative updates and redone ones: all with the norm
+      under the threshold, all redone then none with it over, none with speculation off.
   llama_placement
       llama-tiny at stage 3: the states on the device, in pinned memory, on NVMe, and with
       activation checkpointing give the same bits.
@@ -79,7 +82,7 @@ from cases_faults import case_faults_ranks, case_faults_stop, case_faults_transi
 from cases_limits import (case_bad_inputs, case_enospc_io, case_enospc_plan, case_memory,
                           case_memory_minimum, case_save_path_early)
 from cases_llama import case_llama_model_folder, case_llama_placement, case_llama_resume
-from cases_outputs import case_trace_config
+from cases_outputs import case_speculation_metrics, case_trace_config
 from cases_placement import (case_determinism, case_placement_bf16, case_placement_fp16,
                              case_placement_stage, case_stages)
 from cases_ranks import case_ranks
@@ -106,6 +109,7 @@ CASES = {
     "faults_ranks_3": case_faults_ranks(3),
     "determinism": case_determinism,
     "trace_config": case_trace_config,
+    "speculation_metrics": case_speculation_metrics,
     "llama_placement": case_llama_placement,
     "llama_model_folder": case_llama_model_folder,
     "llama_resume": case_llama_resume,

@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/error.h"
 #include "tools/device_flags.h"
 
 namespace strata::tools {
@@ -19,6 +20,24 @@ inline std::vector<std::string> split_list(std::string_view text) {
     const std::size_t comma = std::min(text.find(',', start), text.size());
     if (comma > start) out.emplace_back(text.substr(start, comma - start));
     start = comma + 1;
+  }
+  return out;
+}
+
+// "cpu,nvme" -> {"cpu", "nvme"}: each of device, cpu and nvme at most once, in the order given;
+// throws strata::Error naming --placements for anything else or for an empty list.
+inline std::vector<std::string> parse_placements(std::string_view text) {
+  std::vector<std::string> out;
+  for (const std::string& item : split_list(text)) {
+    if (item != "device" && item != "cpu" && item != "nvme") {
+      throw Error("'" + item + "' is not a placement", "--placements",
+                  "give a comma-separated list of device, cpu and nvme, e.g. --placements cpu,nvme");
+    }
+    if (std::find(out.begin(), out.end(), item) == out.end()) out.push_back(item);
+  }
+  if (out.empty()) {
+    throw Error("no placement given", "--placements",
+                "give a comma-separated list of device, cpu and nvme, e.g. --placements cpu,nvme");
   }
   return out;
 }
@@ -161,6 +180,10 @@ struct StepBenchOptions : TrainChildOptions {
   std::string python;            // the peers' interpreter; empty: python3 on PATH with --device
                                  // cuda, else /usr/bin/python3 (Debian's python3-torch)
   std::string peer_script;       // empty: tools/bench/step_peers.py, found as the other scripts
+  // The cells besides the reference (always run): each placement at each stage, e.g. cpu and 3
+  // alone for a GPT-2 XL run that must fit a short GPU lease.
+  std::string placements = "device,cpu,nvme";
+  std::string stages = "1,2,3";
 };
 
 void bench_step(const StepBenchOptions& options);  // bench_step.cpp

@@ -55,25 +55,6 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 constexpr int kStage = 3;
-constexpr const char* kKnownPlacements[] = {"device", "cpu", "nvme"};
-
-// "cpu,nvme" -> {"cpu", "nvme"}; throws strata::Error naming --placements for anything else.
-std::vector<std::string> parse_placements(std::string_view text) {
-  std::vector<std::string> out;
-  std::size_t start = 0;
-  while (start <= text.size()) {
-    const std::size_t comma = std::min(text.find(',', start), text.size());
-    const std::string item(text.substr(start, comma - start));
-    start = comma + 1;
-    if (std::find(std::begin(kKnownPlacements), std::end(kKnownPlacements), item) == std::end(kKnownPlacements)) {
-      throw Error(fmt::format("'{}' is not a placement", item), "--placements",
-                  "give a comma-separated list of device, cpu and nvme, e.g. --placements cpu,nvme");
-    }
-    if (std::find(out.begin(), out.end(), item) == out.end()) out.push_back(item);
-  }
-  return out;
-}
-
 // Note [The write limit]
 struct Row {
   std::string placement;

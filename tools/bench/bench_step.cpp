@@ -46,6 +46,7 @@
 #include "models/gpt/gpt_layout.h"
 #include "models/gpt/gpt_spec.h"
 #include "runtime/config/config.h"
+#include "runtime/device/device.h"
 #include "runtime/tiers/plan.h"
 #include "tools/bench/bench.h"
 #include "tools/bench/bench_children.h"
@@ -57,8 +58,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr int kStages[] = {1, 2, 3};
-constexpr const char* kPlacements[] = {"device", "cpu", "nvme"};
 constexpr const char* kReference = "resident";
 
 // The reference's device budget: what the plan needs for stage 0 with nothing offloaded, plus
@@ -264,7 +263,7 @@ Peer run_peer(const StepBenchOptions& o, const models::GptConfig& model, const P
 }
 
 struct Cell {
-  std::string placement;  // kReference, or one of kPlacements
+  std::string placement;  // kReference, or "device", "cpu" or "nvme"
   int stage = 0;
   std::string error;      // not empty: the child failed and the numbers are unset
   std::vector<Json> rows; // the timed steps of every round's JSONL
@@ -280,6 +279,11 @@ struct Cell {
   // The CPU Adam's busy time per step (the median over the timed steps of the "cpu optimizer"
   // track's busy_ms); null when the cell has no CPU Adam (optimizer states on the device).
   Json cpu_adam_busy_ms;
+  // Every timed step's global gradient norm (with clipping), and over the timed steps the module
+  // updates speculated and redone: speculation pays only in steps whose norm stays under the
+  // threshold (Note [Speculative updates], runtime/zero/updater.h).
+  std::vector<double> grad_norms;
+  std::uint64_t speculative_updates = 0, speculative_redone = 0;
 };
 
 constexpr const char* kCpuAdamTrack = "cpu optimizer";  // runtime/zero/updater.cpp's spans
@@ -309,6 +313,10 @@ void summarize(Cell& cell) {
     const Json tracks = r.value("busy_ms", Json::object());
     if (tracks.contains(kCpuAdamTrack)) adam.push_back(number(tracks, kCpuAdamTrack));
     ++busiest_count[r.value("busiest", std::string("?"))];
+    if (const double norm = r.value("grad_norm", -1.0); norm >= 0) cell.grad_norms.push_back(norm);
+    const Json speculative = r.value("speculative", Json::object());
+    cell.speculative_updates += speculative.value("updates", std::uint64_t{0});
+    cell.speculative_redone += speculative.value("redone", std::uint64_t{0});
   }
   cell.step_ms = median(step_ms);
   cell.tokens_per_s = median(tokens) / (cell.step_ms / 1e3);
@@ -403,6 +411,16 @@ Json cell_json(const StepBenchOptions& o, const Cell& c, const Cell& reference, 
   j["timed_steps"] = c.rows.size();
   j["cpu_adam_busy_ms"] = c.cpu_adam_busy_ms;
   if (c.cpu_adam_busy_ms.is_null()) j["cpu_adam_busy_ms_note"] = kCpuAdamNote;
+  // The bound of an offloaded step: the same model resident, or the CPU Adam, whichever is
+  // longer (issue 15's target: vs_offload_bound <= 1.15 on a GPU).
+  if (!c.cpu_adam_busy_ms.is_null() && reference.error.empty() && &c != &reference) {
+    const double bound = std::max(reference.step_ms, c.cpu_adam_busy_ms.get<double>());
+    j["offload_bound_ms"] = bound;
+    j["vs_offload_bound"] = c.step_ms / bound;
+  }
+  j["grad_norms"] = c.grad_norms;
+  j["speculative_updates"] = c.speculative_updates;
+  j["speculative_redone"] = c.speculative_redone;
   if (c.disk_bound_ms > 0) {
     j["disk_bound_ms"] = c.disk_bound_ms;
     j["disk_serial_ms"] = c.disk_serial_ms;
@@ -465,6 +483,32 @@ void print_peers(std::FILE* out, const std::vector<Peer>& peers, const std::vect
   }
 }
 
+// "1,3" -> {1, 3}: each of 1, 2 and 3 at most once, ascending; throws strata::Error naming
+// --stages for anything else.
+std::vector<int> parse_stages(std::string_view text) {
+  std::vector<int> out;
+  for (const std::string& item : split_list(text)) {
+    if (item != "1" && item != "2" && item != "3") {
+      throw Error("'" + item + "' is not a ZeRO stage bench step runs", "--stages",
+                  "give a comma-separated list of 1, 2 and 3 (stage 0 is the reference, always run)");
+    }
+    out.push_back(item[0] - '0');
+  }
+  if (out.empty()) throw Error("no stage given", "--stages", "give a comma-separated list of 1, 2 and 3");
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+// The name of the device the children run on ("NVIDIA H100 80GB HBM3"), from a device made and
+// dropped here, before any child takes it.
+std::string describe_device(const std::string& kind) {
+  runtime::device::DeviceOptions options;
+  options.kind = kind;
+  options.memory_bytes = 16 * kMiB;
+  return runtime::device::Device::create(options)->name();
+}
+
 // The bench; returns early, without the tables, when `stop` caught a signal (Note [Stopping on a
 // signal], bench_children.h).
 void run_bench(const StepBenchOptions& o, const train::StopSignals& stop) {
@@ -472,6 +516,9 @@ void run_bench(const StepBenchOptions& o, const train::StopSignals& stop) {
       child_model(o, kWarmupSteps, fmt::format("the first {} are warm-up", kWarmupSteps));
   const std::string self = self_executable();
   const std::vector<const PeerSpec*> peer_specs = select_peers(o);
+  const std::vector<std::string> placements = parse_placements(o.placements);
+  const std::vector<int> stages = parse_stages(o.stages);
+  const std::string device_name = describe_device(o.device);
   if (!peer_specs.empty() && model->family() != "gpt2") {
     throw Error(fmt::format("--peers builds GPT-2 models only; {} is a {}", o.model.empty() ? o.preset : o.model,
                             model->architecture()),
@@ -503,11 +550,11 @@ void run_bench(const StepBenchOptions& o, const train::StopSignals& stop) {
   const std::string text = training_text(o, scratch);
 
   // The cells: the reference first, then placement by placement, stage by stage.
-  std::vector<Cell> cells(1 + std::size(kPlacements) * std::size(kStages));
+  std::vector<Cell> cells(1 + placements.size() * stages.size());
   cells[0].placement = kReference;
-  for (std::size_t p = 0, i = 1; p < std::size(kPlacements); ++p) {
-    for (int s : kStages) {
-      cells[i].placement = kPlacements[p];
+  for (std::size_t p = 0, i = 1; p < placements.size(); ++p) {
+    for (int s : stages) {
+      cells[i].placement = placements[p];
       cells[i++].stage = s;
     }
   }
@@ -634,13 +681,21 @@ void run_bench(const StepBenchOptions& o, const train::StopSignals& stop) {
   }
 
   if (o.json) {
-    for (const Cell& cell : cells) std::printf("%s\n", cell_json(o, cell, cells.front(), peers).dump().c_str());
-    for (const Peer& p : peers) std::printf("%s\n", peer_json(o, p, cells).dump().c_str());
+    for (const Cell& cell : cells) {
+      Json j = cell_json(o, cell, cells.front(), peers);
+      j["device_name"] = device_name;
+      std::printf("%s\n", j.dump().c_str());
+    }
+    for (const Peer& p : peers) {
+      Json j = peer_json(o, p, cells);
+      j["device_name"] = device_name;
+      std::printf("%s\n", j.dump().c_str());
+    }
     std::fflush(stdout);
   }
 
   const Cell& reference = cells.front();
-  for (const char* p : kPlacements) {
+  for (const std::string& p : placements) {
     std::fprintf(text_out, "\n%s\n", placement_title(p).c_str());
     print_header(text_out);
     print_row(text_out, reference, reference);

@@ -60,6 +60,8 @@ telemetry::StepMetrics sample(std::uint64_t step) {
   m.busiest_ms = 300;
   m.overlap = 1.375;
   m.busy_ms = {{"compute", 250.0}, {"cpu adam", 300.0}};
+  m.speculative_updates = 13;
+  m.speculative_redone = 4;
   return m;
 }
 
@@ -81,7 +83,7 @@ TEST(StepMetricsJson, OneObjectWithEveryKeyInOrder) {
       "tokens_per_s", "tflops",     "grad_norm", "loss_scale",
       "skipped",  "phase_ms",       "bytes",  "collective_theory_bytes",
       "memory",   "memory_at_phase", "busiest", "busiest_ms",
-      "overlap",  "busy_ms"};
+      "overlap",  "busy_ms", "speculative"};
   EXPECT_EQ(keys, expected);
   ASSERT_EQ(j["busy_ms"].size(), 2u);
   EXPECT_DOUBLE_EQ(j["busy_ms"]["cpu adam"].get<double>(), 300.0);
@@ -116,6 +118,8 @@ TEST(StepMetricsJson, OneObjectWithEveryKeyInOrder) {
   EXPECT_EQ(j["busiest"], "cpu adam");
   EXPECT_DOUBLE_EQ(j["busiest_ms"].get<double>(), 300);
   EXPECT_DOUBLE_EQ(j["overlap"].get<double>(), 1.375);
+  EXPECT_EQ(j["speculative"]["updates"], 13);
+  EXPECT_EQ(j["speculative"]["redone"], 4);
 }
 
 TEST(StepMetricsJson, DefaultsAndNonFiniteNumbers) {
