@@ -1,98 +1,250 @@
 #!/usr/bin/env bash
-# Runs on the lent GPU machine, in the repo root with .gpu/ carried (scripts/gpu/package.sh).
-# Runs the CUDA tests (must pass), then every other test binary (reported), strata info and
-# strata bench gpt (GPT-2 124M, fp32 and bf16).
-# Writes logs to $OUT when set.
+# The one call of a GPU lease: runs on the lent machine, in the repo root with .gpu/ carried
+# (scripts/gpu/package.sh made it here). A lease is short (15 minutes of device time in all, the
+# machine's start included; one call at most 10 minutes) and brings back at most 8 files, so
+# this script runs stages in the order given, each under a time cap, never starts one that
+# cannot finish inside BUDGET_S, and keeps everything in three files under $OUT, refreshed
+# after every stage (a call killed mid-stage still returns the stages before it):
+#   summary.txt    the machine, then one line per stage: ok / failed / timed out / skipped, seconds
+#   results.jsonl  every JSON line the benches printed
+#   logs.tar.gz    every stage's full output (test logs, bench tables, the XL trace, metrics)
+#
+#   OUT=... BUDGET_S=540 STAGES="cuda_tests xl_trace xl_step small_step" bash scripts/gpu/run.sh
+#
+# BUDGET_S: seconds the whole script may take (default 540: a device call of timeout_s 600).
+# STRATA_GPU_DIR: the package (default .gpu). tests/tools/check_gpu_run.py runs this script on
+# stand-in binaries.
+# STAGES: which stages, in this order (default: issue 15's, the ones above). Each stage's
+# (minimum, cap) in seconds is in `stage_limits` below; a stage starts only when at least its
+# minimum is left, and is stopped at its cap or at the budget, whichever comes first.
+#   cuda_tests   the tests labelled cuda (they must pass)
+#   xl_trace     GPT-2 XL, B 4 x T 1024, bf16, checkpointing, stage 3 cpu, clipping 1.0, 6 steps
+#                under --trace: the `ready in` line, the step metrics, scripts/update_occupancy.py
+#   xl_step      bench step on that shape: the resident reference, cpu stage 3 and the peers
+#                torch_resident, deepspeed_zero2_cpu, deepspeed_zero3_cpu (vs_offload_bound,
+#                tokens/s ratios; the cell's step vs xl_trace's is the trace's cost)
+#   small_step   bench step, GPT-2 124M, B 8 x T 1024, bf16: the reference, cpu and nvme stage 3
+#                (vs_disk), and torch_resident, deepspeed_zero2_cpu
+#   checksum     bench checksum on this machine's disk (issue 19)
+#   machine      bench machine --device cuda and compare --device cuda against it (issue 18)
+#   infer        bench infer, LLaMA-7B shape, resident and streamed from pinned memory (issue 17)
+#   gpt          bench gpt --profile, GPT-2 124M at B 8 x T 1024 bf16, and bench attention
+#   sanitizer    the flash attention tests under compute-sanitizer memcheck, racecheck, synccheck
+#   other_tests  every test binary not labelled cuda (reported)
+# Exit 1 when a stage failed or timed out (a skipped stage is reported, not a failure).
+# shellcheck disable=SC2317  # the stages are called through `bash -c "stage_NAME"`
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
+export PKG=${STRATA_GPU_DIR:-.gpu}
+export STRATA=$PKG/bin/strata
 out=${OUT:-/tmp/strata-gpu}
+budget=${BUDGET_S:-540}
+stages=${STAGES:-cuda_tests xl_trace xl_step small_step}
+reserve=15  # kept for the last packing of the logs
 mkdir -p "$out"
-# NCCL: from the toolkit, or the one PyTorch's wheels bring.
-nccl=$(find / -name 'libnccl.so.2' -not -path '/proc/*' 2>/dev/null | head -1)
-export LD_LIBRARY_PATH="$PWD/.gpu/lib${nccl:+:$(dirname "$nccl")}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-nvidia-smi -L | tee "$out/gpu.txt"
-echo "nccl: ${nccl:-not found}" | tee -a "$out/gpu.txt"
-# DeepSpeed from the carried bundle (scripts/gpu/deepspeed_bundle.sh, packed by package.sh), for
-# the peers of strata bench step; without it they report that deepspeed does not import.
-if [[ -d .gpu/deepspeed/wheels ]]; then
-  # shellcheck source=deepspeed_env.sh
-  source scripts/gpu/deepspeed_env.sh .gpu/deepspeed 2>"$out/deepspeed_env.txt"
-  echo "deepspeed_env.sh: rc=$?" >>"$out/deepspeed_env.txt"
-  cat "$out/deepspeed_env.txt" | tee -a "$out/gpu.txt"
-fi
+LOGS=$(mktemp -d /tmp/strata-gpu-logs.XXXXXX)
+export LOGS
+start=$SECONDS
+summary=$out/summary.txt
+: >"$summary"
+: >"$out/results.jsonl"
 
-failed=0
-while read -r t; do
-  echo "=== $t (cuda)"
-  if ! ".gpu/bin/$t" 2>&1 | tee "$out/$t.log"; then failed=1; fi
-done < .gpu/cuda_tests.txt
-for bin in .gpu/bin/test_*; do
-  t=$(basename "$bin")
-  grep -qx "$t" .gpu/cuda_tests.txt && continue
-  ".gpu/bin/$t" >"$out/$t.log" 2>&1
-  echo "=== $t: rc=$?"
-done
-.gpu/bin/strata info 2>&1 | tee "$out/info.txt"
-# The flash attention kernels under compute-sanitizer (races on shared memory, barriers,
-# out-of-bounds accesses), which the value checks can miss. Reported, with a time limit.
-if command -v compute-sanitizer >/dev/null; then
-  for tool in memcheck racecheck synccheck; do
-    timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 .gpu/bin/test_attention_cuda \
-      --gtest_filter='AttentionCuda.HeadSize*' >"$out/sanitizer_$tool.log" 2>&1
-    echo "=== compute-sanitizer $tool test_attention_cuda: rc=$?"
+note() { echo "$*" | tee -a "$summary"; }
+
+# Seconds a stage may still use.
+left() { echo $((budget - (SECONDS - start) - reserve)); }
+
+# logs.tar.gz, written aside and moved in (never half a file under $OUT); without the trace when
+# it would pass 15 MiB (a file comes back only under 16 MiB).
+pack() {
+  local tmp=/tmp/strata-gpu-logs.tar.gz
+  tar czf "$tmp" -C "$LOGS" . 2>/dev/null
+  if (($(stat -c %s "$tmp") > 15 * 1024 * 1024)); then
+    tar czf "$tmp" -C "$LOGS" --exclude='*.trace.json' . 2>/dev/null
+    note "logs.tar.gz: the trace left out (over 15 MiB with it)"
+  fi
+  mv -f "$tmp" "$out/logs.tar.gz"
+}
+
+# "MIN CAP" of each stage, in seconds; LIMITS="NAME=MIN:CAP ..." overrides them (tests).
+stage_limits() {
+  local over
+  for over in ${LIMITS:-}; do
+    if [[ ${over%%=*} == "$1" ]]; then
+      echo "${over#*=}" | tr : ' '
+      return
+    fi
   done
-fi
-# GPT-2 124M fwd+bwd on the GPU vs its largest GEMM and vs PyTorch (the machine's python3: HF's
-# GPT2LMHeadModel with SDPA where transformers imports), with the per-op profile; the baseline
-# shape of ../shared/gpu-baseline.md is B 8 x T 1024 bf16. JSON lines in $out/bench_gpt.jsonl.
-for shape in "8 1024 bf16" "4 1024 bf16" "4 1024 fp32"; do
-  read -r b t dtype <<<"$shape"
-  .gpu/bin/strata bench gpt --preset gpt2 --batch "$b" --seq-len "$t" --dtype "$dtype" \
-    --device cuda --python "$(command -v python3)" --profile --json \
-    2>"$out/bench_gpt_${b}x${t}_$dtype.txt" | tee -a "$out/bench_gpt.jsonl"
-done
-# Attention alone (causal, fwd+bwd) vs a GEMM of the same FLOPs: GPT-2's heads, and LLaMA-style
-# GQA at head size 128.
-.gpu/bin/strata bench attention --device cuda --json 2>"$out/bench_attention.txt" | tee -a "$out/bench_attention.jsonl"
-.gpu/bin/strata bench attention --device cuda --heads 32 --kv-heads 8 --head-size 128 --batch 2 \
-  --seq-len 4096 --json 2>>"$out/bench_attention.txt" | tee -a "$out/bench_attention.jsonl"
-# With BENCH_STEP=1: the ZeRO step per placement and stage, then the peers (PyTorch resident,
-# DeepSpeed ZeRO-2/3 on CPU and NVMe, FSDP2 + CPUOffloadPolicy) on the baseline shape: GPT-2
-# 124M, micro-batch 8 x 1024, bf16, clipping 1.0 (DeepSpeed compiles its CPU Adam and async_io on
-# first use: minutes). BENCH_STEP_ARGS adds flags (e.g. "--preset gpt2-xl --batch 4 --checkpointing").
-if [[ ${BENCH_STEP:-0} == 1 ]]; then
-  # shellcheck disable=SC2086
-  .gpu/bin/strata bench step --device cuda --preset gpt2 --batch 8 --seq-len 1024 --dtype bf16 \
-    --steps 6 --rounds 1 --python "$(command -v python3)" --json ${BENCH_STEP_ARGS:-} \
-    2>"$out/bench_step.txt" | tee -a "$out/bench_step.jsonl"
-fi
-# With TRACE_XL=1: one traced GPT-2 XL run at the issue-15 shape (stage 3, parameters and
-# optimizer on the CPU, B 4 x T 1024, bf16, checkpointing, clipping 1.0), its per-step metrics,
-# and CPU Adam's share of each update phase (scripts/update_occupancy.py; target >= 0.90).
-if [[ ${TRACE_XL:-0} == 1 ]]; then
-  cat >"$out/xl_cpu.json" <<'JSON'
+  case $1 in
+    cuda_tests) echo "30 150" ;;
+    xl_trace) echo "60 150" ;;
+    xl_step) echo "120 330" ;;
+    small_step) echo "60 200" ;;
+    checksum) echo "60 120" ;;
+    machine) echo "60 200" ;;
+    infer) echo "120 300" ;;
+    gpt) echo "60 150" ;;
+    sanitizer) echo "60 300" ;;
+    other_tests) echo "30 200" ;;
+    *) return 1 ;;
+  esac
+}
+
+# The stages. Each runs in its own bash under `timeout` (so it sees only exported names), writes
+# its output under $LOGS and its JSON lines to $LOGS/NAME.jsonl, and returns non-zero on failure.
+stage_cuda_tests() {
+  local t bad=()
+  while read -r t; do
+    "$PKG/bin/$t" >"$LOGS/$t.log" 2>&1
+    local rc=$?
+    echo "$t: rc=$rc"
+    ((rc == 0)) || bad+=("$t")
+  done <"$PKG/cuda_tests.txt"
+  ((${#bad[@]} == 0)) || { echo "failed: ${bad[*]}"; return 1; }
+}
+
+xl_config() {
+  cat >"$LOGS/xl_cpu.json" <<'JSON'
 {"train_micro_batch_size_per_gpu": 4, "gradient_clipping": 1.0, "bf16": {"enabled": true},
  "optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "weight_decay": 0.01}},
  "zero_optimization": {"stage": 3, "offload_param": {"device": "cpu", "pin_memory": true},
                        "offload_optimizer": {"device": "cpu", "pin_memory": true}}}
 JSON
-  .gpu/bin/strata train --device cuda --config "$out/xl_cpu.json" --preset gpt2-xl --seq-len 1024     --activation-checkpointing --steps 6 --text README.md --trace "$out/xl_trace.json"     --metrics "$out/xl_metrics.jsonl" --report none 2>&1 | tail -12 | tee "$out/xl_train.txt" || failed=1
-  python3 scripts/update_occupancy.py "$out/xl_trace.json" | tee "$out/xl_occupancy.txt" || failed=1
+}
+
+stage_xl_trace() {
+  xl_config
+  "$STRATA" train --device cuda --config "$LOGS/xl_cpu.json" --preset gpt2-xl --seq-len 1024 \
+    --activation-checkpointing --steps 6 --text README.md --trace "$LOGS/xl.trace.json" \
+    --metrics "$LOGS/xl_metrics.jsonl" --report none >"$LOGS/xl_train.txt" 2>&1 || return 1
+  grep -h "ready in" "$LOGS/xl_train.txt"
+  python3 - "$LOGS/xl_metrics.jsonl" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    m = json.loads(line)
+    busy = m["busy_ms"].get("cpu optimizer", 0)
+    print("step {}: {:.0f} ms, grad_norm {:.3g}, speculative {}, cpu optimizer busy {:.0f} ms".format(
+        m["step"], m["step_ms"], m["grad_norm"], m["speculative"], busy))
+PY
+  python3 scripts/update_occupancy.py "$LOGS/xl.trace.json" | tee "$LOGS/xl_occupancy.txt"
+}
+
+bench_step() {  # NAME ARGS...: bench step on cuda, JSON to $LOGS/NAME.jsonl, tables to NAME.txt
+  local name=$1
+  shift
+  "$STRATA" bench step --device cuda --dtype bf16 --steps 6 --rounds 1 --python "$(command -v python3)" \
+    --json "$@" >"$LOGS/$name.jsonl" 2>"$LOGS/$name.txt"
+  local rc=$?
+  grep -E '^\[(round|peer|disk)' "$LOGS/$name.txt"
+  return "$rc"
+}
+
+stage_xl_step() {
+  bench_step xl_step --preset gpt2-xl --batch 4 --seq-len 1024 --checkpointing --placements cpu --stages 3 \
+    --peers torch_resident,deepspeed_zero2_cpu,deepspeed_zero3_cpu
+}
+
+stage_small_step() {
+  bench_step small_step --preset gpt2 --batch 8 --seq-len 1024 --placements cpu,nvme --stages 3 \
+    --peers torch_resident,deepspeed_zero2_cpu
+}
+
+stage_checksum() {
+  "$STRATA" bench checksum --rounds 4 --json >"$LOGS/checksum.jsonl" 2>"$LOGS/checksum.txt"
+}
+
+stage_machine() {
+  "$STRATA" bench machine --device cuda --out "$LOGS/machine_profile.json" >"$LOGS/machine.txt" 2>&1 || return 1
+  "$STRATA" compare --device cuda --preset gpt2 --batch 8 --seq-len 1024 --dtype bf16 --steps 6 \
+    --profile "$LOGS/machine_profile.json" --json >"$LOGS/machine.jsonl" 2>>"$LOGS/machine.txt"
+}
+
+stage_infer() {
+  local j=$LOGS/infer.jsonl t=$LOGS/infer.txt
+  "$STRATA" bench infer --device cuda --preset llama-2-7b --dtype bf16 --placements device \
+    --batches 1,16 --prompt-len 128 --steps 8 --json >>"$j" 2>>"$t" || return 1
+  "$STRATA" bench infer --device cuda --device-memory 4GiB --preset llama-2-7b --dtype bf16 \
+    --placements cpu --batches 1,16 --prompt-len 128 --steps 8 --slots 4 --peers \
+    --python "$(command -v python3)" --json >>"$j" 2>>"$t"
+}
+
+stage_gpt() {
+  "$STRATA" bench gpt --preset gpt2 --batch 8 --seq-len 1024 --dtype bf16 --device cuda \
+    --python "$(command -v python3)" --profile --json >"$LOGS/gpt.jsonl" 2>"$LOGS/gpt.txt" || return 1
+  "$STRATA" bench attention --device cuda --json >>"$LOGS/gpt.jsonl" 2>>"$LOGS/gpt.txt"
+}
+
+stage_sanitizer() {
+  command -v compute-sanitizer >/dev/null || { echo "no compute-sanitizer"; return 1; }
+  local tool tool_failed=0
+  for tool in memcheck racecheck synccheck; do
+    compute-sanitizer --tool "$tool" --error-exitcode 9 "$PKG/bin/test_attention_cuda" \
+      --gtest_filter='AttentionCuda.HeadSize*' >"$LOGS/sanitizer_$tool.log" 2>&1
+    local rc=$?
+    echo "compute-sanitizer $tool: rc=$rc"
+    ((rc == 0)) || tool_failed=1
+  done
+  return "$tool_failed"
+}
+
+stage_other_tests() {
+  local bin t
+  for bin in "$PKG"/bin/test_*; do
+    t=$(basename "$bin")
+    grep -qx "$t" "$PKG/cuda_tests.txt" && continue
+    "$bin" >"$LOGS/$t.log" 2>&1
+    echo "$t: rc=$?"
+  done
+}
+
+export -f stage_cuda_tests xl_config stage_xl_trace bench_step stage_xl_step stage_small_step stage_checksum \
+  stage_machine stage_infer stage_gpt stage_sanitizer stage_other_tests
+
+# The machine, NCCL (the toolkit's or PyTorch's wheels') and DeepSpeed from the carried bundle
+# (scripts/gpu/deepspeed_bundle.sh; without it the DeepSpeed peers say they cannot import it).
+nccl=$(find /usr /opt -name 'libnccl.so.2' 2>/dev/null | head -1)
+export LD_LIBRARY_PATH="$PWD/$PKG/lib${nccl:+:$(dirname "$nccl")}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+note "$(nvidia-smi -L 2>&1 | head -2)"
+note "nccl: ${nccl:-not found}; budget ${budget} s; stages: ${stages}"
+if [[ -d $PKG/deepspeed/wheels ]]; then
+  # shellcheck source=scripts/gpu/deepspeed_env.sh
+  source scripts/gpu/deepspeed_env.sh "$PKG/deepspeed" >"$LOGS/deepspeed_env.txt" 2>&1
+  note "deepspeed_env.sh: rc=$? ($(tail -1 "$LOGS/deepspeed_env.txt"))"
 fi
-# With BENCH_INFER=1: ZeRO-Inference decoding (issue 17) on the LLaMA-7B shape of the baseline
-# (llama-2-7b, random bf16 weights, 12.6 GiB): everything resident, then streamed from pinned
-# host memory with 4 GiB of device memory (the baseline's Accelerate setup), at batch 1 and 16,
-# against the bound of the bytes each step streams (pinned H2D measured in the same run; target
-# vs_bound >= 0.85) and against transformers + Accelerate's offload in the same budget (--peers),
-# and the same from NVMe when NVME_DIR names a folder on a local NVMe drive.
-if [[ ${BENCH_INFER:-0} == 1 ]]; then
-  .gpu/bin/strata bench infer --device cuda --preset llama-2-7b --dtype bf16 --placements device \
-    --batches 1,16 --prompt-len 128 --steps 8 --json 2>"$out/bench_infer.txt" | tee -a "$out/bench_infer.jsonl"
-  .gpu/bin/strata bench infer --device cuda --device-memory 4GiB --preset llama-2-7b --dtype bf16 \
-    --placements cpu${NVME_DIR:+,nvme} ${NVME_DIR:+--dir "$NVME_DIR"} --batches 1,16 --prompt-len 128 --steps 8 \
-    --slots 4 --peers --python "$(command -v python3)" --json 2>>"$out/bench_infer.txt" | tee -a "$out/bench_infer.jsonl"
-  .gpu/bin/strata bench infer --device cuda --device-memory 4GiB --preset llama-2-7b --dtype bf16 \
-    --placements cpu --quantize int4 --batches 1,16 --prompt-len 128 --steps 8 --slots 4 --json \
-    2>>"$out/bench_infer.txt" | tee -a "$out/bench_infer.jsonl"
-fi
+"$STRATA" info >"$LOGS/info.txt" 2>&1
+
+failed=0
+for stage in $stages; do
+  if ! limits=$(stage_limits "$stage"); then
+    note "$stage: unknown stage (see the list at the top of scripts/gpu/run.sh)"
+    failed=1
+    continue
+  fi
+  read -r min cap <<<"$limits"
+  have=$(left)
+  if ((have < min)); then
+    note "$stage: skipped: ${have} s left, it needs ${min}"
+    continue
+  fi
+  ((cap > have)) && cap=$have
+  t0=$SECONDS
+  timeout --kill-after=10 "$cap" bash -c "stage_$stage" >"$LOGS/$stage.out" 2>&1
+  rc=$?
+  took=$((SECONDS - t0))
+  if ((rc == 0)); then
+    note "$stage: ok in ${took} s"
+  elif ((rc == 124 || rc == 137)); then
+    note "$stage: timed out after ${took} s (cap ${cap} s)"
+    failed=1
+  else
+    note "$stage: failed (rc ${rc}) in ${took} s"
+    failed=1
+  fi
+  sed 's/^/    /' "$LOGS/$stage.out" | tail -30 | tee -a "$summary"
+  [[ -f $LOGS/$stage.jsonl ]] && cat "$LOGS/$stage.jsonl" >>"$out/results.jsonl"
+  pack
+done
+note "done in $((SECONDS - start)) s"
+pack
+rm -rf "$LOGS"
 exit $failed
