@@ -1,48 +1,65 @@
 #!/usr/bin/env bash
-# Builds strata for a lent GPU machine and packs what it needs to run there into .gpu/
-# (ignored by git; name it in the device tool's `carry`). The GPU machine has the CUDA
-# toolkit, a driver and PyTorch but no Debian packages and no network, so we build here
+# Builds strata for a lent GPU machine and packs what it needs to run there into
+# .gpu/pkg.tar.gz (ignored by git; name .gpu in the device tool's `carry`). The GPU machine has
+# the CUDA toolkit, a driver and PyTorch but no Debian packages and no network, so we build here
 # (the same nvcc) with CUDA on and MPI off, and carry the binaries plus the shared libraries
 # they load (ldd, minus glibc, the driver and the CUDA toolkit's own libraries; NCCL is found
-# there by scripts/gpu/run.sh).
+# there by scripts/gpu/run.sh, which unpacks the archive).
+#
+# What travels: strata and the tests labelled cuda (about 18 MB compressed); ALL_TESTS=1 adds
+# every other test binary (for run.sh's other_tests stage; about 60 MB compressed, over the
+# limit with DeepSpeed). The tree and the carried paths travel within 64 MiB together.
 #
 # Usage: [scripts/gpu/deepspeed_bundle.sh]  scripts/gpu/package.sh   then, on the device:
-#        bash scripts/gpu/run.sh   (BENCH_STEP=1 also runs strata bench step with its peers)
+#        OUT=... bash scripts/gpu/run.sh   (its header lists the stages)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ./scripts/setup.sh
 cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON -DSTRATA_MPI=OFF \
   -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
-cmake --build build/gpu
-
 rm -rf .gpu
-mkdir -p .gpu/bin .gpu/lib
-mapfile -t binaries < <(find build/gpu -type f -executable \( -name 'test_*' -o -name strata \) \
-                        -not -path '*/CMakeFiles/*')
-cp "${binaries[@]}" .gpu/bin/
-# Tests labelled cuda: the ones that must pass on the GPU.
-ctest --test-dir build/gpu -L cuda -N | awk '/Test +#/ {print $3}' > .gpu/cuda_tests.txt
+staging=$(mktemp -d /tmp/strata-gpu-package.XXXXXX)
+trap 'rm -rf "$staging"' EXIT
+mkdir -p "$staging/bin" "$staging/lib" .gpu
+# Tests labelled cuda: the ones that must pass on the GPU (each test is its binary's target).
+ctest --test-dir build/gpu -L cuda -N | awk '/Test +#/ {print $3}' > "$staging/cuda_tests.txt"
+if [[ ${ALL_TESTS:-0} == 1 ]]; then
+  cmake --build build/gpu
+else
+  mapfile -t targets < "$staging/cuda_tests.txt"
+  cmake --build build/gpu --target strata "${targets[@]}"
+fi
+binaries=(build/gpu/tools/strata)
+while read -r t; do
+  binaries+=("$(find build/gpu -type f -executable -name "$t" -not -path '*/CMakeFiles/*' | head -1)")
+done < "$staging/cuda_tests.txt"
+if [[ ${ALL_TESTS:-0} == 1 ]]; then
+  mapfile -t -O ${#binaries[@]} binaries < <(find build/gpu -type f -executable -name 'test_*' \
+                                               -not -path '*/CMakeFiles/*')
+fi
+cp "${binaries[@]}" "$staging/bin/"
 
 skip='^(linux-vdso|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|ld-linux|libcuda\.so|libcudart|libcublas|libnccl|libnvidia)'
 for bin in "${binaries[@]}"; do
   ldd "$bin" | awk '/=>/ && $3 != "" {print $1, $3}'
 done | sort -u | while read -r name path; do
   [[ $name =~ $skip ]] && continue
-  cp -L "$path" ".gpu/lib/$name"
+  cp -L "$path" "$staging/lib/$name"
 done
-strip --strip-unneeded .gpu/bin/* 2>/dev/null || true
+strip --strip-unneeded "$staging"/bin/* 2>/dev/null || true
 # DeepSpeed for `strata bench step`'s peers, when scripts/gpu/deepspeed_bundle.sh made .deepspeed/
 # (optional: without it the DeepSpeed peers say they cannot be imported). There:
 # `source scripts/gpu/deepspeed_env.sh` (scripts/gpu/run.sh does).
 if [[ -d .deepspeed/wheels ]]; then
-  mkdir -p .gpu/deepspeed
-  cp -r .deepspeed/wheels .deepspeed/libaio .deepspeed/MANIFEST .gpu/deepspeed/
-  echo "carrying DeepSpeed: $(du -sh .gpu/deepspeed | cut -f1) ($(find .gpu/deepspeed/wheels -name '*.whl' | wc -l) wheels, libaio)"
+  mkdir -p "$staging/deepspeed"
+  cp -r .deepspeed/wheels .deepspeed/libaio .deepspeed/MANIFEST "$staging/deepspeed/"
+  echo "carrying DeepSpeed: $(du -sh "$staging/deepspeed" | cut -f1) ($(find "$staging/deepspeed/wheels" -name '*.whl' | wc -l) wheels, libaio)"
 fi
+tar czf .gpu/pkg.tar.gz -C "$staging" .
 
 bytes=$(du -sb .gpu | cut -f1)
-echo "packed .gpu: $(du -sh .gpu | cut -f1) ($(ls .gpu/bin | wc -l) binaries, $(ls .gpu/lib | wc -l) libraries)"
+echo "packed .gpu/pkg.tar.gz: $(du -sh .gpu | cut -f1) ($(ls "$staging/bin" | wc -l) binaries, $(ls "$staging/lib" | wc -l) libraries; $(du -sh "$staging" | cut -f1) unpacked)"
 if (( bytes > 60 * 1024 * 1024 )); then
-  echo "error: .gpu is over 60 MiB; the device tool carries at most 64 MiB with the tree" >&2
+  echo "error: .gpu is over 60 MiB; the device tool carries at most 64 MiB with the tree (drop ALL_TESTS=1)" >&2
   exit 1
 fi

@@ -12,8 +12,9 @@
 #   OUT=... BUDGET_S=540 STAGES="cuda_tests xl_trace xl_step small_step" bash scripts/gpu/run.sh
 #
 # BUDGET_S: seconds the whole script may take (default 540: a device call of timeout_s 600).
-# STRATA_GPU_DIR: the package (default .gpu). tests/tools/check_gpu_run.py runs this script on
-# stand-in binaries.
+# STRATA_GPU_DIR: the package (default .gpu): a folder with bin/, lib/, cuda_tests.txt (and
+# deepspeed/), or one holding package.sh's pkg.tar.gz of them, unpacked to /tmp/strata-gpu-pkg.
+# tests/tools/check_gpu_run.py runs this script on stand-in binaries.
 # STAGES: which stages, in this order (default: issue 15's, the ones above). Each stage's
 # (minimum, cap) in seconds is in `stage_limits` below; a stage starts only when at least its
 # minimum is left, and is stopped at its cap or at the budget, whichever comes first.
@@ -35,7 +36,13 @@
 # shellcheck disable=SC2317  # the stages are called through `bash -c "stage_NAME"`
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
-export PKG=${STRATA_GPU_DIR:-.gpu}
+PKG=$(realpath "${STRATA_GPU_DIR:-.gpu}")
+if [[ -f $PKG/pkg.tar.gz ]]; then  # scripts/gpu/package.sh's archive
+  unpacked=/tmp/strata-gpu-pkg
+  rm -rf "$unpacked" && mkdir -p "$unpacked" && tar xzf "$PKG/pkg.tar.gz" -C "$unpacked" || exit 1
+  PKG=$unpacked
+fi
+export PKG
 export STRATA=$PKG/bin/strata
 out=${OUT:-/tmp/strata-gpu}
 budget=${BUDGET_S:-540}
@@ -203,7 +210,7 @@ export -f stage_cuda_tests xl_config stage_xl_trace bench_step stage_xl_step sta
 # The machine, NCCL (the toolkit's or PyTorch's wheels') and DeepSpeed from the carried bundle
 # (scripts/gpu/deepspeed_bundle.sh; without it the DeepSpeed peers say they cannot import it).
 nccl=$(find /usr /opt -name 'libnccl.so.2' 2>/dev/null | head -1)
-export LD_LIBRARY_PATH="$PWD/$PKG/lib${nccl:+:$(dirname "$nccl")}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export LD_LIBRARY_PATH="$PKG/lib${nccl:+:$(dirname "$nccl")}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 note "$(nvidia-smi -L 2>&1 | head -2)"
 note "nccl: ${nccl:-not found}; budget ${budget} s; stages: ${stages}"
 if [[ -d $PKG/deepspeed/wheels ]]; then

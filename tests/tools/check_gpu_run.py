@@ -13,7 +13,8 @@ seconds), and two CUDA tests, one of which fails. Checks:
 2. A bench that hangs is stopped at its stage's cap and reported as timed out, with no process
    of it left; a stage with less time left than its minimum is skipped and said so; the whole
    run ends inside BUDGET_S; results and logs of the stages before it still come back.
-3. An unknown stage is reported and fails the run.
+3. The package packed as scripts/gpu/package.sh packs it (pkg.tar.gz) is unpacked and run; an
+   unknown stage is reported and fails the run.
 
 Usage: check_gpu_run.py REPO_ROOT WORK_DIR
 """
@@ -170,13 +171,19 @@ def main():
             if not any(n.endswith("xl_train.txt") for n in tar.getnames()):
                 fail("the stage before the hung one left no logs", run)
 
-        # 3. An unknown stage.
-        run, _ = run_plan(repo, package, os.path.join(folder, "out3"), {"STAGES": "xl_trace warp_speed"}, 60)
+        # 3. The package as scripts/gpu/package.sh packs it (pkg.tar.gz), and an unknown stage.
+        packed = os.path.join(folder, "packed")
+        os.makedirs(packed)
+        with tarfile.open(os.path.join(packed, "pkg.tar.gz"), "w:gz") as tar:
+            tar.add(package, arcname=".")
+        run, _ = run_plan(repo, packed, os.path.join(folder, "out3"), {"STAGES": "cuda_tests warp_speed"}, 60)
         summary = read(os.path.join(folder, "out3", "summary.txt"))
         if run.returncode != 1 or "warp_speed: unknown stage" not in summary:
             fail(f"an unknown stage: exit {run.returncode}\n{summary}", run)
+        if "test_good_cuda: rc=0" not in summary:
+            fail(f"the CUDA tests of the packed package did not run:\n{summary}", run)
         print(f"ok: the plan, a hung bench stopped at its cap ({took:.1f} s of a {budget} s budget), "
-              "an unknown stage")
+              "a packed package, an unknown stage")
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
