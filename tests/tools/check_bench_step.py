@@ -10,7 +10,10 @@ max(the reference's step_ms, its cpu_adam_busy_ms) and vs_offload_bound = step_m
 cell its timed steps' grad_norms (clipping 1.0) and its speculative update counts; a progress
 line per cell and round on stderr; the scratch folder removed. Then that --placements cpu
 --stages 3,1 runs the reference, cpu stage 1 and cpu stage 3 alone, in that order; that --steps
-2 (no timed step), --placements gpu and --stages 0 are refused naming their flag.
+2 (no timed step), --placements gpu and --stages 0 are refused naming their flag. Last, a run
+stopped by SIGTERM once its reference has finished (a GPU lease running out) ends by the signal
+and still prints the reference's line with its numbers, every line with "stopped": true, the
+cells it never ran with an error saying so, and no peer line.
 
 Usage: check_bench_step.py STRATA WORK_DIR
 """
@@ -19,6 +22,7 @@ import math
 import re
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -52,6 +56,32 @@ def check_offload_bound(c, reference, run):
         fail(f"offload_bound_ms is not max(resident step_ms, cpu_adam_busy_ms) in {c}", run)
     if abs(c.get("vs_offload_bound", -1) - c["step_ms"] / bound) > 1e-9 * c["step_ms"] / bound:
         fail(f"vs_offload_bound is not step_ms / offload_bound_ms in {c}", run)
+
+
+def check_stopped(strata, folder, env):
+    args = [strata, "bench", "step", "--preset", "tiny", "--batch", "2", "--seq-len", "32", "--steps", "3",
+            "--rounds", "1", "--device", "host", "--peers", "none", "--dir", folder, "--json"]
+    child = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    err = []
+    for line in child.stderr:  # the reference's progress line: it has finished
+        err.append(line)
+        if line.startswith("[round 1/1, 1/10] resident"):
+            child.send_signal(signal.SIGTERM)
+            break
+    rest_out, rest_err = child.communicate(timeout=60)
+    run = subprocess.CompletedProcess(args, child.returncode, rest_out, "".join(err) + rest_err)
+    if child.returncode != -signal.SIGTERM:
+        fail(f"a bench step stopped by SIGTERM exited {child.returncode}, wanted the signal", run)
+    lines = [json.loads(line) for line in rest_out.splitlines()]
+    if not lines or lines[0].get("placement") != "resident" or not lines[0].get("step_ms", 0) > 0:
+        fail("the stopped run did not print the reference it finished", run)
+    if not all(line.get("stopped") is True for line in lines):
+        fail("a line of the stopped run lacks \"stopped\": true", run)
+    never = [line for line in lines[1:] if "not run" in line.get("error", "")]
+    if len(never) < 7 or any("peer" in line for line in lines):
+        fail(f"{len(never)} cells say they were not run (wanted at least 7 of 9), or a peer line", run)
+    if os.listdir(folder):
+        fail(f"the stopped run left in {folder}: {os.listdir(folder)}", run)
 
 
 def main():
@@ -121,6 +151,8 @@ def main():
         got = [(c.get("placement"), c.get("stage")) for c in map(json.loads, some.stdout.splitlines())]
         if got != [("resident", 0), ("cpu", 1), ("cpu", 3)]:
             fail(f"--placements cpu --stages 3,1 ran {got}", some)
+
+        check_stopped(strata, folder, env)
 
         for flags, name in ((["--steps", "2"], "--steps"), (["--placements", "gpu"], "--placements"),
                             (["--stages", "0"], "--stages")):

@@ -509,8 +509,14 @@ std::string describe_device(const std::string& kind) {
   return runtime::device::Device::create(options)->name();
 }
 
-// The bench; returns early, without the tables, when `stop` caught a signal (Note [Stopping on a
-// signal], bench_children.h).
+// Note [A stopped bench step]
+// A signal (SIGTERM from `timeout` when a GPU lease runs out, SIGINT) reaches the running child
+// too (Note [Stopping on a signal], bench_children.h). bench step then starts nothing more: the
+// child's interrupted run is dropped, cells never run say "not run", the disk bound and the
+// peers not yet run are left out, and what finished (every round of a cell that completed
+// before, and the peers done) is printed as usual, each JSON line with "stopped": true. Then the
+// signal ends the process.
+// The bench (stopped early: Note [A stopped bench step]).
 void run_bench(const StepBenchOptions& o, const train::StopSignals& stop) {
   const models::ModelSpecPtr model =
       child_model(o, kWarmupSteps, fmt::format("the first {} are warm-up", kWarmupSteps));
@@ -596,11 +602,13 @@ void run_bench(const StepBenchOptions& o, const train::StopSignals& stop) {
   // Round by round, every cell in the same order, so that a machine that gets busier or
   // quieter during the run moves the reference and the cells alike. A cell that failed is not
   // run again.
-  for (int round = 1; round <= o.rounds; ++round) {
+  // Stopped by a signal (Note [A stopped bench step]), no child is started after the one
+  // running, and what finished is printed.
+  auto stopped = [&stop] { return stop.received() != 0; };
+  for (int round = 1; round <= o.rounds && !stopped(); ++round) {
     double reference_ms = 0;  // this round's, for the progress lines
-    for (std::size_t i = 0; i < cells.size(); ++i) {
+    for (std::size_t i = 0; i < cells.size() && !stopped(); ++i) {
       Cell& cell = cells[i];
-      if (stop.received() != 0) return;
       if (!cell.error.empty()) continue;
       const std::string name = fmt::format("{}-stage{}", cell.placement, cell.stage);
       const std::string config_path = scratch.file(name + ".json");
@@ -611,6 +619,7 @@ void run_bench(const StepBenchOptions& o, const train::StopSignals& stop) {
                                       : cell_config(o, cell.placement, cell.stage, nvme_path));
       }
       ChildRun run = run_train_child(self, o, config_path, text, metrics, child_args, kWarmupSteps + 1, o.steps);
+      if (stopped()) break;  // the signal reached the child too: its run is not a result
       cell.error = run.error;
       const std::string where = fmt::format("[round {}/{}, {}/{}] {} stage {}", round, o.rounds,
                                             i + 1, cells.size(), cell.placement, cell.stage);
@@ -627,8 +636,8 @@ void run_bench(const StepBenchOptions& o, const train::StopSignals& stop) {
       std::fflush(stderr);
     }
   }
-  if (stop.received() != 0) return;
   for (Cell& cell : cells) {
+    if (cell.error.empty() && cell.rows.empty()) cell.error = "not run: the bench was stopped by a signal";
     if (cell.error.empty()) summarize(cell);
   }
   // The disk bound of the nvme cells: the I/O engine, with the cells' aio options, writing and
@@ -640,7 +649,7 @@ void run_bench(const StepBenchOptions& o, const train::StopSignals& stop) {
                            cell.bytes.value("nvme_write", std::uint64_t{0})});
   }
   DiskRates disk;
-  if (disk_bytes > 0) {
+  if (disk_bytes > 0 && !stopped()) {
     disk_bytes = std::clamp<std::uint64_t>(disk_bytes, 64 * kMiB, 4 * kGiB);
     disk = measure_disk_rates(run_aio_options(cell_config(o, "nvme", 3, nvme_path), *model),
                               nvme_path + "/disk-limit.bin", disk_bytes, /*read_back=*/true);
@@ -658,11 +667,12 @@ void run_bench(const StepBenchOptions& o, const train::StopSignals& stop) {
 
   // The peers, one child each, after every strata cell (the device is theirs alone).
   std::vector<Peer> peers;
-  for (std::size_t i = 0; i < peer_specs.size(); ++i) {
+  for (std::size_t i = 0; i < peer_specs.size() && !stopped(); ++i) {
     const PeerSpec& spec = *peer_specs[i];
-    const Peer& p = peers.emplace_back(run_peer(o, static_cast<const models::GptSpec&>(*model).config(), spec, python, peer_script, reference_dir, ds_nvme_path,
-                                                scratch.file(fmt::format("peer-{}.log", spec.name))));
-    if (stop.received() != 0) return;
+    Peer peer = run_peer(o, static_cast<const models::GptSpec&>(*model).config(), spec, python, peer_script,
+                         reference_dir, ds_nvme_path, scratch.file(fmt::format("peer-{}.log", spec.name)));
+    if (stopped()) break;
+    const Peer& p = peers.emplace_back(std::move(peer));
     const std::string where = fmt::format("[peer {}/{}] {}", i + 1, peer_specs.size(), spec.name);
     if (p.error.empty()) {
       const Cell* strata = counterpart(spec, cells);
@@ -684,11 +694,13 @@ void run_bench(const StepBenchOptions& o, const train::StopSignals& stop) {
     for (const Cell& cell : cells) {
       Json j = cell_json(o, cell, cells.front(), peers);
       j["device_name"] = device_name;
+      if (stopped()) j["stopped"] = true;
       std::printf("%s\n", j.dump().c_str());
     }
     for (const Peer& p : peers) {
       Json j = peer_json(o, p, cells);
       j["device_name"] = device_name;
+      if (stopped()) j["stopped"] = true;
       std::printf("%s\n", j.dump().c_str());
     }
     std::fflush(stdout);
