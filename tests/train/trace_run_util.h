@@ -39,9 +39,10 @@ struct TracedRun {
 };
 
 // Stage 3 with both the optimizer states and the parameters on `offload` ("cpu" or "nvme",
-// under dir/nvme), `steps` steps of the tiny preset on `device` ("host" or "cuda"), traced.
+// under dir/nvme), `steps` steps of the tiny preset on `device` ("host" or "cuda"), traced;
+// the final weights saved to `save_path` when it is not empty.
 inline TracedRun traced_run(const std::string& dir, const std::string& offload, const std::string& device,
-                            int steps = 3) {
+                            int steps = 3, const std::string& save_path = "") {
   namespace fs = std::filesystem;
   using nlohmann::json;
   fs::create_directories(dir + "/nvme");
@@ -68,6 +69,7 @@ inline TracedRun traced_run(const std::string& dir, const std::string& offload, 
   o.metrics_path = dir + "/metrics.jsonl";
   o.trace_path = dir + "/trace.json";
   o.report = "none";
+  o.save_path = save_path;
   EXPECT_EQ(run_training(o), 0);
 
   TracedRun run;
