@@ -1,7 +1,6 @@
 #include "runtime/zero/updater.h"
 
 #include <algorithm>
-#include <cstring>
 #include <utility>
 
 #include "core/cpu_features.h"
@@ -307,11 +306,12 @@ void* Updater::params_out(int module, std::size_t offset, Staging** staging) {
 
 void Updater::deliver(int module, std::size_t offset, std::size_t n, const float* master, Staging* staging) {
   tiers::TierState& param = store_.state(module, tiers::StateKind::param);
-  const std::size_t bytes = n * dtype_size(dtype_);
   void* host = staging ? static_cast<void*>(staging->buffer.data())
                        : static_cast<void*>(param.host_data() + offset * dtype_size(dtype_));
-  if (dtype_ == DType::f32) std::memcpy(host, master, bytes);  // fp32 parameters are the master
-  if (staging == nullptr) return;                               // written in place (pinned shard)
+  // fp32 parameters are the master: copied on the Adam's threads, each part by the thread that
+  // updated it (a module's serial memcpy was the gap between its Adam and the next module's).
+  if (dtype_ == DType::f32) cpu_adam::copy_partitioned(master, host, DType::f32, n, threads_);
+  if (staging == nullptr) return;  // written in place (pinned shard)
   offload::AioHandle io = param.write_from_staging(offset, n, host, *streams_.copy_in);
   if (io) {
     // Waited for on the write watcher: a later window of this module may reuse the buffer.
