@@ -28,6 +28,8 @@ import tarfile
 import tempfile
 import time
 
+from bench_check_util import fail
+
 STRATA_STUB = r"""#!/usr/bin/env bash
 # A stand-in for strata on a GPU machine (tests/tools/check_gpu_run.py).
 case "$1" in
@@ -60,13 +62,6 @@ case "$1" in
   *) echo "stand-in strata: $*" >&2; exit 2 ;;
 esac
 """
-
-
-def fail(message, run=None):
-    print(f"FAIL: {message}", file=sys.stderr)
-    if run is not None:
-        print(f"--- stdout\n{run.stdout}--- stderr\n{run.stderr}", file=sys.stderr)
-    sys.exit(1)
 
 
 def executable(path, text):
