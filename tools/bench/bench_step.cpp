@@ -516,7 +516,8 @@ std::string describe_device(const std::string& kind) {
 // peers not yet run are left out, and what finished (every round of a cell that completed
 // before, and the peers done) is printed as usual, each JSON line with "stopped": true. Then the
 // signal ends the process.
-// The bench (stopped early: Note [A stopped bench step]).
+
+// The bench (and when a signal stops it: Note [A stopped bench step]).
 void run_bench(const StepBenchOptions& o, const train::StopSignals& stop) {
   const models::ModelSpecPtr model =
       child_model(o, kWarmupSteps, fmt::format("the first {} are warm-up", kWarmupSteps));
