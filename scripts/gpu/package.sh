@@ -18,10 +18,9 @@ cd "$(dirname "$0")/../.."
 ./scripts/setup.sh
 cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON -DSTRATA_MPI=OFF \
   -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
-rm -rf .gpu
 staging=$(mktemp -d /tmp/strata-gpu-package.XXXXXX)
 trap 'rm -rf "$staging"' EXIT
-mkdir -p "$staging/bin" "$staging/lib" .gpu
+mkdir -p "$staging/bin" "$staging/lib"
 # Tests labelled cuda: the ones that must pass on the GPU (each test is its binary's target).
 ctest --test-dir build/gpu -L cuda -N | awk '/Test +#/ {print $3}' > "$staging/cuda_tests.txt"
 if [[ ${ALL_TESTS:-0} == 1 ]]; then
@@ -56,6 +55,8 @@ if [[ -d .deepspeed/wheels ]]; then
   cp -r .deepspeed/wheels .deepspeed/libaio .deepspeed/MANIFEST "$staging/deepspeed/"
   echo "carrying DeepSpeed: $(du -sh "$staging/deepspeed" | cut -f1) ($(find "$staging/deepspeed/wheels" -name '*.whl' | wc -l) wheels, libaio)"
 fi
+rm -rf .gpu  # only now: a failed build keeps the last package
+mkdir -p .gpu
 tar czf .gpu/pkg.tar.gz -C "$staging" .
 
 bytes=$(du -sb .gpu | cut -f1)

@@ -2,9 +2,10 @@
 # The one call of a GPU lease: runs on the lent machine, in the repo root with .gpu/ carried
 # (scripts/gpu/package.sh made it here). A lease is short (15 minutes of device time in all, the
 # machine's start included; one call at most 10 minutes) and brings back at most 8 files, so
-# this script runs stages in the order given, each under a time cap, never starts one that
-# cannot finish inside BUDGET_S, and keeps everything in three files under $OUT, refreshed
-# after every stage (a call killed mid-stage still returns the stages before it):
+# this script runs stages in the order given, starts one only when at least its minimum is left
+# of BUDGET_S, stops it at its cap or at the budget (a stopped bench still prints what it
+# finished), and keeps everything in three files under $OUT, refreshed after every stage (a call
+# killed mid-stage still returns the stages before it):
 #   summary.txt    the machine, then one line per stage: ok / failed / timed out / skipped, seconds
 #   results.jsonl  every JSON line the benches printed
 #   logs.tar.gz    every stage's full output (test logs, bench tables, the XL trace, metrics)
@@ -16,9 +17,8 @@
 # deepspeed/), or one holding package.sh's pkg.tar.gz of them, unpacked to /tmp/strata-gpu-pkg.
 # tests/tools/check_gpu_run.py runs this script on stand-in binaries.
 # STAGES: which stages, in this order (default: issue 15's, the ones above). Each stage's
-# (minimum, cap) in seconds is in `stage_limits` below; a stage starts only when at least its
-# minimum is left, and is stopped at its cap or at the budget, whichever comes first.
-#   cuda_tests   the tests labelled cuda (they must pass)
+# (minimum, cap) in seconds is in `stage_limits` below.
+#   cuda_tests   the tests labelled cuda (they must pass: a skipped test fails the stage)
 #   xl_trace     GPT-2 XL, B 4 x T 1024, bf16, checkpointing, stage 3 cpu, clipping 1.0, 6 steps
 #                under --trace: the `ready in` line, the step metrics, scripts/update_occupancy.py
 #   xl_step      bench step on that shape: the resident reference, cpu stage 3 and the peers
@@ -35,8 +35,10 @@
 # Exit 1 when a stage failed or timed out (a skipped stage is reported, not a failure).
 # shellcheck disable=SC2317  # the stages are called through `bash -c "stage_NAME"`
 set -uo pipefail
+out=$(realpath -m "${OUT:-/tmp/strata-gpu}")          # relative to the caller's folder
+pkg_arg=${STRATA_GPU_DIR:+$(realpath -m "$STRATA_GPU_DIR")}
 cd "$(dirname "$0")/../.." || exit 1
-PKG=$(realpath "${STRATA_GPU_DIR:-.gpu}")
+PKG=$(realpath -m "${pkg_arg:-.gpu}")
 if [[ -f $PKG/pkg.tar.gz ]]; then  # scripts/gpu/package.sh's archive
   unpacked=/tmp/strata-gpu-pkg
   rm -rf "$unpacked" && mkdir -p "$unpacked" && tar xzf "$PKG/pkg.tar.gz" -C "$unpacked" || exit 1
@@ -44,7 +46,6 @@ if [[ -f $PKG/pkg.tar.gz ]]; then  # scripts/gpu/package.sh's archive
 fi
 export PKG
 export STRATA=$PKG/bin/strata
-out=${OUT:-/tmp/strata-gpu}
 budget=${BUDGET_S:-540}
 stages=${STAGES:-cuda_tests xl_trace xl_step small_step}
 reserve=15  # kept for the last packing of the logs
@@ -53,22 +54,26 @@ LOGS=$(mktemp -d /tmp/strata-gpu-logs.XXXXXX)
 export LOGS
 start=$SECONDS
 summary=$out/summary.txt
+note() { echo "$*" | tee -a "$summary"; }
 : >"$summary"
 : >"$out/results.jsonl"
-
-note() { echo "$*" | tee -a "$summary"; }
+if [[ ! -x $STRATA || ! -f $PKG/cuda_tests.txt ]]; then
+  note "no strata package at $PKG (bin/strata, cuda_tests.txt): run scripts/gpu/package.sh on the dev machine and carry .gpu"
+  exit 1
+fi
 
 # Seconds a stage may still use.
 left() { echo $((budget - (SECONDS - start) - reserve)); }
 
-# logs.tar.gz, written aside and moved in (never half a file under $OUT); without the trace when
-# it would pass 15 MiB (a file comes back only under 16 MiB).
+# logs.tar.gz, written aside and moved in (never half a file under $OUT); without the traces
+# (gzipped by their stage) when it would pass 15 MiB (a file comes back only under 16 MiB).
 pack() {
   local tmp=/tmp/strata-gpu-logs.tar.gz
   tar czf "$tmp" -C "$LOGS" . 2>/dev/null
   if (($(stat -c %s "$tmp") > 15 * 1024 * 1024)); then
-    tar czf "$tmp" -C "$LOGS" --exclude='*.trace.json' . 2>/dev/null
-    note "logs.tar.gz: the trace left out (over 15 MiB with it)"
+    tar czf "$tmp" -C "$LOGS" --exclude='*.trace.json.gz' . 2>/dev/null
+    [[ -n ${trace_note:-} ]] || note "logs.tar.gz: the trace left out (over 15 MiB with it)"
+    trace_note=1
   fi
   mv -f "$tmp" "$out/logs.tar.gz"
 }
@@ -104,6 +109,8 @@ stage_cuda_tests() {
   while read -r t; do
     "$PKG/bin/$t" >"$LOGS/$t.log" 2>&1
     local rc=$?
+    # A test that skips here (no usable GPU, a missing file) has not passed.
+    grep -q '^\[  SKIPPED \]' "$LOGS/$t.log" && rc=77
     echo "$t: rc=$rc"
     ((rc == 0)) || bad+=("$t")
   done <"$PKG/cuda_tests.txt"
@@ -134,6 +141,7 @@ for line in open(sys.argv[1]):
         m["step"], m["step_ms"], m["grad_norm"], m["speculative"], busy))
 PY
   python3 scripts/update_occupancy.py "$LOGS/xl.trace.json" | tee "$LOGS/xl_occupancy.txt"
+  gzip -f "$LOGS/xl.trace.json"
 }
 
 bench_step() {  # NAME ARGS...: bench step on cuda, JSON to $LOGS/NAME.jsonl, tables to NAME.txt
@@ -235,7 +243,9 @@ for stage in $stages; do
   fi
   ((cap > have)) && cap=$have
   t0=$SECONDS
-  timeout --kill-after=10 "$cap" bash -c "stage_$stage" >"$LOGS/$stage.out" 2>&1
+  # timeout signals the whole process group: the stage's bash waits for its running command
+  # (a bench prints what it finished on SIGTERM) and then ends, skipping the rest of the stage.
+  timeout --kill-after=10 "$cap" bash -c "trap 'exit 143' TERM; stage_$stage" >"$LOGS/$stage.out" 2>&1
   rc=$?
   took=$((SECONDS - t0))
   if ((rc == 0)); then

@@ -11,9 +11,10 @@ cell its timed steps' grad_norms (clipping 1.0) and its speculative update count
 line per cell and round on stderr; the scratch folder removed. Then that --placements cpu
 --stages 3,1 runs the reference, cpu stage 1 and cpu stage 3 alone, in that order; that --steps
 2 (no timed step), --placements gpu and --stages 0 are refused naming their flag. Last, a run
-stopped by SIGTERM once its reference has finished (a GPU lease running out) ends by the signal
-and still prints the reference's line with its numbers, every line with "stopped": true, the
-cells it never ran with an error saying so, and no peer line.
+whose process group gets SIGTERM once its reference has finished (a GPU lease running out) ends
+by the signal and still prints the reference's line with its numbers, every line with
+"stopped": true, the nine cells with an error saying they were not run (the one running was
+interrupted), and no peer line (--peers torch: the peer never started).
 
 Usage: check_bench_step.py STRATA WORK_DIR
 """
@@ -35,6 +36,57 @@ def fail(message, run=None):
     if run is not None:
         print(f"--- stdout\n{run.stdout}--- stderr\n{run.stderr}", file=sys.stderr)
     sys.exit(1)
+
+
+def check_offload_bound(c, reference, run):
+    norms = c.get("grad_norms")
+    if not isinstance(norms, list) or len(norms) != 2 or not all(n > 0 for n in norms):
+        fail(f"grad_norms {norms!r}: wanted the 2 timed steps' norms (clipping 1.0) in {c}", run)
+    for key in ("speculative_updates", "speculative_redone"):
+        if not isinstance(c.get(key), int) or c[key] < 0:
+            fail(f"{key} = {c.get(key)!r} in {c}", run)
+    if c["speculative_redone"] > c["speculative_updates"]:
+        fail(f"more speculative updates redone than run in {c}", run)
+    adam = c.get("cpu_adam_busy_ms")
+    if adam is None:
+        if "offload_bound_ms" in c:
+            fail(f"an offload bound in a cell without a CPU Adam: {c}", run)
+        return
+    bound = max(reference["step_ms"], adam)
+    if abs(c.get("offload_bound_ms", -1) - bound) > 1e-9 * bound:
+        fail(f"offload_bound_ms is not max(resident step_ms, cpu_adam_busy_ms) in {c}", run)
+    if abs(c.get("vs_offload_bound", -1) - c["step_ms"] / bound) > 1e-9 * c["step_ms"] / bound:
+        fail(f"vs_offload_bound is not step_ms / offload_bound_ms in {c}", run)
+
+
+def check_stopped(strata, folder, env):
+    """SIGTERM to the bench's whole process group once its reference has finished, as `timeout`
+    sends it (the running cell's strata train child gets it too)."""
+    args = [strata, "bench", "step", "--preset", "tiny", "--batch", "2", "--seq-len", "32", "--steps", "3",
+            "--rounds", "1", "--device", "host", "--peers", "torch", "--dir", folder, "--json"]
+    child = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                             start_new_session=True)
+    err = []
+    for line in child.stderr:  # the reference's progress line: it has finished
+        err.append(line)
+        if line.startswith("[round 1/1, 1/10] resident"):
+            os.killpg(child.pid, signal.SIGTERM)
+            break
+    rest_out, rest_err = child.communicate(timeout=60)
+    run = subprocess.CompletedProcess(args, child.returncode, rest_out, "".join(err) + rest_err)
+    if child.returncode != -signal.SIGTERM:
+        fail(f"a bench step stopped by SIGTERM exited {child.returncode}, wanted the signal", run)
+    lines = [json.loads(line) for line in rest_out.splitlines()]
+    if not lines or lines[0].get("placement") != "resident" or not lines[0].get("step_ms", 0) > 0:
+        fail("the stopped run did not print the reference it finished", run)
+    if not all(line.get("stopped") is True for line in lines):
+        fail("a line of the stopped run lacks \"stopped\": true", run)
+    never = [line for line in lines[1:] if "not run" in line.get("error", "")]
+    if len(never) != 9 or any("peer" in line for line in lines):
+        fail(f"{len(never)} cells say they were not run (wanted all 9: the one running was "
+             "interrupted), or a peer ran", run)
+    if os.listdir(folder):
+        fail(f"the stopped run left in {folder}: {os.listdir(folder)}", run)
 
 
 def check_offload_bound(c, reference, run):

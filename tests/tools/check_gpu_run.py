@@ -6,15 +6,17 @@ the --metrics and --trace files a real run writes, with Adam spans on the "cpu o
 track) and `bench step` (prints a progress line and one JSON line, after FAKE_BENCH_SLEEP
 seconds), and two CUDA tests, one of which fails. Checks:
 
-1. Every issue-15 stage: the failing CUDA test is named and the run exits 1; the other stages
+1. Every issue-15 stage: the failing CUDA test and the one that skipped (a CUDA test must
+   pass) are named and the run exits 1; the other stages
    are ok; $OUT holds summary.txt, results.jsonl (the benches' JSON lines) and logs.tar.gz (the
    test logs, the train output with its `ready in` line, the metrics, the occupancy) and nothing
    else (a lease brings back at most 8 files); the summary shows the occupancy and the steps.
 2. A bench that hangs is stopped at its stage's cap and reported as timed out, with no process
-   of it left; a stage with less time left than its minimum is skipped and said so; the whole
+   of it left, and the line it prints when stopped is in results.jsonl; a stage with less time left than its minimum is skipped and said so; the whole
    run ends inside BUDGET_S; results and logs of the stages before it still come back.
 3. The package packed as scripts/gpu/package.sh packs it (pkg.tar.gz) is unpacked and run; an
    unknown stage is reported and fails the run.
+4. Without a package the run stops at once, saying to run scripts/gpu/package.sh.
 
 Usage: check_gpu_run.py REPO_ROOT WORK_DIR
 """
@@ -55,7 +57,11 @@ case "$1" in
     } >"$trace"
     ;;
   bench)
-    sleep "${FAKE_BENCH_SLEEP:-0}"
+    # As strata bench step: on SIGTERM, once its child has ended, what finished is printed (Note
+    # [A stopped bench step]).
+    trap 'sleep 1; echo "{\"placement\": \"resident\", \"stage\": 0, \"stopped\": true}"; exit 143' TERM
+    sleep "${FAKE_BENCH_SLEEP:-0}" &
+    wait $!
     echo "[round 1/1, 1/2] resident stage 0: 50.0 ms/step (1.0 s)" >&2
     echo "{\"placement\": \"cpu\", \"stage\": 3, \"args\": \"$*\"}"
     ;;
@@ -76,8 +82,9 @@ def make_package(folder):
     executable(os.path.join(folder, "bin", "strata"), STRATA_STUB)
     executable(os.path.join(folder, "bin", "test_good_cuda"), "#!/bin/sh\necho all passed\n")
     executable(os.path.join(folder, "bin", "test_bad_cuda"), "#!/bin/sh\necho one failed\nexit 1\n")
+    executable(os.path.join(folder, "bin", "test_skip_cuda"), "#!/bin/sh\necho '[  SKIPPED ] A.B'\n")
     with open(os.path.join(folder, "cuda_tests.txt"), "w") as f:
-        f.write("test_good_cuda\ntest_bad_cuda\n")
+        f.write("test_good_cuda\ntest_bad_cuda\ntest_skip_cuda\n")
 
 
 def run_plan(repo, package, out, env_extra, timeout):
@@ -125,7 +132,7 @@ def main():
         if files != ["logs.tar.gz", "results.jsonl", "summary.txt"]:
             fail(f"$OUT holds {files}, wanted logs.tar.gz, results.jsonl and summary.txt", run)
         summary = read(os.path.join(out, "summary.txt"))
-        for want in ("cuda_tests: failed", "failed: test_bad_cuda", "xl_trace: ok", "xl_step: ok",
+        for want in ("cuda_tests: failed", "failed: test_bad_cuda test_skip_cuda", "xl_trace: ok", "xl_step: ok",
                      "small_step: ok", "ready in 1.25 s", "median occupancy (phases 2..): 0.9",
                      "speculative {'updates': 50, 'redone': 0}", "done in"):
             if want not in summary:
@@ -139,7 +146,7 @@ def main():
         with tarfile.open(os.path.join(out, "logs.tar.gz")) as tar:
             names = {os.path.basename(n) for n in tar.getnames()}
         for want in ("test_good_cuda.log", "test_bad_cuda.log", "xl_train.txt", "xl_metrics.jsonl",
-                     "xl.trace.json", "xl_occupancy.txt", "xl_step.txt", "small_step.jsonl", "info.txt"):
+                     "xl.trace.json.gz", "xl_occupancy.txt", "xl_step.txt", "small_step.jsonl", "info.txt"):
             if want not in names:
                 fail(f"{want} is not in logs.tar.gz: {sorted(names)}", run)
 
@@ -155,6 +162,9 @@ def main():
             fail(f"exit {run.returncode}; wanted 1, xl_trace ok and xl_step timed out:\n{summary}", run)
         if "small_step: skipped" not in summary or "it needs 8" not in summary:
             fail(f"small_step was not skipped for want of time:\n{summary}", run)
+        stopped = [json.loads(line) for line in read(os.path.join(out, "results.jsonl")).splitlines()]
+        if [r.get("stopped") for r in stopped] != [True]:
+            fail(f"results.jsonl holds {stopped}: wanted the stopped bench's one line", run)
         if took > budget:
             fail(f"the run took {took:.1f} s, over BUDGET_S {budget}", run)
         left = processes_running(["sleep", "600"])
@@ -177,8 +187,13 @@ def main():
             fail(f"an unknown stage: exit {run.returncode}\n{summary}", run)
         if "test_good_cuda: rc=0" not in summary:
             fail(f"the CUDA tests of the packed package did not run:\n{summary}", run)
+        # 4. No package: said at once, with what to do.
+        run, _ = run_plan(repo, os.path.join(folder, "none"), os.path.join(folder, "out4"), {}, 30)
+        summary = read(os.path.join(folder, "out4", "summary.txt"))
+        if run.returncode != 1 or "no strata package" not in summary or "package.sh" not in summary:
+            fail(f"a missing package: exit {run.returncode}\n{summary}", run)
         print(f"ok: the plan, a hung bench stopped at its cap ({took:.1f} s of a {budget} s budget), "
-              "a packed package, an unknown stage")
+              "a packed package, an unknown stage, no package")
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 

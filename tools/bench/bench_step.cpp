@@ -313,7 +313,8 @@ void summarize(Cell& cell) {
     const Json tracks = r.value("busy_ms", Json::object());
     if (tracks.contains(kCpuAdamTrack)) adam.push_back(number(tracks, kCpuAdamTrack));
     ++busiest_count[r.value("busiest", std::string("?"))];
-    if (const double norm = r.value("grad_norm", -1.0); norm >= 0) cell.grad_norms.push_back(norm);
+    // null (not finite) or -1 (not computed) is left out
+    if (const double norm = number(r, "grad_norm"); std::isfinite(norm) && norm >= 0) cell.grad_norms.push_back(norm);
     const Json speculative = r.value("speculative", Json::object());
     cell.speculative_updates += speculative.value("updates", std::uint64_t{0});
     cell.speculative_redone += speculative.value("redone", std::uint64_t{0});
@@ -500,13 +501,13 @@ std::vector<int> parse_stages(std::string_view text) {
   return out;
 }
 
-// The name of the device the children run on ("NVIDIA H100 80GB HBM3"), from a device made and
-// dropped here, before any child takes it.
+// The name of the device the children run on ("NVIDIA H100 80GB HBM3": the first CUDA device,
+// which a one-rank child takes), from the driver's listing, which creates no CUDA context.
 std::string describe_device(const std::string& kind) {
-  runtime::device::DeviceOptions options;
-  options.kind = kind;
-  options.memory_bytes = 16 * kMiB;
-  return runtime::device::Device::create(options)->name();
+  if (kind == "host") return "host";
+  const runtime::device::CudaAvailability cuda = runtime::device::cuda_availability();
+  if (cuda.devices.empty()) return kind == "cuda" ? "cuda (" + cuda.why_not + ")" : "host";
+  return cuda.devices.front().name;
 }
 
 // Note [A stopped bench step]
