@@ -89,53 +89,6 @@ def check_stopped(strata, folder, env):
         fail(f"the stopped run left in {folder}: {os.listdir(folder)}", run)
 
 
-def check_offload_bound(c, reference, run):
-    norms = c.get("grad_norms")
-    if not isinstance(norms, list) or len(norms) != 2 or not all(n > 0 for n in norms):
-        fail(f"grad_norms {norms!r}: wanted the 2 timed steps' norms (clipping 1.0) in {c}", run)
-    for key in ("speculative_updates", "speculative_redone"):
-        if not isinstance(c.get(key), int) or c[key] < 0:
-            fail(f"{key} = {c.get(key)!r} in {c}", run)
-    if c["speculative_redone"] > c["speculative_updates"]:
-        fail(f"more speculative updates redone than run in {c}", run)
-    adam = c.get("cpu_adam_busy_ms")
-    if adam is None:
-        if "offload_bound_ms" in c:
-            fail(f"an offload bound in a cell without a CPU Adam: {c}", run)
-        return
-    bound = max(reference["step_ms"], adam)
-    if abs(c.get("offload_bound_ms", -1) - bound) > 1e-9 * bound:
-        fail(f"offload_bound_ms is not max(resident step_ms, cpu_adam_busy_ms) in {c}", run)
-    if abs(c.get("vs_offload_bound", -1) - c["step_ms"] / bound) > 1e-9 * c["step_ms"] / bound:
-        fail(f"vs_offload_bound is not step_ms / offload_bound_ms in {c}", run)
-
-
-def check_stopped(strata, folder, env):
-    args = [strata, "bench", "step", "--preset", "tiny", "--batch", "2", "--seq-len", "32", "--steps", "3",
-            "--rounds", "1", "--device", "host", "--peers", "none", "--dir", folder, "--json"]
-    child = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    err = []
-    for line in child.stderr:  # the reference's progress line: it has finished
-        err.append(line)
-        if line.startswith("[round 1/1, 1/10] resident"):
-            child.send_signal(signal.SIGTERM)
-            break
-    rest_out, rest_err = child.communicate(timeout=60)
-    run = subprocess.CompletedProcess(args, child.returncode, rest_out, "".join(err) + rest_err)
-    if child.returncode != -signal.SIGTERM:
-        fail(f"a bench step stopped by SIGTERM exited {child.returncode}, wanted the signal", run)
-    lines = [json.loads(line) for line in rest_out.splitlines()]
-    if not lines or lines[0].get("placement") != "resident" or not lines[0].get("step_ms", 0) > 0:
-        fail("the stopped run did not print the reference it finished", run)
-    if not all(line.get("stopped") is True for line in lines):
-        fail("a line of the stopped run lacks \"stopped\": true", run)
-    never = [line for line in lines[1:] if "not run" in line.get("error", "")]
-    if len(never) < 7 or any("peer" in line for line in lines):
-        fail(f"{len(never)} cells say they were not run (wanted at least 7 of 9), or a peer line", run)
-    if os.listdir(folder):
-        fail(f"the stopped run left in {folder}: {os.listdir(folder)}", run)
-
-
 def main():
     strata, work = sys.argv[1], sys.argv[2]
     os.makedirs(work, exist_ok=True)
