@@ -28,14 +28,9 @@ import subprocess
 import sys
 import tempfile
 
+from bench_check_util import fail
+
 NUMBERS = ("step_ms", "tokens_per_s", "tflops", "busiest_ms", "overlap", "ratio_to_resident")
-
-
-def fail(message, run=None):
-    print(f"FAIL: {message}", file=sys.stderr)
-    if run is not None:
-        print(f"--- stdout\n{run.stdout}--- stderr\n{run.stderr}", file=sys.stderr)
-    sys.exit(1)
 
 
 def check_offload_bound(c, reference, run):
