@@ -13,6 +13,8 @@ cd "$(dirname "$0")"
 
 presets=${STRATA_TEST_PRESETS:-"release asan tsan fuzz"}
 jobs=$(nproc)
+# ccache (CMakeLists.txt uses it when found) holds four presets with CUDA: more than its 5 GB default.
+export CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-20G}
 summary=()
 status=0
 total_passed=0

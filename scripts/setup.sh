@@ -5,6 +5,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config git python3
+  ccache                                  # compiler cache (~/.cache/ccache, outside the clone): CI rebuilds
   clang libomp-dev libclang-rt-14-dev      # the tsan preset: clang with its own OpenMP runtime
   liburing-dev fio libhwloc-dev
   libgtest-dev libgmock-dev
