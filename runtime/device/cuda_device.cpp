@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -306,6 +307,7 @@ class CudaDevice final : public Device {
  private:
   static void* allocate(int ordinal, std::uint64_t bytes) {
     CUDA_CHECK(cudaSetDevice(ordinal));
+    keep_pool_memory(ordinal);
     void* p = nullptr;
     cudaError_t rc = cudaMalloc(&p, bytes);
     if (rc != cudaSuccess) {
@@ -314,6 +316,19 @@ class CudaDevice final : public Device {
                   fmt::format("cuda:{}", ordinal), "lower strata.device_memory");
     }
     return p;
+  }
+
+  // The kernels' scratch (cudaMallocAsync / cudaFreeAsync on the op's stream: norms, embedding
+  // backward, split attention) comes from the device's default memory pool, whose release
+  // threshold is 0 by default: at every synchronization the pool hands its free memory back to
+  // the driver, and the next backward layer maps it again (a cudaMalloc-priced call each time).
+  // Keeping it (the threshold at its maximum, as PyTorch's caching allocator does) bounds the
+  // pool by the largest scratch that was ever live at once, which is small next to the arena.
+  static void keep_pool_memory(int ordinal) {
+    cudaMemPool_t pool = nullptr;
+    CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, ordinal));
+    std::uint64_t threshold = UINT64_MAX;
+    CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
   }
 
   int ordinal_;

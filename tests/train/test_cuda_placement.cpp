@@ -21,7 +21,7 @@ std::string read_bytes(const std::string& path) {
 }
 
 TEST(CudaPlacement, CpuAndNvmeStatesGiveIdenticalWeights) {
-  if (!test::have_text()) GTEST_SKIP() << test::kText << " is missing";
+  if (!test::have_text()) GTEST_SKIP() << test::text_path() << " is missing";
   test::TempDir tmp;
   ASSERT_FALSE(tmp.path().empty());
   const std::string cpu = tmp.path() + "/cpu.safetensors", nvme = tmp.path() + "/nvme.safetensors";

@@ -28,7 +28,7 @@ void expect_tiled(const std::vector<test::Span>& spans, const std::string& track
 }
 
 TEST(CudaTrace, StageThreeCpuOffloadStepHasGpuTracks) {
-  if (!test::have_text()) GTEST_SKIP() << test::kText << " is missing";
+  if (!test::have_text()) GTEST_SKIP() << test::text_path() << " is missing";
   test::TempDir tmp;
   ASSERT_FALSE(tmp.path().empty());
   const std::int64_t before_ns = runtime::trace::Tracer::now_ns();

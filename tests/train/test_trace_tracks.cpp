@@ -13,7 +13,7 @@ namespace strata::train {
 namespace {
 
 TEST(TraceTracks, NvmeOffloadChargesTheDisk) {
-  if (!test::have_text()) GTEST_SKIP() << test::kText << " is missing";
+  if (!test::have_text()) GTEST_SKIP() << test::text_path() << " is missing";
   test::TempDir tmp;
   ASSERT_FALSE(tmp.path().empty());
   const test::TracedRun run = test::traced_run(tmp.path() + "/run", "nvme", "host");
@@ -56,7 +56,7 @@ TEST(TraceTracks, NvmeOffloadChargesTheDisk) {
 }
 
 TEST(TraceTracks, CpuOffloadHasNoDiskTracks) {
-  if (!test::have_text()) GTEST_SKIP() << test::kText << " is missing";
+  if (!test::have_text()) GTEST_SKIP() << test::text_path() << " is missing";
   test::TempDir tmp;
   ASSERT_FALSE(tmp.path().empty());
   const test::TracedRun run = test::traced_run(tmp.path() + "/run", "cpu", "host", 2);

@@ -18,9 +18,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <optional>
 #include <random>
+#include <string>
 
 #include <omp.h>
 #include <vector>
@@ -143,6 +145,7 @@ void bench_gpt(const GptBenchOptions& o) {
                format_bytes(act_bytes).c_str());
 
   double step_ms = 0, gemm_tflops = 0, profiled_ms = 0;
+  std::vector<float> losses;  // every step's, the warm-up's included
   std::vector<runtime::ops::OpTime> profile;
   {
     runtime::params::ResidentParams params(*device, layout.module_numels(), layout.module_names(), dtype,
@@ -170,6 +173,15 @@ void bench_gpt(const GptBenchOptions& o) {
       const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
       std::fprintf(stderr, "  step %d: %.1f ms, loss %.4f%s\n", s, ms, loss, s == 0 ? " (warm-up)" : "");
       if (s > 0) times.push_back(ms);
+      losses.push_back(loss);
+    }
+    // The same inputs every step and no update: a loss that is not finite is a kernel that is
+    // wrong at this shape, and its speed means nothing.
+    if (!std::all_of(losses.begin(), losses.end(), [](float l) { return std::isfinite(l); })) {
+      std::string list;
+      for (float l : losses) list += fmt::format("{}{}", list.empty() ? "" : ", ", l);
+      throw Error(fmt::format("bench gpt: a loss is not finite (losses {})", list), device->name(),
+                  "run the kernel tests of this device (ctest -L cuda) to find the op");
     }
     step_ms = median(times);
     if (o.profile) {
@@ -237,6 +249,7 @@ void bench_gpt(const GptBenchOptions& o) {
     j["seq_len"] = T;
     j["checkpointing"] = o.checkpointing;
     j["step_ms"] = step_ms;
+    j["losses"] = losses;
     j["tokens_per_s"] = tokens_per_s;
     j["tflops"] = tflops;
     j["gemm_tflops"] = gemm_tflops;

@@ -284,6 +284,7 @@ struct Cell {
   // threshold (Note [Speculative updates], runtime/zero/updater.h).
   std::vector<double> grad_norms;
   std::uint64_t speculative_updates = 0, speculative_redone = 0;
+  Json losses = Json::array();  // every timed step's loss (null where it was not finite)
 };
 
 constexpr const char* kCpuAdamTrack = "cpu optimizer";  // runtime/zero/updater.cpp's spans
@@ -300,6 +301,23 @@ double median_step_ms(const std::vector<Json>& rows) {
 void summarize(Cell& cell) {
   std::vector<double> step_ms, tokens, flops_per_token, fwd, bwd, opt, busy, adam;
   std::map<std::string, int> busiest_count;
+  // A kernel that is wrong at real shapes shows as a loss or a gradient norm that is not finite
+  // (the metrics write it as null): the cell fails, saying where, with its losses, instead of
+  // reporting a speed. An fp16 step skipped for overflow has an infinite norm by design.
+  std::string not_finite;
+  for (const Json& r : cell.rows) {
+    const double loss = number(r, "loss"), norm = number(r, "grad_norm");
+    cell.losses.push_back(std::isfinite(loss) ? Json(loss) : Json());
+    const bool skipped = r.value("skipped", false);
+    if (not_finite.empty() && (!std::isfinite(loss) || (!skipped && !std::isfinite(norm)))) {
+      not_finite = fmt::format("step {}: loss {}, grad norm {}", r.value("step", -1), r.value("loss", Json()).dump(),
+                               r.value("grad_norm", Json()).dump());
+    }
+  }
+  if (!not_finite.empty()) {
+    cell.error = fmt::format("a loss or gradient norm is not finite ({}); losses {}", not_finite, cell.losses.dump());
+    return;
+  }
   for (const Json& r : cell.rows) {
     const double ms = number(r, "step_ms"), tps = number(r, "tokens_per_s");
     step_ms.push_back(ms);
@@ -397,6 +415,7 @@ Json cell_json(const StepBenchOptions& o, const Cell& c, const Cell& reference, 
   add_peer_rates(j, peers);
   if (!c.error.empty()) {
     j["error"] = c.error;
+    if (!c.losses.empty()) j["losses"] = c.losses;
     return j;
   }
   j["step_ms"] = c.step_ms;
@@ -420,6 +439,7 @@ Json cell_json(const StepBenchOptions& o, const Cell& c, const Cell& reference, 
     j["vs_offload_bound"] = c.step_ms / bound;
   }
   j["grad_norms"] = c.grad_norms;
+  j["losses"] = c.losses;
   j["speculative_updates"] = c.speculative_updates;
   j["speculative_redone"] = c.speculative_redone;
   if (c.disk_bound_ms > 0) {
@@ -720,6 +740,17 @@ void run_bench(const StepBenchOptions& o, const train::StopSignals& stop) {
   if (!peers.empty()) print_peers(text_out, peers, cells);
   std::fprintf(text_out, "\n%.0f s in all, load average %.2f at the end\n",
                std::chrono::duration<double>(Clock::now() - start).count(), load_average());
+  // Everything is printed; a strata cell that failed (its child, or a loss that is not finite)
+  // still makes the bench fail, so a script never reads its numbers as a result.
+  if (stopped()) return;
+  std::string failed;
+  for (const Cell& c : cells) {
+    if (!c.error.empty()) failed += fmt::format("{}{} stage {}", failed.empty() ? "" : ", ", c.placement, c.stage);
+  }
+  if (!failed.empty()) {
+    throw Error(fmt::format("bench step: {} failed (each cell's error is in its row above)", failed), "",
+                "run that cell alone with strata train --verbose to see why");
+  }
 }
 
 }  // namespace

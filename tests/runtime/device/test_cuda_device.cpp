@@ -1,8 +1,10 @@
 // The CUDA backend: arena, copies host <-> device, cross-stream events, host tasks and their
 // failures, the pin hook. Exits 77 (skipped) where no GPU is usable.
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <numeric>
@@ -25,6 +27,31 @@ TEST(CudaDevice, ArenaBudgetAndOom) {
   device::DeviceBuffer a = device->allocate(200 << 20, "a");
   EXPECT_THROW(device->allocate(100 << 20, "b"), device::OutOfMemory);
   EXPECT_EQ(device->memory_stats().live_allocations, 1u);
+}
+
+// The kernels' stream-ordered scratch (cudaMallocAsync) stays in the default pool between
+// synchronizations instead of going back to the driver at each one: the device sets the pool's
+// release threshold to its maximum.
+TEST(CudaDevice, DefaultPoolKeepsItsMemory) {
+  auto device = cuda_device();
+  int ordinal = -1;
+  ASSERT_EQ(cudaGetDevice(&ordinal), cudaSuccess);
+  cudaMemPool_t pool = nullptr;
+  ASSERT_EQ(cudaDeviceGetDefaultMemPool(&pool, ordinal), cudaSuccess);
+  std::uint64_t threshold = 0;
+  ASSERT_EQ(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold), cudaSuccess);
+  EXPECT_EQ(threshold, UINT64_MAX);
+  // 64 MiB freed and synchronized is still reserved by the pool.
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+  void* p = nullptr;
+  ASSERT_EQ(cudaMallocAsync(&p, 64 << 20, s), cudaSuccess);
+  ASSERT_EQ(cudaFreeAsync(p, s), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  std::uint64_t reserved = 0;
+  ASSERT_EQ(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &reserved), cudaSuccess);
+  EXPECT_GE(reserved, std::uint64_t{64} << 20);
+  ASSERT_EQ(cudaStreamDestroy(s), cudaSuccess);
 }
 
 TEST(CudaDevice, RoundTripThroughTwoStreamsWithEvent) {
