@@ -36,6 +36,12 @@ Generator::Generator(models::Model& model, int vocab_size, const GenerateOptions
 GenerateStats Generator::run(const std::vector<Prompt>& prompts, const std::function<void(Completion)>& done,
                              const std::function<void(const GenerateStats&)>& progress) {
   const int limit = max_positions_ - options_.max_new_tokens;
+  if (limit < 1) {
+    throw Error(fmt::format("--max-new-tokens {} leaves no room for a prompt: the model has {} positions in all "
+                            "(prompt + new tokens)",
+                            options_.max_new_tokens, max_positions_),
+                "--max-new-tokens", fmt::format("give at most {} (one prompt token)", max_positions_ - 1));
+  }
   for (const Prompt& p : prompts) {
     if (p.ids.empty() || static_cast<int>(p.ids.size()) > limit) {
       throw Error(fmt::format("prompt {} has {} tokens; with --max-new-tokens {} at most {} fit the {} positions",

@@ -99,6 +99,7 @@ Server::Server(ServerSetup setup, bool verbose) : setup_(std::move(setup)) {
   if (setup_.perplexity_window > 0) {  // training-style forwards: no KV cache
     kv_placement_ = models::KvPlacement::device;
     engine_setup.activation_bytes = spec.activation_bytes(options, 1, setup_.perplexity_window);
+    engine_setup.activation_flags = "--perplexity-window (the tokens of one forward)";
   } else {
     kv_placement_ = choose_kv_placement(setup_.kv_cache, setup_.config, engine_setup, spec, options, batch_,
                                         setup_.prompt_T, setup_.max_T, *device_);

@@ -203,21 +203,27 @@ const AioOptions& AioEngine::options() const { return impl_->options; }
 
 FileId AioEngine::add_file(const AioFile& file) {
   STRATA_ASSERT(file.fd() >= 0, "add_file() of a closed AioFile");
-  std::unique_lock lock(impl_->files_mutex);
   FileId id;
-  if (!impl_->free_file_ids.empty()) {
-    id = impl_->free_file_ids.back();
-    impl_->free_file_ids.pop_back();
-  } else {
-    id = static_cast<FileId>(impl_->files.size());
-    impl_->files.emplace_back();
+  {
+    std::unique_lock lock(impl_->files_mutex);
+    if (!impl_->free_file_ids.empty()) {
+      id = impl_->free_file_ids.back();
+      impl_->free_file_ids.pop_back();
+    } else {
+      id = static_cast<FileId>(impl_->files.size());
+      impl_->files.emplace_back();
+    }
+    auto entry = std::make_unique<FileEntry>();
+    entry->fd = file.fd();
+    entry->path = file.path();
+    entry->direct = file.direct();
+    impl_->files[id] = std::move(entry);
   }
-  auto entry = std::make_unique<FileEntry>();
-  entry->fd = file.fd();
-  entry->path = file.path();
-  entry->direct = file.direct();
-  impl_->files[id] = std::move(entry);
-  // Posted before the id is returned: every later piece of this file finds it registered.
+  // Applied by every ring before the id is returned (the backend waits, without the files lock:
+  // a ring's completion callback may submit, which takes it): every later piece of this file
+  // finds it registered, and no ring registers the descriptor after the caller has closed it (a
+  // ring with no pieces of this file would otherwise apply the registration whenever it next
+  // woke, and fail with EBADF).
   if (id < kRegisteredFileSlots) impl_->backend->register_file(id, file.fd());
   return id;
 }
@@ -402,6 +408,7 @@ AioStats AioEngine::stats() const {
   s.short_transfers = c.short_transfers.load(std::memory_order_relaxed);
   s.retries = c.retries.load(std::memory_order_relaxed);
   s.fixed_pieces = c.fixed_pieces.load(std::memory_order_relaxed);
+  s.file_registration_failures = c.file_registration_failures.load(std::memory_order_relaxed);
   return s;
 }
 

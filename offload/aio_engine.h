@@ -140,6 +140,9 @@ struct AioStats {
   std::uint64_t short_transfers = 0;  // completions that moved fewer bytes than asked
   std::uint64_t retries = 0;          // -EAGAIN / -EINTR resubmissions
   std::uint64_t fixed_pieces = 0;     // pieces that used a registered buffer
+  // A ring that could not register a file (it then uses the descriptor): 0 unless the kernel
+  // refuses, since add_file() waits until every ring has registered the file, while it is open.
+  std::uint64_t file_registration_failures = 0;
 };
 
 class AioEngine {

@@ -64,7 +64,7 @@ struct Piece {
 
 struct AioCounters {
   std::atomic<std::uint64_t> bytes_read{0}, bytes_written{0}, requests{0}, pieces{0},
-      short_transfers{0}, retries{0}, fixed_pieces{0};
+      short_transfers{0}, retries{0}, fixed_pieces{0}, file_registration_failures{0};
 };
 
 struct AioRequest {
@@ -160,7 +160,10 @@ inline Error piece_error(const Piece& p, IoOp op, std::string what, int errnum,
                          std::string hint = {}) {
   if (hint.empty()) {
     switch (errnum) {
-      case ENOSPC: hint = "free space on that file system, or point the swap folder elsewhere"; break;
+      case ENOSPC:
+        hint = "free space on that file system, or give a folder on another disk (nvme_path for swap files, "
+               "--checkpoint-dir for checkpoints)";
+        break;
       case EIO: hint = "the device reported an I/O error: check dmesg and the drive's health"; break;
       case EINVAL:
         hint = "for O_DIRECT files the buffer, offset and length must suit the device's block size";

@@ -137,9 +137,21 @@ void check_parent(const std::string& parent) {
     throw Error("the swap path is empty", "SwapOptions::paths", hint_missing);
   }
   struct stat st{};
+  if (::stat(parent.c_str(), &st) != 0 && errno == ENOENT) {
+    // As DeepSpeed does: a missing nvme_path whose own parent folder exists is made (and left for
+    // the user, as a folder they named); a typo deeper up is still refused below.
+    std::filesystem::path folder = std::filesystem::path(parent).lexically_normal();
+    if (!folder.has_filename()) folder = folder.parent_path();  // "/a/b/" names /a/b
+    const std::string above = folder.parent_path().string();
+    struct stat up{};
+    if (::stat(above.empty() ? "." : above.c_str(), &up) == 0 && S_ISDIR(up.st_mode) &&
+        (::mkdir(parent.c_str(), 0755) == 0 || errno == EEXIST)) {
+      log::info("swap: made the swap folder {} (nvme_path; its parent folder existed)", parent);
+    }
+  }
   if (::stat(parent.c_str(), &st) != 0) {
     const int e = errno;
-    if (e == ENOENT) throw Error("the swap folder does not exist", parent, hint_missing);
+    if (e == ENOENT) throw Error("the swap folder does not exist, nor does the folder above it", parent, hint_missing);
     if (e == ENOTDIR) {
       throw Error("the swap path is not a folder (a part of it is a file)", parent, hint_missing);
     }

@@ -237,6 +237,7 @@ class Lane {
         int rc = io_uring_register_files_update(&ring_, c.slot, &fd, 1);
         file_ok_[c.slot] = c.fd >= 0 && rc == 1;
         if (c.fd >= 0 && rc != 1) {
+          shared_.counters.file_registration_failures.fetch_add(1, std::memory_order_relaxed);
           log::warn_once("aio.uring.file_update",
                          fmt::format("io_uring: cannot register a file ({}); using descriptors",
                                      rc < 0 ? errno_text(-rc) : std::to_string(rc)));
@@ -544,8 +545,12 @@ class UringBackend final : public AioBackendImpl {
     lanes_[lane]->push(pieces);
   }
 
+  // Blocks until every lane has applied it, while the caller still holds the file open
+  // (aio_engine.cpp's add_file). Files are added at setup, not per I/O: the wait is cheap.
   void register_file(FileId slot, int fd) override {
-    for (auto& l : lanes_) l->post({Command::kFile, slot, fd, nullptr, 0, nullptr});
+    Countdown done(static_cast<unsigned>(lanes_.size()));
+    for (auto& l : lanes_) l->post({Command::kFile, slot, fd, nullptr, 0, &done});
+    done.wait();
   }
   void unregister_file(FileId slot) override {
     for (auto& l : lanes_) l->post({Command::kFile, slot, -1, nullptr, 0, nullptr});

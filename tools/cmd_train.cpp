@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "core/units.h"
 #include "models/registry.h"
 #include "runtime/launch/launch.h"
@@ -16,6 +18,7 @@
 #include "tools/auto_config.h"
 #include "tools/commands.h"
 #include "tools/device_flags.h"
+#include "train/checkpointing.h"
 #include "train/trainer.h"
 
 namespace strata::tools {
@@ -78,6 +81,9 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag("--shuffle", o->shuffle, "visit the data's windows in a seeded order");
   cmd->add_option("--report", o->report, "full (tables at the end, the default) or none")
       ->check(CLI::IsMember({"full", "none"}));
+  cmd->add_flag("--verbose", o->verbose,
+                "print the resolved config at start (else it goes to resolved_config.json beside --metrics, "
+                "or in --checkpoint-dir)");
   cmd->add_option("--checkpoint-dir", o->checkpoint_dir,
                   "save checkpoints here (every --checkpoint-every steps, at the end, and on SIGINT/SIGTERM)");
   cmd->add_option("--checkpoint-every", o->checkpoint_every, "steps between checkpoints (0: at the end only)");
@@ -100,7 +106,18 @@ void add_train_command(CLI::App& app) {
                   "drop it, or give --config auto (or a config whose zero_optimization is \"auto\")");
     }
     if (!svg_dir->empty()) prepare_svg_dir(*svg_dir, *o);
-    const int sig = train::run_training(*o);
+    int sig = 0;
+    try {
+      sig = train::run_training(*o);
+    } catch (const train::CheckpointNotSaved& e) {
+      // The run is over and its weights saved: its own exit status, so a script can tell a lost
+      // checkpoint from a failed run (1) and from a signal (128 + n).
+      const runtime::launch::LaunchInfo launch = runtime::launch::detect_launch();
+      const std::string rank =
+          launch.world > 1 ? fmt::format("rank {} of {}: ", launch.rank, launch.world) : std::string();
+      std::fprintf(stderr, "strata: error: %s%s\n", rank.c_str(), e.what());
+      throw CLI::RuntimeError(train::kExitCheckpointFailed);
+    }
     // Rank 0 wrote the metrics (and draws them; a run stopped by a signal has its steps so far).
     if (!svg_dir->empty() && runtime::launch::detect_launch().rank == 0) {
       const std::vector<std::string> written = charts::write_metrics_charts(o->metrics_path, *svg_dir);

@@ -8,7 +8,9 @@
 #include "core/error.h"
 #include "runtime/comm/comm.h"
 #include "runtime/launch/launch.h"
+#include "tools/cli_errors.h"
 #include "tools/commands.h"
+#include "tools/version.h"
 
 namespace {
 
@@ -39,6 +41,8 @@ int fail(const char* kind, const char* what, int code) {
 int main(int argc, char** argv) {
   CLI::App app{"strata: train and serve transformer models larger than GPU memory"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", strata::tools::version_text(), "the version, the git commit and whether CUDA is compiled in");
+  strata::tools::add_version_command(app);
   strata::tools::add_info_command(app);
   strata::tools::add_config_command(app);
   strata::tools::add_bench_command(app);
@@ -51,7 +55,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return strata::tools::report_parse_error(app, e);
   } catch (const strata::Error& e) {
     return fail("error", e.what(), 1);
   } catch (const std::exception& e) {

@@ -1,13 +1,18 @@
 // Checkpoints of a training run: the folder, the saver at each step boundary, stop signals.
 #include "train/checkpointing.h"
 
+#include <sys/statvfs.h>
+
 #include <csignal>
 #include <initializer_list>
 #include <string>
 #include <utility>
 
+#include <fmt/format.h>
+
 #include "core/error.h"
 #include "core/log.h"
+#include "core/units.h"
 
 namespace strata::train {
 namespace {
@@ -70,7 +75,34 @@ Checkpointing::Checkpointing(runtime::checkpoint::CheckpointDir dir, const Train
       s_(s),
       crash_(runtime::checkpoint::CrashPoints::from_environment()),
       saver_(make_saver(std::move(dir), o, s, first_step, crash_)),
-      signals_({SIGINT, SIGTERM}, /*second_stops_now=*/true) {}
+      signals_({SIGINT, SIGTERM}, /*second_stops_now=*/true) {
+  for (std::uint64_t step : saver_->dir().complete_steps()) {
+    if (step <= first_step) latest_good_ = step;
+  }
+  check_free_space();
+}
+
+void Checkpointing::check_free_space() const {
+  struct statvfs fs{};
+  if (::statvfs(o_.checkpoint_dir.c_str(), &fs) != 0) return;  // the folder was checked for writing
+  const std::uint64_t free_bytes = static_cast<std::uint64_t>(fs.f_bavail) * fs.f_frsize;
+  const std::uint64_t one = saver_->checkpoint_bytes();
+  if (free_bytes < one) {
+    throw Error(fmt::format("the checkpoint folder has {} free; one checkpoint of this run needs {} ({} ranks' "
+                            "shard files of the fp32 master weights, exp_avg and exp_avg_sq)",
+                            format_bytes(free_bytes), format_bytes(one), s_.comm->world()),
+                o_.checkpoint_dir, "free space there, or give --checkpoint-dir a folder on a disk with room");
+  }
+  const int keep = o_.checkpoint_keep >= 0 ? o_.checkpoint_keep : static_cast<int>(s_.config.strata.checkpoint_keep);
+  // Held at once: the kept checkpoints and the one being written (keep 0 keeps every one).
+  const std::uint64_t held = keep > 0 ? static_cast<std::uint64_t>(keep + 1) * one : 2 * one;
+  if (free_bytes < held && s_.rank0) {
+    log::warn("the checkpoint folder {} has {} free: room for {} checkpoint(s) of {}, but {} are kept at once "
+              "(checkpoint_keep {} and the one being written); later checkpoints may fail for want of space",
+              o_.checkpoint_dir, format_bytes(free_bytes), free_bytes / one, format_bytes(one),
+              keep > 0 ? keep + 1 : 2, keep);
+  }
+}
 
 Checkpointing::Boundary Checkpointing::after_step(std::uint64_t done, std::uint64_t applied_steps, RunState& now) {
   Boundary b;
@@ -80,6 +112,12 @@ Checkpointing::Boundary Checkpointing::after_step(std::uint64_t done, std::uint6
   const bool stop_on_error = s_.config.strata.checkpoint_on_error == runtime::config::CheckpointOnError::kStop;
   const auto finished = [&](const runtime::checkpoint::SaveResult& r) {
     b.saves.push_back(r);
+    if (r.ok) {
+      latest_good_ = r.step;
+      last_failed_.reset();
+    } else {
+      last_failed_ = r.step;
+    }
     report_save(r, s_.rank0, stop_on_error);
     if (!r.ok && stop_on_error) {
       throw Error("the checkpoint of step " + std::to_string(r.step) + " could not be written", o_.checkpoint_dir,

@@ -46,12 +46,34 @@ class Checkpointing {
   // The signal that stopped the run (SIGTERM when only another rank got one).
   int stop_signal() const;
 
+  // The step of the last save this run attempted when that save failed (nullopt: it succeeded,
+  // or none was attempted), and the newest complete checkpoint in the folder.
+  std::optional<std::uint64_t> last_save_failed() const { return last_failed_; }
+  std::optional<std::uint64_t> latest_good() const { return latest_good_; }
+
  private:
+  // At start: the folder must hold one checkpoint (every rank's shard); a warning when it cannot
+  // hold the checkpoints kept plus the one being written.
+  void check_free_space() const;
+
   const TrainOptions& o_;
   Session& s_;
   runtime::checkpoint::CrashPoints crash_;  // STRATA_CRASH_AT: the crash tests' fault injection
   std::unique_ptr<runtime::checkpoint::CheckpointSaver> saver_;
   StopSignals signals_;
+  std::optional<std::uint64_t> last_failed_;
+  std::optional<std::uint64_t> latest_good_;
+};
+
+// The exit status of `strata train` when the run finished but its last checkpoint could not be
+// written (strata.checkpoint_on_error "continue"): 3. README.md and docs/config.md say so.
+inline constexpr int kExitCheckpointFailed = 3;
+
+// Thrown by run_training after the run (weights saved, report printed) when its last
+// checkpoint failed: says which step is the latest good checkpoint, or that there is none.
+class CheckpointNotSaved : public Error {
+ public:
+  using Error::Error;
 };
 
 }  // namespace strata::train

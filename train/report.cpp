@@ -70,8 +70,8 @@ void print_end_report(const Session& s, const TrainOptions& o, const TierSnapsho
   const runtime::zero::EngineCounters c = s.engine->counters();
   const double theory = collective_theory_bytes(s);
   std::fprintf(stderr, "\nmemory per tier:\n%s\nbytes moved (%llu steps, this rank):\n%s",
-               runtime::telemetry::memory_table(rows).c_str(), static_cast<unsigned long long>(o.steps),
-               runtime::telemetry::bytes_table(totals.bytes, theory * static_cast<double>(o.steps)).c_str());
+               runtime::telemetry::memory_table(rows).c_str(), static_cast<unsigned long long>(totals.steps),
+               runtime::telemetry::bytes_table(totals.bytes, theory * static_cast<double>(totals.steps)).c_str());
   std::fprintf(stderr, "fetches %llu (prefetched %llu, kept for reuse %llu), trace divergences %llu\n",
                static_cast<unsigned long long>(c.fetches), static_cast<unsigned long long>(c.prefetched),
                static_cast<unsigned long long>(c.reused), static_cast<unsigned long long>(c.trace_divergences));

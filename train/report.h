@@ -36,6 +36,7 @@ double collective_theory_bytes(const Session& s);
 struct RunTotals {
   PhaseMemory phases;             // the last step's memory per phase
   runtime::telemetry::LinkBytes bytes;       // moved by this rank over the whole run
+  std::uint64_t steps = 0;        // the steps this run ran (after a resume: from its checkpoint on)
   int stopped_by = 0;             // the signal that stopped the run early, or 0
 };
 

@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -48,6 +50,32 @@ runtime::device::DeviceOptions device_options(const TrainOptions& o, const runti
   return options;
 }
 
+// The resolved config: on the console with --verbose; else in the run's folder (a quiet start:
+// the console keeps the plan, progress and the report), with one line saying where.
+void show_config(const TrainOptions& o, const runtime::config::Config& config) {
+  if (o.verbose) {
+    runtime::config::log_config(config);
+    return;
+  }
+  const std::string folder = !o.metrics_path.empty() ? std::filesystem::path(o.metrics_path).parent_path().string()
+                                                     : o.checkpoint_dir;
+  if (folder.empty() && o.metrics_path.empty()) {
+    std::fprintf(stderr, "strata train: --verbose prints the resolved config (strata config FILE does too)\n");
+    return;
+  }
+  const std::filesystem::path path = std::filesystem::path(folder.empty() ? "." : folder) / "resolved_config.json";
+  std::error_code ec;
+  std::filesystem::create_directories(path.parent_path(), ec);
+  std::ofstream out(path);
+  out << runtime::config::config_to_json(config) << "\n";
+  out.close();
+  if (!out) {
+    log::warn("could not write the resolved config to {}; --verbose prints it", path.string());
+    return;
+  }
+  std::fprintf(stderr, "strata train: the resolved config is in %s (--verbose prints it here)\n", path.c_str());
+}
+
 }  // namespace
 
 std::unique_ptr<Session> make_session(const TrainOptions& o) {
@@ -83,7 +111,7 @@ std::unique_ptr<Session> make_session(const TrainOptions& o) {
   if (config.strata.device_memory_bytes == 0 || o.device_memory_bytes) {
     config.strata.device_memory_bytes = s.device->memory_stats().budget_bytes;
   }
-  if (s.rank0) runtime::config::log_config(config);
+  if (s.rank0) show_config(o, config);
   s.comm = runtime::comm::create_communicator(*s.device);
   s.compute = s.device->create_stream("compute");
 

@@ -118,6 +118,7 @@ RunTotals run_steps(Session& s, const TrainOptions& o, StartPoint start, Checkpo
     m.speculative_updates = counters_after.speculative_updates - counters_before.speculative_updates;
     m.speculative_redone = counters_after.speculative_redone - counters_before.speculative_redone;
     totals.bytes += m.bytes;
+    ++totals.steps;
     m.collective_theory_bytes = theory;
     const TierSnapshot snap = snapshot(s);
     m.device = snap.device;

@@ -29,6 +29,10 @@ struct TrainOptions {
   bool activation_checkpointing = false;
   bool shuffle = false;           // --shuffle: seeded order of windows
   std::string report = "full";    // --report: "full" (tables at the end) or "none"
+  // --verbose: the resolved config on the console at start. Without it the console shows the
+  // plan, progress and the end report; the resolved config goes to resolved_config.json in the
+  // run's folder (the --metrics file's, else --checkpoint-dir), when there is one.
+  bool verbose = false;
   // Checkpoints (runtime/checkpoint/, train/checkpointing.h): a save every N steps, after the last
   // step and on SIGINT / SIGTERM; --resume continues a run from one (--steps stays the run's total).
   std::string checkpoint_dir;         // --checkpoint-dir D

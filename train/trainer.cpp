@@ -9,8 +9,11 @@
 #include <utility>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "core/error.h"
 #include "core/log.h"
+#include "runtime/checkpoint/checkpoint_dir.h"
 #include "models/hf_weights.h"
 #include "train/checkpointing.h"
 #include "train/report.h"
@@ -86,6 +89,20 @@ int run_training(const TrainOptions& o) {
   s.device->flush_trace();  // the GPU's last spans (cuda records them from a reader thread)
   s.tracer->flush();
   if (s.rank0 && o.report != "none") print_end_report(s, o, after_init, totals);
+  if (checkpoints && checkpoints->last_save_failed()) {
+    const std::optional<std::uint64_t> good = checkpoints->latest_good();
+    throw CheckpointNotSaved(
+        fmt::format("the run finished, but its last checkpoint (step {}) could not be written (the error is above); "
+                    "{}",
+                    *checkpoints->last_save_failed(),
+                    good ? fmt::format("the latest good checkpoint is step {} ({}/{})", *good, o.checkpoint_dir,
+                                       runtime::checkpoint::checkpoint_name(*good))
+                         : std::string("there is no good checkpoint in the folder")),
+        o.checkpoint_dir,
+        fmt::format("the trained weights are saved{}; free space in the checkpoint folder (or give another), then "
+                    "resume from the latest good checkpoint or train again (strata train exits {} for this)",
+                    o.save_path.empty() ? " only with --save" : " (--save)", kExitCheckpointFailed));
+  }
   return totals.stopped_by;
 }
 

@@ -11,7 +11,9 @@
 namespace strata::train {
 
 // Runs the training; throws strata::Error for bad input (config, model, data, budgets).
-// Returns 0, or the signal (SIGINT / SIGTERM) that stopped it early after a checkpoint.
+// Returns 0, or the signal (SIGINT / SIGTERM) that stopped it early after a checkpoint. Throws
+// CheckpointNotSaved (train/checkpointing.h) at the end when the run's last checkpoint failed:
+// `strata train` then exits kExitCheckpointFailed (3).
 int run_training(const TrainOptions& options);
 
 }  // namespace strata::train

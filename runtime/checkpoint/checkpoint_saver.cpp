@@ -36,6 +36,11 @@ std::vector<ShardModule> shard_modules(const zero::ZeroEngine& engine) {
 
 }  // namespace
 
+std::uint64_t CheckpointSaver::checkpoint_bytes() const {
+  const std::uint64_t shard = ShardLayout::make(0, engine_.shards(), shard_modules(engine_)).file_bytes;
+  return shard * static_cast<std::uint64_t>(engine_.shards());
+}
+
 CheckpointSaver::CheckpointSaver(CheckpointDir dir, int keep_last, zero::ZeroEngine& engine, device::Device& device,
                                  comm::Communicator& comm, offload::AioEngine& io, CrashPoints& crash)
     : dir_(std::move(dir)), keep_last_(keep_last), engine_(engine), device_(device), comm_(comm), io_(io),

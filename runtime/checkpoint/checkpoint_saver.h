@@ -54,6 +54,9 @@ class CheckpointSaver {
   CheckpointSaver& operator=(const CheckpointSaver&) = delete;
 
   const CheckpointDir& dir() const { return dir_; }
+  // The bytes one checkpoint takes in the folder: every rank's shard file (the manifest and
+  // meta.json are a few KiB more).
+  std::uint64_t checkpoint_bytes() const;
   // Collective. Starts the save of the states after `step` optimizer steps; meta_json is
   // written by rank 0 as meta.json. No save may be in flight (finish() it first).
   void begin(std::uint64_t step, const std::string& meta_json);

@@ -360,7 +360,9 @@ void check_fits(const ZeroPlan& plan, const PlanInputs& in) {
               "(train_micro_batch_size_per_gpu, --seq-len) or use --activation-checkpointing. ";
     if (!device_fits && !in.optimizer)
       hint += "device: raise --device-memory, stream the parameters (zero_optimization.stage 3 with "
-              "offload_param.device cpu or nvme), or lower --batch or --max-new-tokens (the KV cache). ";
+              "offload_param.device cpu or nvme), or lower " +
+              (in.activation_flags.empty() ? std::string("--batch or --max-new-tokens (the KV cache)")
+                                           : in.activation_flags) + ". ";
     if (!pinned_fits)
       hint += "pinned host: raise strata.pinned_memory, or offload to nvme instead of cpu. ";
     if (!pinned_fits && in.kv_cache_pinned_bytes > 0)

@@ -53,6 +53,9 @@ struct PlanInputs {
   // Inference: a KV cache in pinned host memory (models/kv_cache.h), taken from the pinned pool;
   // its device slots are in activation_bytes.
   std::uint64_t kv_cache_pinned_bytes = 0;
+  // Inference: the flags that shrink activation_bytes, named when the device does not fit
+  // (empty: generation's "--batch or --max-new-tokens (the KV cache)").
+  std::string activation_flags;
   std::uint64_t device_budget_bytes = 0;
   std::uint64_t pinned_budget_bytes = 0;
   std::uint64_t nvme_free_bytes = 0;   // over the nvme_path folders' file systems (each once)

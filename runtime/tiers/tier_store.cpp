@@ -123,6 +123,7 @@ void TierStore::fill_inputs(const StoreSetup& setup, device::Device& device) {
   inputs_.dtype = setup.dtype;
   inputs_.activation_bytes = setup.activation_bytes;
   inputs_.kv_cache_pinned_bytes = setup.kv_cache_pinned_bytes;
+  inputs_.activation_flags = setup.activation_flags;
   inputs_.optimizer = setup.optimizer;
   inputs_.quant = setup.quant;
   const device::ArenaStats arena = device.memory_stats();

@@ -43,6 +43,7 @@ struct StoreSetup {
   DType dtype = DType::f32;            // compute dtype of the parameters
   std::uint64_t activation_bytes = 0;  // the model's reserve() for the micro-batch (for the plan)
   std::uint64_t kv_cache_pinned_bytes = 0;  // inference: a KV cache allocated from pinned() (for the plan)
+  std::string activation_flags;  // inference: what shrinks activation_bytes (PlanInputs)
   int world = 1;
   int rank = 0;
   bool optimizer = true;               // allocate the optimizer states and gradient accumulators

@@ -57,6 +57,7 @@ struct EngineSetup {
   DType dtype = DType::f32;              // compute dtype of parameters and gradients
   std::uint64_t activation_bytes = 0;    // the model's reserve() for the micro-batch (for the plan)
   std::uint64_t kv_cache_pinned_bytes = 0;  // inference: a KV cache in pinned host memory (for the plan)
+  std::string activation_flags;  // inference: the flags that shrink activation_bytes (for a fit error)
   offload::CompletionHook io_completion_hook;  // tests only: the tier I/O engine's (aio_engine.h)
   // Inference only (InferenceEngine): the streamed modules' weights quantized (tiers/plan.h);
   // the training engine refuses it.

@@ -21,6 +21,7 @@ tiers::StoreSetup store_setup(const EngineSetup& setup, const comm::Communicator
   s.dtype = setup.dtype;
   s.activation_bytes = setup.activation_bytes;
   s.kv_cache_pinned_bytes = setup.kv_cache_pinned_bytes;
+  s.activation_flags = setup.activation_flags;
   s.world = comm.world();
   s.rank = comm.rank();
   s.optimizer = false;

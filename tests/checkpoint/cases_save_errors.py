@@ -4,11 +4,14 @@
                .partial folder): training goes on to the straight run's bits, the error is
                logged once with what to do, no step-4 folder or .partial is left, and the next
                save (step 6) is published; the same fault on the last save leaves `latest` on
-               step 4. With strata.checkpoint_on_error "stop": exit 1 naming the folder,
+               step 4, and the run, its weights saved, exits 3 naming step 4 as the latest good
+               checkpoint. With strata.checkpoint_on_error "stop": exit 1 naming the folder,
                `latest` on step 2, and --resume from it == the straight run.
   save_enospc  --checkpoint-dir on a tmpfs with room for one checkpoint (needs root, else 77):
-               the second save meets a real ENOSPC; the run goes on, `latest` stays on the
-               first, no partial folder is left.
+               a warning at start that the kept checkpoints do not fit; the second save meets a
+               real ENOSPC, the hint naming --checkpoint-dir; the run goes on, `latest` stays on
+               the first, no partial folder is left, and it exits 3. On a tmpfs too small for one
+               checkpoint the run is refused at start, naming the folder and the sizes.
 """
 import os
 import sys
@@ -34,6 +37,17 @@ def expect_one_failure(run, step, words):
                if w not in line]
     check(not missing, f"{run.name}: the report does not name {missing}:\n{line}")
     return line
+
+
+def expect_lost_last(run, failed, good):
+    """The run finished (its --save written) but its last save failed: exit 3, saying so."""
+    err = run.result.stderr
+    want = [f"its last checkpoint (step {failed}) could not be written",
+            f"the latest good checkpoint is step {good}" if good else "there is no good checkpoint"]
+    missing = [w for w in want if w not in err]
+    check(run.result.returncode == 3 and not missing,
+          f"{run.name}: exit {run.result.returncode} (wanted 3), missing {missing}:\n{tail(err)}")
+    check(os.path.exists(run.save), f"{run.name}: the weights were not saved")
 
 
 def check_no_partial(ckpt, what):
@@ -70,12 +84,14 @@ def case_save_error(strata, root):
     # The last save fails: `latest` stays on the previous checkpoint.
     ckpt = os.path.join(root, "ckpt-last")
     run = train(strata, root, "eio-at-6", cfg, STEPS, ["--checkpoint-dir", ckpt] + EVERY,
-                env={ENV: "write:1:EIO:.step-00000006.partial"})
+                env={ENV: "write:1:EIO:.step-00000006.partial"}, ok=False)
     injected(run)
     expect_one_failure(run, 6, ["EIO"])
+    expect_lost_last(run, 6, 4)
     compare_bitwise(straight, run)
     check(check_no_partial(ckpt, run.name) == "step-00000004", f"{run.name}: latest {latest(ckpt)!r}")
-    print("  EIO on the last save: exit 0, latest stays step-00000004, no partial folder")
+    print("  EIO on the last save: exit 3 naming step 4 as the latest good checkpoint, which `latest` "
+          "stays on; the weights saved; no partial folder")
 
     # strata.checkpoint_on_error "stop": the run ends; resume from `latest`.
     def stop_cfg(nvme):
@@ -107,9 +123,24 @@ def case_save_enospc(strata, root):
             print("skipped: cannot mount a tmpfs here (needs root / CAP_SYS_ADMIN)")
             sys.exit(SKIP)
         ckpt = os.path.join(mnt, "ckpt")
-        run = train(strata, root, "full", cfg, 4, ["--checkpoint-dir", ckpt] + EVERY)
-        line = expect_one_failure(run, 4, ["ENOSPC"])
+        run = train(strata, root, "full", cfg, 4, ["--checkpoint-dir", ckpt] + EVERY, ok=False)
+        line = expect_one_failure(run, 4, ["ENOSPC", "--checkpoint-dir"])
+        check("later checkpoints may fail for want of space" in run.result.stderr,
+              f"{run.name}: no warning at start that the kept checkpoints do not fit:\n{tail(run.result.stderr)}")
+        expect_lost_last(run, 4, 2)
         compare_bitwise(straight, run)
         check(check_no_partial(ckpt, run.name) == "step-00000002", f"{run.name}: latest {latest(ckpt)!r}")
         check(listing(ckpt) == ["latest", "step-00000002"], f"{run.name}: the folder holds {listing(ckpt)}")
-        print(f"  a 16 MiB tmpfs: step 2 published, step 4 met ENOSPC, the run went on: {line[:200]}...")
+        print(f"  a 16 MiB tmpfs: warned at start; step 2 published, step 4 met ENOSPC, the run went on "
+              f"and exited 3: {line[:200]}...")
+    mnt = os.path.join(root, "tiny-fs")
+    with tmpfs(mnt, "4m") as mounted:
+        check(mounted, "a second tmpfs could not be mounted")
+        ckpt = os.path.join(mnt, "ckpt")
+        run = train(strata, root, "no-room", cfg, 4, ["--checkpoint-dir", ckpt] + EVERY, ok=False)
+        err = error_text(run.result.stderr)
+        check(run.result.returncode == 1 and ckpt in err and "one checkpoint of this run needs" in err
+              and "step 1" not in run.result.stderr.lower(),
+              f"{run.name}: exit {run.result.returncode}, wanted a refusal at start naming {ckpt}:\n"
+              f"{tail(run.result.stderr)}")
+        print("  a 4 MiB tmpfs: refused at start, naming the folder and what one checkpoint needs")

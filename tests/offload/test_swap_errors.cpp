@@ -230,10 +230,26 @@ TEST_F(SwapErrors, DirectRequiredWhereTheFileSystemHasNone) {
   EXPECT_EQ(std::memcmp(src.data(), dst.data(), src.size()), 0);
 }
 
+// A missing swap folder whose parent exists is made, as DeepSpeed makes nvme_path; one whose
+// parent is missing too is refused, naming it.
+TEST_F(SwapErrors, MissingFolderIsMadeWhenItsParentExists) {
+  TempDir dir;
+  const std::string made = dir.path() + "/made/";
+  {
+    SwapSpace swap(options({made}), *engine_);
+    EXPECT_TRUE(std::filesystem::is_directory(made));
+  }
+  EXPECT_TRUE(std::filesystem::is_directory(made)) << "the folder the user named stays";
+  const std::string what = construction_error(options({dir.path() + "/missing/deeper"}));
+  EXPECT_TRUE(contains(what, dir.path() + "/missing/deeper")) << what;
+  EXPECT_TRUE(contains(what, "does not exist")) << what;
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/missing"));
+}
+
 TEST_F(SwapErrors, BadPathsAreNamed) {
   TempDir dir;
-  std::string what = construction_error(options({dir.path() + "/missing"}));
-  EXPECT_TRUE(contains(what, dir.path() + "/missing")) << what;
+  std::string what = construction_error(options({dir.path() + "/missing/deeper"}));
+  EXPECT_TRUE(contains(what, dir.path() + "/missing/deeper")) << what;
   EXPECT_TRUE(contains(what, "does not exist")) << what;
 
   const std::string file = dir.path() + "/plain";
@@ -245,7 +261,7 @@ TEST_F(SwapErrors, BadPathsAreNamed) {
   EXPECT_TRUE(contains(what, "not a folder")) << what;
 
   // A good path followed by a bad one: the good one's run folder is removed again.
-  what = construction_error(options({dir.path(), dir.path() + "/missing"}));
+  what = construction_error(options({dir.path(), dir.path() + "/missing/deeper"}));
   EXPECT_TRUE(contains(what, "does not exist")) << what;
   EXPECT_EQ(entries_in(dir.path()), 1u) << "only `plain` is left";
 

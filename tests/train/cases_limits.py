@@ -137,8 +137,9 @@ def case_bad_inputs(strata, root):
     c = ds_config(3, "nvme", "none", nvme=None)
     del c["zero_optimization"]["offload_optimizer"]["nvme_path"]
     expect("nvme-without-path", c, TINY, ["nvme_path"])
-    # 2. nvme_path that does not exist.
-    missing = os.path.join(root, "no-such-folder")
+    # 2. nvme_path that does not exist, nor its parent (a missing folder under an existing one is
+    #    made, as DeepSpeed does).
+    missing = os.path.join(root, "no-such-folder", "swap")
     expect("nvme-path-missing", ds_config(3, "nvme", nvme=missing), TINY, [missing])
     # 3. nvme_path that cannot be written. root ignores permission bits, so as root: a read-only
     #    tmpfs (EROFS), and a path under a file (ENOTDIR) in any case.
