@@ -4,7 +4,7 @@
 // strata bench gpt [--preset gpt2 | --model config.json] [--batch 4] [--seq-len 128]
 //                  [--dtype fp32] [--checkpointing] [--steps 5] [--json] [device flags]
 // strata bench attention [--batch 8] [--seq-len 1024] [--heads 12] [--kv-heads 0] [--head-size 64]
-//                        [--dtype bf16] [--steps 10] [--json] [device flags]
+//                        [--dtype bf16] [--decode-past 0] [--steps 10] [--json] [device flags]
 // strata bench nvme [--dir DIR] [--size 1G] [--block-size 128K,1M,8M] [--queue-depth 1,8,32,128]
 //                   [--parallelism 1,2] [--op read,write] [--pattern seq,rand] [--reps 3]
 //                   [--no-fio] [--fio PATH] [--fio-fixedbufs] [--json] [--tune]
@@ -135,6 +135,10 @@ void add_bench_command(CLI::App& app) {
   attn->add_option("--head-size", attn_options->head_size, "head size hs")
       ->check(CLI::PositiveNumber)->capture_default_str();
   attn->add_option("--dtype", attn_options->dtype, "fp32, bf16 or fp16 storage")->capture_default_str();
+  attn->add_option("--decode-past", attn_options->decode_past,
+                   "instead: decoding of 1 new token after this many cached positions, vs a "
+                   "device-to-device copy (0: forward + backward)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
   attn->add_option("--steps", attn_options->steps, "timed runs (median reported)")
       ->check(CLI::PositiveNumber)->capture_default_str();
   attn->add_flag("--json", attn_options->json, "one JSON object on stdout");

@@ -5,7 +5,14 @@
 // (attention_flash_fwd.cu, attention_flash_bwd.cu; the backward shares step 1 below); fp32 and
 // other head sizes (up to 256) take the kernels of this file: flash-attention style too (online
 // softmax, saves the log-sum-exp, no T x T matrix), fp32 arithmetic on fp32 copies of the tiles
-// in shared memory. Decoding always takes this file's forward.
+// in shared memory.
+// Decoding (attention_decode) appends the new keys and values to the caches (kv_append_kernel),
+// then reads everything from the caches with one of (decode_path):
+//   - T_new <= 16: the split-KV kernel of attention_decode.cu (flash-decoding), any dtype, head
+//     size <= 256 with 16-byte head rows;
+//   - longer prefills in bf16 / fp16 at head size 64 / 128: the flash forward with its queries at
+//     positions past, past + 1, ... (flash_attention_decode);
+//   - otherwise (or where a tensor is not 16-byte aligned) this file's forward, below.
 //
 // Forward (attn_fwd_kernel), block = (query tile of kRows queries, head, batch), 8 warps:
 //   - the block's queries are loaded once; then the key/value tiles of kKeys keys that some
@@ -15,8 +22,8 @@
 //     sum and output (online softmax), and every lane adds p_j v_j for the head dims it owns
 //     (d = lane, lane + 32, ...; kDimsPerLane registers per query), p_j broadcast by shuffles;
 //   - at the end out = o / l and lse = max + log(l).
-// Decoding runs the same kernel with the keys and values read from the caches, the queries at
-// absolute positions past, past + 1, ... (query i sees keys [0, past + i]).
+// Decoding's fallback runs the same kernel with the keys and values read from the caches, the
+// queries at absolute positions past, past + 1, ... (query i sees keys [0, past + i]).
 //
 // Backward, deterministic, no atomics, three kernels (dS = P (dP - D), dP = dO V^T):
 //   1. attn_bwd_rowdot_kernel: D[b,h,t] = dout . out (fp32 scratch (B,NH,T), stream-ordered);
@@ -36,6 +43,7 @@
 #include <type_traits>
 
 #include "core/error.h"
+#include "kernels/cuda/attention_decode.h"
 #include "kernels/cuda/attention_flash.h"
 #include "kernels/cuda/common_impl.cuh"
 #include "kernels/cuda/ops.h"
@@ -424,7 +432,25 @@ void launch_fwd(const FwdArgs& a, int B, cudaStream_t stream) {
   });
 }
 
+// The kernels attention_decode takes after the append (ops.h: attention_decode_kernel): the
+// split kernel for a few new tokens, the flash forward over the caches for longer prefills in
+// bf16 / fp16 at head size 64 / 128, the fp32 forward otherwise, or where a tensor is not
+// 16-byte aligned for the kernel that wants it.
+// caches_aligned: k_cache and v_cache are; io_aligned: qkv and out are.
+AttentionDecodeKernel decode_path(DType dtype, int hs, int T_new, bool caches_aligned,
+                                  bool io_aligned) {
+  if (detail::decode_split_supported(dtype, hs, T_new) && caches_aligned)
+    return AttentionDecodeKernel::split_kv;
+  if (detail::flash_supported(dtype, hs) && caches_aligned && io_aligned)
+    return AttentionDecodeKernel::flash_tensor_core;
+  return AttentionDecodeKernel::fp32_cuda_core;
+}
+
 }  // namespace
+
+AttentionDecodeKernel attention_decode_kernel(DType dtype, int hs, int T_new) {
+  return decode_path(dtype, hs, T_new, true, true);
+}
 
 AttentionKernel attention_kernel(DType dtype, int hs) {
   return detail::flash_supported(dtype, hs) ? AttentionKernel::flash_tensor_core
@@ -521,6 +547,23 @@ void attention_decode(void* out, void* k_cache, void* v_cache, const void* qkv, 
         static_cast<E*>(k_cache), static_cast<E*>(v_cache), static_cast<const E*>(qkv), T_new,
         past, max_T, KVC, C, row, n);
     CUDA_CHECK_LAUNCH();
+  });
+  const bool caches_aligned = detail::flash_aligned(k_cache) && detail::flash_aligned(v_cache);
+  const bool io_aligned = detail::flash_aligned(qkv) && detail::flash_aligned(out);
+  switch (decode_path(dtype, hs, T_new, caches_aligned, io_aligned)) {
+    case AttentionDecodeKernel::split_kv:
+      detail::attention_decode_split(out, qkv, k_cache, v_cache, B, T_new, past, max_T, NH, NKV,
+                                     hs, dtype, stream);
+      return;
+    case AttentionDecodeKernel::flash_tensor_core:
+      detail::flash_attention_decode(out, qkv, k_cache, v_cache, B, T_new, past, max_T, NH, NKV,
+                                     hs, dtype, stream);
+      return;
+    case AttentionDecodeKernel::fp32_cuda_core:
+      break;
+  }
+  detail::dispatch_dtype(dtype, [&](auto tag) {
+    using E = typename decltype(tag)::type;
     const std::int64_t kv_batch = static_cast<std::int64_t>(max_T) * KVC;
     const FwdArgs a{qkv,      k_cache,  v_cache, row,     row * T_new,
                     KVC,      kv_batch, out,     nullptr, T_new,

@@ -1,7 +1,8 @@
 #pragma once
 // Internal to kernels/cuda: the tensor-core (FlashAttention-2) attention kernels' launchers,
-// called by attention.cu's attention_fwd / attention_bwd for bf16 and fp16 with head size 64
-// or 128. Shapes and meaning as in kernels/host/attention.h. Includes no CUDA header.
+// called by attention.cu's attention_fwd / attention_bwd / attention_decode for bf16 and fp16
+// with head size 64 or 128. Shapes and meaning as in kernels/host/attention.h. Includes no CUDA
+// header.
 #include <cstdint>
 
 #include "core/dtype.h"
@@ -21,6 +22,13 @@ bool flash_aligned(const void* p);
 // out (B, T, NH hs), lse (B, NH, T) or null, from qkv (B, T, (NH + 2 NKV) hs).
 void flash_attention_fwd(void* out, float* lse, const void* qkv, int B, int T, int NH, int NKV,
                          int hs, DType dtype, cudaStream_t stream);
+
+// Decoding's prefill: out (B, T_new, NH hs) from the queries of qkv (B, T_new, (NH + 2 NKV) hs)
+// and the keys and values at positions [0, past + T_new) of k_cache, v_cache (B, max_T, NKV hs),
+// the new ones already appended; query t (position past + t) sees keys [0, past + t].
+void flash_attention_decode(void* out, const void* qkv, const void* k_cache, const void* v_cache,
+                            int B, int T_new, int past, int max_T, int NH, int NKV, int hs,
+                            DType dtype, cudaStream_t stream);
 
 // dqkv (B, T, (NH + 2 NKV) hs), overwritten; D (B, NH, T) = rowsum(dout * out), computed by the
 // caller. Two kernels: dK/dV per key tile and key/value head, dQ per query tile and head.

@@ -4,13 +4,17 @@
 //
 // Block = (query tile of 64 rows, query head h, batch b), 4 warps, warp w owns query rows
 // 16 w .. 16 w + 15 of the tile. Heaviest tiles (the last queries) are scheduled first.
+// Query i sits at position q_pos0 + i: q_pos0 = 0 for attention_fwd (q, k and v all from qkv);
+// decoding's prefill (flash_attention_decode) reads k and v from the caches and has
+// q_pos0 = past, so query i sees keys [0, past + i].
 //   1. Q tile (64 x hs) -> shared memory (cp.async), rows >= T zero-filled.
 //   2. For each key tile of 64 keys at or before the tile's last query (tiles entirely above the
 //      diagonal are skipped): K and V tiles -> shared memory, double-buffered (the cp.async of
-//      tile t + 1 is issued before the math of tile t); S = Q K^T (16 x 64 per warp, fp32);
-//      x = S scale log2(e), masked to -inf where key > query; online softmax in the base-2
-//      domain: m = max(m, rowmax x), O and the partial row sum l scaled by 2^(m_old - m),
-//      P = 2^(x - m); P rounded to the storage type is the A operand of O += P V.
+//      tile t + 1 is issued before the math of tile t), key rows >= q_pos0 + T zero-filled;
+//      S = Q K^T (16 x 64 per warp, fp32); x = S scale log2(e), masked to -inf where key > the
+//      query's position; online softmax in the base-2 domain: m = max(m, rowmax x), O and the
+//      partial row sum l scaled by 2^(m_old - m), P = 2^(x - m); P rounded to the storage type
+//      is the A operand of O += P V.
 //   3. out = O / l (rows < T), lse = (m ln 2 + ln l) (natural log of the sum of e^(s scale)).
 // Each thread holds two rows (g and g + 8 of its warp's 16) and, per row, 2 of every 8 columns:
 // row max and sum are reduced over the 4 lanes of a quad (shuffles with xor 1 and 2).
@@ -30,11 +34,19 @@ namespace {
 
 using namespace flash;
 
+// Head h of query row t of batch b starts at q + b q_batch + t q_row + h hs (elements); key /
+// value head g of key position j at k (v) + b kv_batch + j kv_row + g hs. attention_fwd: q, k,
+// v point into qkv (rows of (NH + 2 NKV) hs); decoding: k, v are the caches (rows of NKV hs).
 struct FwdArgs {
-  const void* qkv;  // (B, T, row), row = (NH + 2 NKV) hs
-  void* out;        // (B, T, NH hs)
-  float* lse;       // (B, NH, T) or null
-  int T, NH, NKV;
+  const void* q;
+  const void* k;
+  const void* v;
+  std::int64_t q_row, q_batch, kv_row, kv_batch;
+  void* out;         // (B, T, NH hs)
+  float* lse;        // (B, NH, T) or null
+  int T;             // queries per batch
+  int q_pos0;        // absolute position of query 0: query t sees keys [0, q_pos0 + t]
+  int NH, NKV;
   float scale_log2;  // log2(e) / sqrt(hs)
 };
 
@@ -52,30 +64,32 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(FwdArgs a) {
   const int h = blockIdx.y, b = blockIdx.z;
   const int kvh = h / (a.NH / a.NKV);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
-  const std::int64_t row = static_cast<std::int64_t>(a.NH + 2 * a.NKV) * kHs;
-  const T* base = static_cast<const T*>(a.qkv) + static_cast<std::int64_t>(b) * T_ * row;
-  const T* q_src = base + static_cast<std::int64_t>(h) * kHs;
-  const T* k_src = base + static_cast<std::int64_t>(a.NH + kvh) * kHs;
-  const T* v_src = base + static_cast<std::int64_t>(a.NH + a.NKV + kvh) * kHs;
+  const std::int64_t q_col = static_cast<std::int64_t>(h) * kHs;
+  const std::int64_t kv_col = static_cast<std::int64_t>(kvh) * kHs;
+  const T* q_src = static_cast<const T*>(a.q) + b * a.q_batch + q_col;
+  const T* k_src = static_cast<const T*>(a.k) + b * a.kv_batch + kv_col;
+  const T* v_src = static_cast<const T*>(a.v) + b * a.kv_batch + kv_col;
+  const int kv_len = a.q_pos0 + T_;  // keys that exist; rows at or after it are zero-filled
 
   // Stage st of the K/V ring holds key tile t with t % 2 = st.
   const auto load_kv = [&](int t) {
     T* k_s = kv_s + (t % 2) * 2 * kN * kStride;
-    load_rows_async<kN, kHs>(k_s, k_src, row, t * kN, T_);
-    load_rows_async<kN, kHs>(k_s + kN * kStride, v_src, row, t * kN, T_);
+    load_rows_async<kN, kHs>(k_s, k_src, a.kv_row, t * kN, kv_len);
+    load_rows_async<kN, kHs>(k_s + kN * kStride, v_src, a.kv_row, t * kN, kv_len);
     cp_async_commit();
   };
-  load_rows_async<kM, kHs>(q_s, q_src, row, q0, T_);
+  load_rows_async<kM, kHs>(q_s, q_src, a.q_row, q0, T_);
   load_kv(0);
 
-  // This thread's two query rows (absolute positions).
+  // This thread's two query rows (indices into the T queries; positions q_pos0 + r).
   const int r0 = q0 + warp * 16 + g, r1 = r0 + 8;
+  const int p0 = a.q_pos0 + r0, p1 = a.q_pos0 + r1;
   float m0 = -INFINITY, m1 = -INFINITY;  // running max of x, base-2 units
   float l0 = 0.0f, l1 = 0.0f;            // this thread's share of the row sums
   float o[kHs / 8][4];
   zero(o);
 
-  const int key_end = min(q0 + kM, T_);  // the tile's queries see keys [0, key_end)
+  const int key_end = a.q_pos0 + min(q0 + kM, T_);  // the tile's queries see keys [0, key_end)
   const int n_tiles = (key_end + kN - 1) / kN;
   for (int t = 0; t < n_tiles; ++t) {
     const int k0 = t * kN;
@@ -91,15 +105,15 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(FwdArgs a) {
     zero(s);
     mma_abt<T, kN, kHs>(s, q_s + warp * 16 * kStride, k_s);
 
-    // Scale, mask (key > query: -inf), row maxima over the quad.
+    // Scale, mask (key after the query's position: -inf), row maxima over the quad.
     float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
     for (int n = 0; n < kN / 8; ++n) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int key = k0 + n * 8 + 2 * c + (e & 1);
-        const int qr = e < 2 ? r0 : r1;
-        s[n][e] = key <= qr ? s[n][e] * a.scale_log2 : -INFINITY;
+        const int pos = e < 2 ? p0 : p1;
+        s[n][e] = key <= pos ? s[n][e] * a.scale_log2 : -INFINITY;
       }
       mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
       mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
@@ -166,22 +180,54 @@ void launch(const FwdArgs& a, int B, cudaStream_t stream) {
   CUDA_CHECK_LAUNCH();
 }
 
+// Runs the kernel for (dtype, hs) with a's pointers set by make(Tag<E>) (E the storage type).
+template <typename F>
+void run(DType dtype, int hs, int B, cudaStream_t stream, F&& make) {
+  const auto go = [&](auto tag) {
+    using E = typename decltype(tag)::type;
+    const FwdArgs a = make(tag);
+    if (hs == 64) launch<E, 64>(a, B, stream);
+    else launch<E, 128>(a, B, stream);
+  };
+  if (dtype == DType::bf16) go(Tag<__nv_bfloat16>{});
+  else go(Tag<__half>{});
+}
+
+void check_shape(DType dtype, int B, int NH, int NKV, int hs) {
+  STRATA_ASSERT(flash_supported(dtype, hs) && NKV > 0 && NH % NKV == 0);
+  STRATA_ASSERT(B <= kMaxGridYZ && NH <= kMaxGridYZ, "attention: B and NH must be at most 65535");
+}
+
 }  // namespace
 
 bool flash_aligned(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
 void flash_attention_fwd(void* out, float* lse, const void* qkv, int B, int T, int NH, int NKV,
                          int hs, DType dtype, cudaStream_t stream) {
-  STRATA_ASSERT(flash_supported(dtype, hs) && NKV > 0 && NH % NKV == 0);
-  STRATA_ASSERT(B <= kMaxGridYZ && NH <= kMaxGridYZ, "attention: B and NH must be at most 65535");
-  const FwdArgs a{qkv, out, lse, T, NH, NKV, kLog2e / sqrtf(static_cast<float>(hs))};
-  const auto run = [&](auto tag) {
+  check_shape(dtype, B, NH, NKV, hs);
+  const std::int64_t C = static_cast<std::int64_t>(NH) * hs;
+  const std::int64_t KVC = static_cast<std::int64_t>(NKV) * hs;
+  const std::int64_t row = C + 2 * KVC;
+  run(dtype, hs, B, stream, [&](auto tag) {
     using E = typename decltype(tag)::type;
-    if (hs == 64) launch<E, 64>(a, B, stream);
-    else launch<E, 128>(a, B, stream);
-  };
-  if (dtype == DType::bf16) run(Tag<__nv_bfloat16>{});
-  else run(Tag<__half>{});
+    const E* base = static_cast<const E*>(qkv);
+    return FwdArgs{base, base + C, base + C + KVC, row, row * T, row, row * T, out, lse, T, 0,
+                   NH, NKV, kLog2e / sqrtf(static_cast<float>(hs))};
+  });
+}
+
+void flash_attention_decode(void* out, const void* qkv, const void* k_cache, const void* v_cache,
+                            int B, int T_new, int past, int max_T, int NH, int NKV, int hs,
+                            DType dtype, cudaStream_t stream) {
+  check_shape(dtype, B, NH, NKV, hs);
+  STRATA_ASSERT(past >= 0 && past + T_new <= max_T);
+  const std::int64_t C = static_cast<std::int64_t>(NH) * hs;
+  const std::int64_t KVC = static_cast<std::int64_t>(NKV) * hs;
+  const std::int64_t row = C + 2 * KVC;
+  run(dtype, hs, B, stream, [&](auto) {
+    return FwdArgs{qkv, k_cache, v_cache, row, row * T_new, KVC, KVC * max_T, out, nullptr, T_new,
+                   past, NH, NKV, kLog2e / sqrtf(static_cast<float>(hs))};
+  });
 }
 
 }  // namespace strata::kernels::cuda::detail

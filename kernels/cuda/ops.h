@@ -62,7 +62,11 @@ std::uint64_t matmul_unfused_epilogue_count();
 // uses key/value head h / (NH / NKV)). bf16 and fp16 with head size 64 or 128 run on tensor
 // cores (FlashAttention-2: kernels/cuda/attention_flash_*.cu, fp32 accumulation and softmax);
 // fp32 and other head sizes (<= 256) on the fp32 CUDA-core kernels (kernels/cuda/attention.cu).
-// Both backwards are deterministic (no atomics). Decoding always takes the fp32 kernels.
+// Both backwards are deterministic (no atomics). Decoding appends the new keys and values, then
+// for T_new <= 16 runs a split-KV kernel (kernels/cuda/attention_decode.cu: every dtype, head
+// size <= 256 with 16-byte head rows; each cached key/value read once for the query heads that
+// share it, split over the cache length, fp32 softmax; deterministic), for longer prefills the
+// flash forward over the caches (bf16 / fp16, head size 64 / 128) or else the fp32 forward.
 void attention_fwd(void* out, float* lse, const void* qkv, int B, int T, int NH, int NKV, int hs,
                    DType dtype, cudaStream_t stream);
 void attention_bwd(void* dqkv, const void* dout, const void* qkv, const void* out,
@@ -75,6 +79,11 @@ void attention_decode(void* out, void* k_cache, void* v_cache, const void* qkv, 
 // Which kernels attention_fwd / attention_bwd take for (dtype, hs): for tests and benchmarks.
 enum class AttentionKernel { flash_tensor_core, fp32_cuda_core };
 AttentionKernel attention_kernel(DType dtype, int hs);
+// Which kernel attention_decode takes after the append for (dtype, hs, T_new) with 16-byte
+// aligned tensors (cudaMalloc and the arena give 256; misaligned caches, or qkv / out for the
+// flash path, fall back to fp32_cuda_core).
+enum class AttentionDecodeKernel { split_kv, flash_tensor_core, fp32_cuda_core };
+AttentionDecodeKernel attention_decode_kernel(DType dtype, int hs, int T_new);
 
 // Rotary embeddings in place on qkv's q and k: kernels/host/rope.h. inv_freq (hs/2) fp32 in
 // device memory (from kernels::host::rope_inv_freq).

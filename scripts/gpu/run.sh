@@ -37,8 +37,9 @@
 #   machine      bench machine --device cuda and compare --device cuda against it (issue 18)
 #   infer        bench infer, LLaMA-7B shape, resident and streamed from pinned memory (issue 17)
 #   gpt          bench gpt --profile, GPT-2 124M at B 8 x T 1024 bf16, and bench attention
-#   sanitizer    the flash attention tests on their reduced case set (STRATA_ATTENTION_REDUCED=1)
-#                under compute-sanitizer memcheck and racecheck
+#                (training shape, and decoding at B 8 x past 1024 and B 1 x past 4096)
+#   sanitizer    the flash attention tests and the decoding attention test on their reduced case
+#                sets (STRATA_ATTENTION_REDUCED=1) under compute-sanitizer memcheck and racecheck
 #   other_tests  every test binary not labelled cuda (reported)
 # A stage whose JSON lines hold a loss or gradient norm that is not finite (null, NaN, inf) fails,
 # with the losses printed: a kernel that is wrong at real shapes must not report "ok".
@@ -213,7 +214,14 @@ stage_infer() {
 stage_gpt() {
   "$STRATA" bench gpt --preset gpt2 --batch 8 --seq-len 1024 --dtype bf16 --device cuda \
     --python "$(command -v python3)" --profile --json >"$LOGS/gpt.jsonl" 2>"$LOGS/gpt.txt" || return 1
-  "$STRATA" bench attention --device cuda --json >>"$LOGS/gpt.jsonl" 2>>"$LOGS/gpt.txt"
+  {
+    "$STRATA" bench attention --device cuda --json
+    # Decoding (split-KV kernel), GQA 32/8 x 128 bf16: K/V GB/s vs a device-to-device copy.
+    "$STRATA" bench attention --device cuda --batch 8 --decode-past 1024 --heads 32 --kv-heads 8 \
+      --head-size 128 --json
+    "$STRATA" bench attention --device cuda --batch 1 --decode-past 4096 --heads 32 --kv-heads 8 \
+      --head-size 128 --json
+  } >>"$LOGS/gpt.jsonl" 2>>"$LOGS/gpt.txt"
 }
 
 stage_sanitizer() {
@@ -226,6 +234,11 @@ stage_sanitizer() {
       --gtest_filter='AttentionCuda.HeadSize64*:AttentionCuda.HeadSize128*' >"$LOGS/sanitizer_$tool.log" 2>&1
     local rc=$?
     echo "compute-sanitizer $tool: rc=$rc"
+    ((rc == 0)) || tool_failed=1
+    STRATA_ATTENTION_REDUCED=1 "$sanitizer" --tool "$tool" --error-exitcode 9 \
+      "$PKG/bin/test_attention_decode_cuda" >"$LOGS/sanitizer_decode_$tool.log" 2>&1
+    rc=$?
+    echo "compute-sanitizer $tool (decode): rc=$rc"
     ((rc == 0)) || tool_failed=1
   done
   return "$tool_failed"

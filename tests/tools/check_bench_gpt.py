@@ -5,7 +5,8 @@ Checks exit 0 and one JSON object with the documented fields, positive times and
 ratio equal to tflops / gemm_tflops; the --profile table: every op kind of the GPT step once,
 with positive counts and times that add up to no more than the profiled step; then that a
 sequence longer than n_positions is refused with a message naming it. Then `strata bench
-attention` small (GQA 4/2): its fields, positive times, and its ratio.
+attention` small (GQA 4/2): its fields, positive times, and its ratio; the same for its
+decoding mode (--decode-past), with the key/value bytes it counts.
 
 Usage: check_bench_gpt.py STRATA
 """
@@ -68,6 +69,18 @@ def main():
     for key in ("fwd_ms", "bwd_ms", "tflops", "fwd_tflops", "bwd_tflops", "gemm_tflops"):
         assert a[key] > 0, f"{key} = {a[key]}"
     assert abs(a["ratio_to_gemm"] - a["tflops"] / a["gemm_tflops"]) < 1e-9 * max(1, a["ratio_to_gemm"])
+
+    dec = subprocess.run([strata, "bench", "attention", "--device", "host", "--batch", "2",
+                          "--decode-past", "100", "--heads", "4", "--kv-heads", "2", "--steps", "1",
+                          "--json"], capture_output=True, text=True, timeout=120)
+    assert dec.returncode == 0, (dec.stdout, dec.stderr)
+    d = json.loads([l for l in dec.stdout.splitlines() if l.strip()][-1])
+    assert d["decode_past"] == 100 and d["kv_heads"] == 2 and d["batch"] == 2, d
+    # Both caches (B 2), every position (100 cached + the new one), 2 heads of 64, bf16.
+    assert d["kv_bytes"] == 2 * 2 * 101 * 2 * 64 * 2, d
+    for key in ("decode_ms", "kv_gbps", "copy_gbps"):
+        assert d[key] > 0, f"{key} = {d[key]}"
+    assert abs(d["ratio_to_copy"] - d["kv_gbps"] / d["copy_gbps"]) < 1e-9 * max(1, d["ratio_to_copy"])
     print("ok:", lines[0])
     return 0
 

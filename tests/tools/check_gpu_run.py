@@ -135,6 +135,7 @@ def make_package(folder, carry_lib=True):
     executable(os.path.join(folder, "bin", "test_bad_cuda"), "#!/bin/sh\necho one failed\nexit 1\n")
     executable(os.path.join(folder, "bin", "test_skip_cuda"), "#!/bin/sh\necho '[  SKIPPED ] A.B'\n")
     executable(os.path.join(folder, "bin", "test_attention_cuda"), ATTENTION_TEST)
+    executable(os.path.join(folder, "bin", "test_attention_decode_cuda"), ATTENTION_TEST)
     compile_elf(folder, os.path.join(folder, "lib"), carry_lib)
     with open(os.path.join(folder, "cuda_tests.txt"), "w") as f:
         f.write("test_hang_cuda\ntest_good_cuda\ntest_bad_cuda\ntest_skip_cuda\ntest_elf_cuda\n")
@@ -193,12 +194,13 @@ def main():
             fail(f"$OUT holds {files}, wanted logs.tar.gz, results.jsonl and summary.txt", run)
         summary = read(os.path.join(out, "summary.txt"))
         first = summary.splitlines()[0] if summary else ""
-        if first != "ldd: 7 binaries, every library found":
+        if first != "ldd: 8 binaries, every library found":
             fail(f"the summary's first line is {first!r}, wanted the ldd check finding every library", run)
         for want in ("cuda_tests: failed", "test_hang_cuda: timed out after 2 s", "test_good_cuda: rc=0",
                      "test_elf_cuda: rc=0", "failed: test_hang_cuda test_bad_cuda test_skip_cuda",
                      "cuBLASLt declined epilogues: 1", "sanitizer: ok", "compute-sanitizer memcheck: rc=0",
-                     "compute-sanitizer racecheck: rc=0", "xl_trace: ok", "xl_step: ok",
+                     "compute-sanitizer racecheck: rc=0", "compute-sanitizer racecheck (decode): rc=0",
+                     "xl_trace: ok", "xl_step: ok",
                      "small_step: ok", "ready in 1.25 s", "median occupancy (phases 2..): 0.9",
                      "loss 3.25, grad_norm 0.5, speculative {'updates': 50, 'redone': 0}", "done in"):
             if want not in summary:

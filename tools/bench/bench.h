@@ -107,14 +107,16 @@ struct GptBenchOptions {
 void bench_gpt(const GptBenchOptions& options);  // bench_gpt.cpp
 
 // `strata bench attention`: the causal attention op, forward + backward, at one shape on a
-// device, against a GEMM of the same FLOPs measured in the same run.
+// device, against a GEMM of the same FLOPs measured in the same run; with --decode-past P,
+// decoding one token after P cached positions instead, against a device-to-device copy.
 struct AttentionBenchOptions {
   int batch = 8;
-  int seq_len = 1024;
+  int seq_len = 1024;            // T (ignored with decode_past)
   int heads = 12;                // NH, query heads
   int kv_heads = 0;              // NKV; 0 = heads (multi-head attention)
   int head_size = 64;
   std::string dtype = "bf16";    // fp32, bf16 or fp16
+  int decode_past = 0;           // > 0: attention_decode of 1 new token after this many positions
   int steps = 10;                // timed runs after one warm-up; the median is reported
   bool json = false;
   DeviceFlags device;            // --device, --device-memory, --config

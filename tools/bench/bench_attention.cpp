@@ -9,6 +9,13 @@
 // The limit: matmul_fwd (cuBLAS on CUDA) of (B T, NH hs) x (NH hs, OC), OC chosen so that it has
 // the fwd + bwd FLOPs, on the same stream; ratio = attention TFLOPS / GEMM TFLOPS.
 // Times: medians of --steps after one warm-up, each op synchronized on its own.
+//
+// --decode-past P (bench_decode): attention_decode of one new token per row after P cached
+// positions (B rows), the step a served model takes per layer. It is a pass over the caches:
+// the rate is the key/value bytes it must read, 2 B (P + 1) NKV hs bytes-per-element, per
+// second; the limit is a device-to-device copy of as many bytes on the same stream (stream
+// copy_async), counted as read + written bytes per second, the device's usable memory
+// bandwidth; ratio = decode GB/s / copy GB/s. Small shapes are launch-bound, not bandwidth-bound.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -50,6 +57,74 @@ double time_op(runtime::device::Stream& stream, int reps, F&& f) {
   return median(s);
 }
 
+void bench_decode(const AttentionBenchOptions& o, DType dtype, int NKV) {
+  const int B = o.batch, past = o.decode_past, NH = o.heads, hs = o.head_size, max_T = past + 1;
+  const std::uint64_t es = dtype_size(dtype);
+  const std::uint64_t row = static_cast<std::uint64_t>(NH + 2 * NKV) * static_cast<std::uint64_t>(hs);
+  const std::uint64_t C = static_cast<std::uint64_t>(NH) * static_cast<std::uint64_t>(hs);
+  const std::uint64_t cache_bytes =
+      static_cast<std::uint64_t>(B) * max_T * NKV * static_cast<std::uint64_t>(hs) * es;  // each
+  const std::uint64_t kv_read = 2 * cache_bytes;  // every position of both caches, once
+  runtime::device::DeviceOptions device_options = resolve_device_options(o.device);
+  if (o.device.device_memory.empty())
+    device_options.memory_bytes = 2 * cache_bytes + 2 * kv_read + B * (row + C) * es + (64ull << 20);
+  auto device = runtime::device::Device::create(device_options);
+  auto stream = device->create_stream("compute");
+  std::fprintf(stderr, "strata bench attention: decoding B=%d past=%d NH=%d NKV=%d hs=%d %s on %s\n",
+               B, past, NH, NKV, hs, std::string(dtype_name(dtype)).c_str(), device->name().c_str());
+
+  double decode_s = 0, copy_s = 0;
+  {
+    runtime::device::DeviceBuffer qkv = device->allocate(B * row * es, "qkv");
+    runtime::device::DeviceBuffer out = device->allocate(B * C * es, "out");
+    runtime::device::DeviceBuffer k_cache = device->allocate(cache_bytes, "k cache");
+    runtime::device::DeviceBuffer v_cache = device->allocate(cache_bytes, "v cache");
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+    std::vector<float> f(B * row);
+    for (float& x : f) x = dist(rng);
+    std::vector<unsigned char> host_qkv(f.size() * es);
+    convert(f.data(), DType::f32, host_qkv.data(), dtype, f.size());
+    stream->copy_async(qkv.data(), host_qkv.data(), host_qkv.size());
+    stream->memset_async(k_cache.data(), 0, cache_bytes);  // any values will do
+    stream->memset_async(v_cache.data(), 0, cache_bytes);
+    stream->synchronize();
+    decode_s = time_op(*stream, o.steps, [&] {
+      runtime::ops::attention_decode(*stream, out.data(), k_cache.data(), v_cache.data(), qkv.data(),
+                                     B, 1, past, max_T, NH, NKV, hs, dtype);
+    });
+  }
+  {
+    runtime::device::DeviceBuffer src = device->allocate(kv_read, "copy source");
+    runtime::device::DeviceBuffer dst = device->allocate(kv_read, "copy destination");
+    stream->memset_async(src.data(), 0, kv_read);
+    copy_s = time_op(*stream, o.steps, [&] { stream->copy_async(dst.data(), src.data(), kv_read); });
+  }
+  const double gbps = static_cast<double>(kv_read) / decode_s / 1e9;
+  const double copy_gbps = 2.0 * static_cast<double>(kv_read) / copy_s / 1e9;
+  if (o.json) {
+    nlohmann::ordered_json j;
+    j["device"] = device->name();
+    j["dtype"] = std::string(dtype_name(dtype));
+    j["batch"] = B;
+    j["decode_past"] = past;
+    j["heads"] = NH;
+    j["kv_heads"] = NKV;
+    j["head_size"] = hs;
+    j["decode_ms"] = decode_s * 1e3;
+    j["kv_bytes"] = kv_read;
+    j["kv_gbps"] = gbps;
+    j["copy_gbps"] = copy_gbps;
+    j["ratio_to_copy"] = gbps / copy_gbps;
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("attention decode %.3f ms: %.4g GB/s of keys and values (%.4g MB); a "
+                "device-to-device copy of as many bytes %.4g GB/s (read + write); ratio %.3g\n",
+                decode_s * 1e3, gbps, static_cast<double>(kv_read) / 1e6, copy_gbps,
+                gbps / copy_gbps);
+  }
+}
+
 }  // namespace
 
 void bench_attention(const AttentionBenchOptions& o) {
@@ -59,6 +134,10 @@ void bench_attention(const AttentionBenchOptions& o) {
   if (NH % NKV != 0)
     throw Error("--heads (" + std::to_string(NH) + ") must be a multiple of --kv-heads (" +
                 std::to_string(NKV) + ")");
+  if (o.decode_past > 0) {
+    bench_decode(o, dtype, NKV);
+    return;
+  }
   const std::uint64_t es = dtype_size(dtype);
   const std::uint64_t BT = static_cast<std::uint64_t>(B) * static_cast<std::uint64_t>(T);
   const std::uint64_t row = static_cast<std::uint64_t>(NH + 2 * NKV) * static_cast<std::uint64_t>(hs);
