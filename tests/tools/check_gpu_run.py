@@ -224,15 +224,15 @@ def main():
 
         # 2. A bench that hangs: stopped at its cap; the next stage skipped for want of time.
         out = os.path.join(folder, "out2")
-        budget = 24  # 15 s of it kept for packing: 9 s for the stages
+        budget = 40  # 15 s of it kept for packing: 25 s for the stages (a loaded CI machine is slow)
         run, took = run_plan(repo, package, out, {
             "BUDGET_S": str(budget), "FAKE_BENCH_SLEEP": "600",
             "STAGES": "xl_trace xl_step small_step",
-            "LIMITS": "xl_trace=1:20 xl_step=2:4 small_step=8:20"}, 90)
+            "LIMITS": "xl_trace=1:20 xl_step=2:4 small_step=30:20"}, 90)
         summary = read(os.path.join(out, "summary.txt"))
         if run.returncode != 1 or "xl_step: timed out" not in summary or "xl_trace: ok" not in summary:
             fail(f"exit {run.returncode}; wanted 1, xl_trace ok and xl_step timed out:\n{summary}", run)
-        if "small_step: skipped" not in summary or "it needs 8" not in summary:
+        if "small_step: skipped" not in summary or "it needs 30" not in summary:
             fail(f"small_step was not skipped for want of time:\n{summary}", run)
         stopped = [json.loads(line) for line in read(os.path.join(out, "results.jsonl")).splitlines()]
         if [r.get("stopped") for r in stopped] != [True]:
