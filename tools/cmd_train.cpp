@@ -16,6 +16,7 @@
 #include "tools/auto_config.h"
 #include "tools/commands.h"
 #include "tools/device_flags.h"
+#include "tools/training_flags.h"
 #include "train/trainer.h"
 
 namespace strata::tools {
@@ -42,6 +43,8 @@ void add_train_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("train", "train a GPT-2 or LLaMA-family model with ZeRO stages 1-3 and "
                                               "states tiered over device, pinned host and NVMe");
   add_device_flags(*cmd, *device);
+  // --set and the training values; runtime/config resolves them (docs/config.md, "Resolution").
+  add_training_flags(*cmd, o->overrides, o->flags);
   cmd->add_option("--model", o->model_path,
                   "a Hugging Face model folder (config.json; its weights, when present, are the initial weights) or "
                   "a config.json: GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM");
