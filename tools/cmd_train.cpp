@@ -96,8 +96,8 @@ void add_train_command(CLI::App& app) {
     o->config_path = device->config_path;
     o->device_kind = device->device;
     o->device_memory_bytes = device_memory_bytes(*device);
-    if (wants_auto_placement(o->config_path)) {
-      o->config_json = auto_config(*o, *device, *profile_path);
+    if (wants_auto_placement(o->config_path, o->overrides)) {
+      auto_config(*o, *device, *profile_path);
     } else if (!profile_path->empty()) {
       throw Error("--profile is for --config auto", "--profile",
                   "drop it, or give --config auto (or a config whose zero_optimization is \"auto\")");
