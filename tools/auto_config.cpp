@@ -20,7 +20,26 @@ using Json = nlohmann::json;
 
 bool is_auto(const Json& j) { return j.is_string() && j.get<std::string>() == "auto"; }
 
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+// An override that leaves a placement key to strata: zero_optimization=auto,
+// zero_optimization.stage=auto, zero_optimization.offload_{param,optimizer}.device=auto.
+bool asks_auto_placement(std::string_view text) {
+  const std::size_t eq = text.find('=');
+  if (eq == std::string_view::npos) return false;
+  const std::string_view key = trim(text.substr(0, eq));
+  const std::string_view value = trim(text.substr(eq + 1));
+  if (value != "auto" && value != "\"auto\"") return false;
+  return key == "zero_optimization" || key == "zero_optimization.stage" ||
+         key == "zero_optimization.offload_param.device" || key == "zero_optimization.offload_optimizer.device";
+}
+
 Json read_json(const std::string& path) {
+  if (path == "auto") return Json::object();
   std::ifstream in(path);
   if (!in) throw Error("cannot read the config file", path, "check the path");
   std::stringstream text;
@@ -54,29 +73,64 @@ bool strip_auto_placement(Json& config) {
   return found;
 }
 
+// The config the run gets: `base` (the file with the overrides and the batch flags) with the
+// pick's placement and batch sizes. Its other "auto"s stay for the run to resolve, and to list in
+// its table of where each value came from.
+runtime::config::Config picked_config(runtime::config::Config base, const runtime::config::Config& pick) {
+  runtime::config::ZeroConfig& z = base.zero_optimization;
+  const runtime::config::ZeroConfig& p = pick.zero_optimization;
+  z.stage = p.stage;
+  z.offload_param.device = p.offload_param.device;
+  z.offload_param.nvme_path = p.offload_param.nvme_path;
+  z.offload_param.buffer_count = p.offload_param.buffer_count;
+  z.offload_optimizer.device = p.offload_optimizer.device;
+  z.offload_optimizer.nvme_path = p.offload_optimizer.nvme_path;
+  z.offload_optimizer.buffer_count = p.offload_optimizer.buffer_count;
+  z.offload_optimizer.ratio = p.offload_optimizer.ratio;
+  base.train_batch_size = pick.train_batch_size;
+  base.train_micro_batch_size_per_gpu = pick.train_micro_batch_size_per_gpu;
+  base.gradient_accumulation_steps = pick.gradient_accumulation_steps;
+  return base;
+}
+
 }  // namespace
 
-bool wants_auto_placement(const std::string& config_path) {
+bool wants_auto_placement(const std::string& config_path, const std::vector<std::string>& overrides) {
   if (config_path == "auto") return true;
+  for (const std::string& o : overrides) {
+    if (asks_auto_placement(o)) return true;
+  }
   if (config_path.empty()) return false;
   Json j = read_json(config_path);
   return strip_auto_placement(j);
 }
 
-std::string auto_config(const train::TrainOptions& o, const DeviceFlags& device, const std::string& profile_path) {
+void auto_config(train::TrainOptions& o, const DeviceFlags& device, const std::string& profile_path) {
   const models::ModelSpecPtr model = models::model_from_flags(o.model_path, o.preset);
-  Json base = Json::object();
-  if (o.config_path != "auto") {
-    base = read_json(o.config_path);
-    strip_auto_placement(base);
+  // The file without its "auto" placement keys, then the overrides that do not ask for one,
+  // parsed with every check a file gets (an override naming an unknown key is an error).
+  Json file = read_json(o.config_path);
+  strip_auto_placement(file);
+  std::vector<std::string> overrides;
+  for (const std::string& text : o.overrides) {
+    if (!asks_auto_placement(text)) overrides.push_back(text);
   }
-  if (!base.contains("optimizer")) base["optimizer"] = {{"type", "AdamW"}, {"params", {{"lr", 1e-3}}}};
+  runtime::config::Config base =
+      runtime::config::parse_config(file.dump(), o.config_path == "auto" ? "--config auto" : o.config_path, overrides)
+          .config;
+  // The batch flags replace the config's values, as in any run; the global batch they and the
+  // config fix is what the pick keeps.
+  if (o.flags.micro_batch) base.train_micro_batch_size_per_gpu = *o.flags.micro_batch;
+  if (o.flags.grad_accum) base.gradient_accumulation_steps = *o.flags.grad_accum;
+  o.flags.micro_batch.reset();
+  o.flags.grad_accum.reset();
+
   EstimateFlags flags;
   flags.model_path = o.model_path;
   flags.preset = o.preset;
   flags.device = device;
   flags.device.config_path.clear();
-  flags.config_json = base.dump();
+  flags.config_json = runtime::config::config_to_json(base);
   flags.world = runtime::launch::detect_launch().world;
   flags.seq_len = o.seq_len;
   flags.activation_checkpointing = o.activation_checkpointing;
@@ -89,9 +143,10 @@ std::string auto_config(const train::TrainOptions& o, const DeviceFlags& device,
                                                                    : z.offload_param.nvme_path.front();
   const Recommendation r = recommend(in, nvme);
   if (runtime::launch::detect_launch().rank == 0) {
-    std::fprintf(stderr, "strata train --config auto: %s\n", r.why.c_str());
+    std::fprintf(stderr, "strata train --config auto: %s\nstrata train --config auto: %s\n", r.why.c_str(),
+                 r.batch_why.c_str());
   }
-  return runtime::config::config_to_json(r.config);
+  o.config_json = runtime::config::config_to_json(picked_config(base, r.config));
 }
 
 }  // namespace strata::tools

@@ -126,12 +126,13 @@ void print_recommendation(const EstimateInputs& in, const Recommendation& r, boo
     j["considered"] = r.considered;
     j["fitting"] = r.fitting.size();
     j["why"] = r.why;
+    j["batch_why"] = r.batch_why;
     j["config"] = keys;
     std::printf("%s\n", nlohmann::json{{"recommended", j}}.dump().c_str());
     return;
   }
-  std::printf("\nrecommended: %s\n  %s\n  config keys: %s\n", r.pick.label().c_str(), r.why.c_str(),
-              keys.dump().c_str());
+  std::printf("\nrecommended: %s\n  %s\n  %s\n  config keys: %s\n", r.pick.label().c_str(), r.why.c_str(),
+              r.batch_why.c_str(), keys.dump().c_str());
   for (std::size_t i = 1; i < r.fitting.size() && i < 5; ++i) {
     const Candidate& c = r.fitting[i];
     std::printf("  then: %s%s\n", c.label().c_str(),

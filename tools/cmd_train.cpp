@@ -18,6 +18,7 @@
 #include "tools/auto_config.h"
 #include "tools/commands.h"
 #include "tools/device_flags.h"
+#include "tools/training_flags.h"
 #include "train/checkpointing.h"
 #include "train/trainer.h"
 
@@ -45,6 +46,8 @@ void add_train_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("train", "train a GPT-2 or LLaMA-family model with ZeRO stages 1-3 and "
                                               "states tiered over device, pinned host and NVMe");
   add_device_flags(*cmd, *device);
+  // --set and the training values; runtime/config resolves them (docs/config.md, "Resolution").
+  add_training_flags(*cmd, o->overrides, o->flags);
   cmd->add_option("--model", o->model_path,
                   "a Hugging Face model folder (config.json; its weights, when present, are the initial weights) or "
                   "a config.json: GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM");
@@ -99,8 +102,8 @@ void add_train_command(CLI::App& app) {
     o->config_path = device->config_path;
     o->device_kind = device->device;
     o->device_memory_bytes = device_memory_bytes(*device);
-    if (wants_auto_placement(o->config_path)) {
-      o->config_json = auto_config(*o, *device, *profile_path);
+    if (wants_auto_placement(o->config_path, o->overrides)) {
+      auto_config(*o, *device, *profile_path);
     } else if (!profile_path->empty()) {
       throw Error("--profile is for --config auto", "--profile",
                   "drop it, or give --config auto (or a config whose zero_optimization is \"auto\")");

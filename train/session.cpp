@@ -29,13 +29,15 @@ models::TokenData load_data(const TrainOptions& o) {
   throw Error("no training data was given", "--data", "give --data tokens.bin (llm.c format) or --text FILE");
 }
 
-void check_optimizer(const runtime::config::Config& config) {
+// Resolution fills every "auto" of a training run (flags, HF's defaults, the model's hidden size,
+// --steps); one left is a bug of that code, said plainly rather than run with a guess.
+void check_resolved(const runtime::config::Config& config) {
   const std::vector<std::string> unresolved = runtime::config::unresolved_auto_keys(config);
   if (!unresolved.empty()) {
     std::string keys;
     for (const std::string& k : unresolved) keys += (keys.empty() ? "" : ", ") + k;
     throw Error("these config values are still \"auto\": " + keys, unresolved.front(),
-                "strata train has no outer framework to fill them in: give numbers");
+                "give numbers for them (in the file or with --set)");
   }
 }
 
@@ -84,19 +86,25 @@ std::unique_ptr<Session> make_session(const TrainOptions& o) {
   s.launch = runtime::launch::detect_launch();
   s.spec = models::model_from_flags(o.model_path, o.preset);
   const runtime::config::ParsedConfig parsed =
-      o.config_json.empty() ? runtime::config::load_config_file(o.config_path)
+      o.config_json.empty() ? runtime::config::load_config_file(o.config_path, o.overrides)
                             : runtime::config::parse_config(o.config_json, o.config_path);
+  // Every "auto" as Hugging Face's Trainer fills it: the flags, else HF's defaults (config.h).
   runtime::config::ResolveInputs resolve_inputs;
   resolve_inputs.world_size = static_cast<std::uint32_t>(s.launch.world);
   resolve_inputs.hidden_size = static_cast<std::uint64_t>(s.spec->hidden_size());
-  s.config = runtime::config::resolve_config(parsed.config, resolve_inputs);
+  resolve_inputs.training = true;
+  resolve_inputs.flags = o.flags;
+  resolve_inputs.flags.steps = o.steps;
+  const runtime::config::Resolution resolution = runtime::config::resolve_config_explained(parsed.config, resolve_inputs);
+  s.config = resolution.config;
   runtime::config::Config& config = s.config;
-  if (!config.optimizer) {
-    log::warn("the config has no optimizer section: AdamW with DeepSpeed's defaults (lr 1e-3)");
-    config.optimizer = runtime::config::OptimizerConfig{};
-  }
-  check_optimizer(config);
+  check_resolved(config);
   s.rank0 = s.launch.rank == 0;
+  if (s.rank0) {
+    for (const std::string& note : resolution.notes) log::info("config: {}", note);
+    const std::string table = runtime::config::resolution_table(resolution.autos);
+    if (!table.empty()) std::fprintf(stderr, "%s", table.c_str());
+  }
 
   // Device, with the tracer (busy-time accounting always on, spans kept for the trace file:
   // --trace, else strata.trace).

@@ -6,12 +6,20 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
+
+#include "runtime/config/config.h"
 
 namespace strata::train {
 
 struct TrainOptions {
   std::string config_path;        // --config ds.json (required)
-  std::string config_json;        // the config's text instead of config_path's (--config auto's pick)
+  std::string config_json;        // the config's text instead of config_path's (--config auto's pick,
+                                  // with `overrides` applied already)
+  std::vector<std::string> overrides;  // --set key.path=value, applied to the file before parsing
+  // --lr, --micro-batch, --grad-accum, --clip, --warmup-steps: they replace their config keys'
+  // values ("auto" or not); run_training adds `steps` for an "auto" total_num_steps.
+  runtime::config::TrainingFlags flags;
   std::string device_kind;        // --device auto|host|cuda; "" = strata.device
   std::optional<std::uint64_t> device_memory_bytes;  // --device-memory; nullopt = strata.device_memory
   std::string model_path;         // --model DIR (HF model folder: config.json, weights if any) or config.json

@@ -7,7 +7,10 @@
 //   load_config_file(path, overrides)  read the file, apply "key.path=value" overrides, parse,
 //                                      validate -> ParsedConfig (config + warnings)
 //   resolve_config(config, inputs)     fill what depends on the run: batch sizes from the world
-//                                      size, "auto" bucket sizes from the model, machine defaults
+//                                      size, "auto" bucket sizes from the model, machine defaults,
+//                                      and (training) the other "auto"s from the flags or HF's
+//                                      defaults; resolve_config_explained() also says where
+//                                      each "auto" came from
 //   config_to_json(config)             pretty JSON with every key; log_config() prints it at start
 //
 // Every failure is a strata::Error whose where() is the JSON key path
@@ -57,6 +60,7 @@ enum class DeviceKind { kAuto, kHost, kCuda };                       // "auto" |
 enum class IoBackend { kAuto, kIoUring, kThreads };          // "auto" | "io_uring" | "threads"
 enum class DirectIoMode { kAuto, kRequire, kOff };           // "auto" | "require" | "off"
 enum class CheckpointOnError { kContinue, kStop };           // "continue" | "stop"
+enum class GradAccumDtype { kFp32, kBf16, kFp16 };           // "fp32" | "bf16" | "fp16"
 
 // The spelling used in config files and in the printed config.
 std::string_view to_string(OffloadDevice value);
@@ -67,6 +71,7 @@ std::string_view to_string(DeviceKind value);
 std::string_view to_string(IoBackend value);
 std::string_view to_string(DirectIoMode value);
 std::string_view to_string(CheckpointOnError value);
+std::string_view to_string(GradAccumDtype value);
 
 // ---- DeepSpeed sections ------------------------------------------------------------------
 
@@ -164,6 +169,14 @@ struct AioConfig {
   bool operator==(const AioConfig&) const = default;
 };
 
+// data_types: DeepSpeed's grad_accum_dtype. strata accumulates gradients in fp32 (4 bytes an
+// element of each rank's gradient shard); bf16 and fp16 are read so that the error can say so
+// (validate_config refuses them rather than run something other than what the file asks).
+struct DataTypesConfig {
+  GradAccumDtype grad_accum_dtype = GradAccumDtype::kFp32;
+  bool operator==(const DataTypesConfig&) const = default;
+};
+
 // ---- strata's own section ----------------------------------------------------------------
 
 // The host backend's device arena when strata.device_memory is 0: small on purpose, to act
@@ -212,6 +225,7 @@ struct Config {
   std::optional<SchedulerConfig> scheduler;  // nullopt = constant learning rate
   ZeroConfig zero_optimization;
   AioConfig aio;
+  DataTypesConfig data_types;
   StrataConfig strata;
   bool operator==(const Config&) const = default;
 };
@@ -250,25 +264,92 @@ ParsedConfig load_config_file(const std::string& path, std::span<const std::stri
 // the findings that are only warnings (not logged here).
 std::vector<ConfigWarning> validate_config(const Config& config);
 
+// The values a training command's flags give for config keys (`strata train`, `strata config`);
+// nullopt = the flag was not given. Hugging Face's Trainer fills a DeepSpeed config's "auto"
+// values from its TrainingArguments the same way (docs/config.md, "Resolution").
+struct TrainingFlags {
+  std::optional<double> lr;                     // --lr: optimizer.params.lr (and warmup_max_lr)
+  std::optional<std::uint64_t> micro_batch;     // --micro-batch: train_micro_batch_size_per_gpu
+  std::optional<std::uint64_t> grad_accum;      // --grad-accum: gradient_accumulation_steps
+  std::optional<double> clip;                   // --clip: gradient_clipping
+  std::optional<std::uint64_t> warmup_steps;    // --warmup-steps: scheduler.params.warmup_num_steps
+  std::optional<std::uint64_t> steps;           // --steps: an "auto" scheduler.params.total_num_steps
+};
+
+// HF TrainingArguments' defaults, which an "auto" takes when no flag gives it (training runs).
+inline constexpr double kHfLearningRate = 5e-5;
+inline constexpr double kHfAdamBeta1 = 0.9;
+inline constexpr double kHfAdamBeta2 = 0.999;
+inline constexpr double kHfAdamEpsilon = 1e-8;
+inline constexpr double kHfWeightDecay = 0.0;
+inline constexpr double kHfMaxGradNorm = 1.0;
+inline constexpr std::uint64_t kHfMicroBatch = 8;  // per_device_train_batch_size
+inline constexpr std::uint64_t kHfGradAccum = 1;
+// HF's warmup_steps is 0; DeepSpeed's schedulers warm up over max(2, warmup_num_steps) steps, so
+// 0 and 1 run alike, and strata (like current DeepSpeed) refuses 0: an "auto" takes 1.
+inline constexpr std::uint64_t kHfWarmupSteps = 1;
+
 struct ResolveInputs {
   std::uint32_t world_size = 1;                    // data-parallel ranks
   std::optional<std::uint64_t> hidden_size;        // model width: resolves "auto" bucket sizes
   std::optional<std::uint64_t> host_memory_bytes;  // default: this machine's physical memory
   std::optional<std::uint32_t> cpu_count;          // default: CPUs in this process's affinity mask
+  // Resolve as a training run does (strata train, strata config): every "auto" the Trainer fills
+  // takes `flags` or else HF's default (above), and a config without an optimizer section gets
+  // AdamW with DeepSpeed's defaults. false (the estimate, inference, tests): those stay "auto".
+  bool training = false;
+  TrainingFlags flags;  // applied whenever given, training or not
+};
+
+// One key that was "auto" and what it became: {"optimizer.params.lr", "5e-05",
+// "default (HF Trainer)"}. Sources: "flag --lr", "default (HF Trainer)", "model hidden size 768",
+// "--steps", "= optimizer.params.lr", "train_batch_size 32 / (accumulation 2 x world 4)".
+struct ResolvedKey {
+  std::string key;
+  std::string value;
+  std::string source;
+  bool operator==(const ResolvedKey&) const = default;
+};
+
+struct Resolution {
+  Config config;
+  std::vector<ResolvedKey> autos;  // every key that was "auto" and now has a value, in key order
+  // A flag that replaced a different value of the config, a section added: one sentence each.
+  std::vector<std::string> notes;
 };
 
 // Returns `config` with what depends on the run filled in, then validated:
+//  - flags (inputs.flags) replace their keys' values, "auto" or not (a different concrete value
+//    is named in a note); --lr also sets a WarmupLR / WarmupDecayLR warmup_max_lr; --steps fills
+//    only an "auto" total_num_steps;
 //  - batch sizes: "auto" counts as absent; the missing ones follow from
 //    train_batch_size = train_micro_batch_size_per_gpu * gradient_accumulation_steps * world
-//    (Error when they disagree, do not divide evenly, or neither batch size is given);
+//    (Error when they disagree, do not divide evenly, or neither batch size is given; a training
+//    resolution with one of them "auto" takes the micro-batch kHfMicroBatch instead);
 //  - with hidden_size h, "auto" reduce_bucket_size = h*h, stage3_prefetch_bucket_size =
 //    0.9*h*h and stage3_param_persistence_threshold = 10*h (the Hugging Face rule);
+//  - inputs.training: the other "auto"s (clipping, lr, betas, eps, weight decay, scheduler
+//    values, fp16/bf16 enabled) take HF TrainingArguments' defaults; total_num_steps without
+//    --steps and bucket sizes without hidden_size stay "auto";
 //  - strata.device_memory 0 with device "host" -> kHostDeviceDefaultMemoryBytes (for "cuda"
 //    and "auto" it stays 0: the backend decides once the device is known);
 //  - strata.pinned_memory 0 -> host memory / kPinnedMemoryDefaultDivisor;
 //  - strata.cpu_threads 0 -> cpu count.
-// Other "auto" values (lr, betas, ...) stay "auto": see unresolved_auto_keys().
+// What is left "auto": see unresolved_auto_keys().
+Resolution resolve_config_explained(const Config& config, const ResolveInputs& inputs);
+
+// resolve_config_explained(config, inputs).config.
 Config resolve_config(const Config& config, const ResolveInputs& inputs);
+
+// The resolved "auto" values as one table (key, value, source), a header line first; "" when
+// there are none. strata train logs it at start, strata config prints it on stderr.
+std::string resolution_table(const std::vector<ResolvedKey>& autos);
+
+// JSON text with "key.path=value" overrides applied as parse_config() applies them (nothing is
+// parsed or validated beyond that), for a caller that edits the JSON before parsing it (the
+// automatic placement). Throws strata::Error for malformed JSON or a malformed override.
+std::string apply_config_overrides(std::string_view json_text, std::string_view source,
+                                   std::span<const std::string> overrides);
 
 // The key paths whose value is still "auto", e.g. {"optimizer.params.lr"}.
 std::vector<std::string> unresolved_auto_keys(const Config& config);

@@ -203,6 +203,11 @@ inline constexpr auto kAioFields = std::tuple{
     field("overlap_events", &AioConfig::overlap_events),
 };
 
+// data_types: only fp32 is accepted by validate_config (config_validate.cpp says why).
+inline constexpr auto kDataTypesFields = std::tuple{
+    field("grad_accum_dtype", &DataTypesConfig::grad_accum_dtype),
+};
+
 inline constexpr auto kStrataFields = std::tuple{
     field("device", &StrataConfig::device),
     field("device_memory", &StrataConfig::device_memory_bytes).in_bytes(),
@@ -238,6 +243,7 @@ constexpr const auto& fields_of(std::type_identity<OffloadOptimizerConfig>) {
 }
 constexpr const auto& fields_of(std::type_identity<ZeroConfig>) { return kZeroFields; }
 constexpr const auto& fields_of(std::type_identity<AioConfig>) { return kAioFields; }
+constexpr const auto& fields_of(std::type_identity<DataTypesConfig>) { return kDataTypesFields; }
 constexpr const auto& fields_of(std::type_identity<StrataConfig>) { return kStrataFields; }
 
 // A struct with a field list (read and printed as a JSON object of its own).

@@ -153,6 +153,17 @@ ParsedConfig parse_config(std::string_view json_text, std::string_view source,
   return parsed;
 }
 
+std::string apply_config_overrides(std::string_view json_text, std::string_view source,
+                                   std::span<const std::string> overrides) {
+  Json root = parse_json(json_text, source);
+  if (!root.is_object()) {
+    throw Error(fmt::format("config {} is {}, not a JSON object", source, detail::describe_json(root)),
+                std::string(source), "a config file is one JSON object: { \"zero_optimization\": ... }");
+  }
+  for (const std::string& text : overrides) detail::apply_override(root, text);
+  return root.dump();
+}
+
 ParsedConfig load_config_file(const std::string& path, std::span<const std::string> overrides) {
   std::string text = read_file(path);
   return parse_config(text, path, overrides);

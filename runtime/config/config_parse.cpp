@@ -35,6 +35,7 @@ constexpr const auto& enum_values(DeviceKind) { return kDeviceKinds; }
 constexpr const auto& enum_values(IoBackend) { return kIoBackends; }
 constexpr const auto& enum_values(DirectIoMode) { return kDirectIoModes; }
 constexpr const auto& enum_values(CheckpointOnError) { return kCheckpointOnErrors; }
+constexpr const auto& enum_values(GradAccumDtype) { return kGradAccumDtypes; }
 
 // DeepSpeed keys of a section that strata accepts without using (a warning each).
 constexpr std::string_view kFp16Ignored[] = {"auto_cast", "fp16_master_weights_and_grads"};
@@ -230,6 +231,7 @@ Config config_from_json(const Json& root, std::vector<ConfigWarning>* warnings) 
   }
   parse_zero(r.object("zero_optimization"), config.zero_optimization);
   parse_aio(r.object("aio"), config.aio, warnings);
+  parse_section(r.object("data_types"), config.data_types);
   parse_section(r.object("strata"), config.strata);
 
   r.ignore({"steps_per_print", "wall_clock_breakdown", "dump_state", "memory_breakdown",
@@ -237,7 +239,7 @@ Config config_from_json(const Json& root, std::vector<ConfigWarning>* warnings) 
             "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer",
             "communication_data_type", "seq_parallel_communication_data_type",
             "activation_checkpointing", "flops_profiler", "tensorboard", "wandb", "csv_monitor",
-            "comet", "comms_logger", "amp", "checkpoint", "data_types", "elasticity",
+            "comet", "comms_logger", "amp", "checkpoint", "elasticity",
             "autotuning", "compression_training", "data_efficiency", "curriculum_learning",
             "pipeline", "sparse_attention", "timers", "nebula", "eigenvalue",
             "progressive_layer_drop", "quantize_training", "dataloader_drop_last",

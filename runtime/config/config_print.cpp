@@ -78,6 +78,15 @@ std::string_view to_string(CheckpointOnError value) {
   STRATA_ASSERT(false, "unknown CheckpointOnError");
 }
 
+std::string_view to_string(GradAccumDtype value) {
+  switch (value) {
+    case GradAccumDtype::kFp32: return "fp32";
+    case GradAccumDtype::kBf16: return "bf16";
+    case GradAccumDtype::kFp16: return "fp16";
+  }
+  STRATA_ASSERT(false, "unknown GradAccumDtype");
+}
+
 namespace detail {
 namespace {
 
@@ -145,6 +154,7 @@ Json config_to_json_value(const Config& c) {
   j["scheduler"] = c.scheduler ? typed_json(*c.scheduler) : Json(nullptr);
   j["zero_optimization"] = section_json(c.zero_optimization);
   j["aio"] = section_json(c.aio);
+  j["data_types"] = section_json(c.data_types);
   j["strata"] = section_json(c.strata);
   return j;
 }

@@ -109,6 +109,22 @@ void validate_precision(const Config& c) {
   }
 }
 
+// DeepSpeed's data_types.grad_accum_dtype. strata's engine keeps every gradient accumulator in
+// fp32 (the device op, the CPU accumulator, the norm, the clip and the CPU Adam all read fp32);
+// a bf16/fp16 accumulator is refused, not accepted and ignored: the plan would count bytes the
+// run does not use, and the user would believe in a precision the run does not have.
+void validate_data_types(const DataTypesConfig& d) {
+  if (d.grad_accum_dtype == GradAccumDtype::kFp32) return;
+  throw Error(fmt::format("data_types.grad_accum_dtype \"{}\" is not supported: strata accumulates "
+                          "gradients in fp32",
+                          to_string(d.grad_accum_dtype)),
+              "data_types.grad_accum_dtype",
+              "remove it or set it to \"fp32\". Each rank's gradient shard is accumulated in fp32, "
+              "4 bytes an element where bf16/fp16 would take 2: 18 bytes of model states a parameter "
+              "in mixed precision against the ZeRO paper's 16 (`strata estimate` shows the bytes per "
+              "tier)");
+}
+
 void validate_optimizer(const OptimizerConfig& o) {
   check_fields("optimizer.params", o);
   if (o.type == OptimizerType::kAdamW && !o.adam_w_mode) {
@@ -208,6 +224,7 @@ std::vector<ConfigWarning> validate_config(const Config& config) {
   if (config.scheduler) validate_scheduler(*config.scheduler, &warnings);
   validate_zero(config.zero_optimization);
   validate_aio(config.aio);
+  validate_data_types(config.data_types);
   return warnings;
 }
 

@@ -84,6 +84,8 @@ inline constexpr std::array kDirectIoModes = {DirectIoMode::kAuto, DirectIoMode:
                                               DirectIoMode::kOff};
 inline constexpr std::array kCheckpointOnErrors = {CheckpointOnError::kContinue,
                                                    CheckpointOnError::kStop};
+inline constexpr std::array kGradAccumDtypes = {GradAccumDtype::kFp32, GradAccumDtype::kBf16,
+                                                GradAccumDtype::kFp16};
 
 bool iequals(std::string_view a, std::string_view b);
 

@@ -19,7 +19,10 @@ Cases:
   recommend
       `strata estimate --recommend --json`: a pick that fits, its config keys and why;
       `strata train --config auto` and a config whose zero_optimization.stage is "auto" train
-      with the pick and say why; a budget nothing fits is refused naming what is short.
+      with the pick and say why, and that the global batch is kept; --set ...stage=auto asks for
+      the pick over a file with a stage, --micro-batch/--grad-accum fix the global batch it keeps,
+      and the file's other "auto"s reach the run's table; an unknown --set key is an error; a
+      budget nothing fits is refused naming what is short.
   compare
       `strata compare` on tiny (stages 0 and 3, device and cpu optimizer, 3 steps, --json,
       --svg, a machine profile): every cell's measured allocation per tier within 5 % of the
@@ -220,6 +223,30 @@ def case_recommend(strata, root):
     r = partial.start(strata, text)
     partial.expect_ok()
     check("Picked" in r.stderr and "micro-batch 2" in r.stderr, f"the config's micro-batch was not kept:\n{tail(r.stderr)}")
+    check("global batch 2 kept (given as micro-batch 2 x 1 accumulation x 1 rank(s))" in r.stderr,
+          f"no line on the global batch:\n{tail(r.stderr)}")
+
+    # --set asks for the automatic placement over a file that gives a stage; --micro-batch and
+    # --grad-accum fix the global batch (16), which the pick keeps, trading micro-batch for
+    # accumulation in 2 MiB less of device; the other "auto"s of the file go to the run's table.
+    flagged = Run(root, "auto-set")
+    config = ds_config(1, micro_batch=2, gas=1)
+    config["optimizer"]["params"]["lr"] = "auto"
+    flagged.write_config(config)
+    r = flagged.start(strata, text + ["--device-memory", "8MiB", "--set", "zero_optimization.stage=auto",
+                                      "--micro-batch", "8", "--grad-accum", "2"])
+    flagged.expect_ok()
+    check("strata train --config auto:" in r.stderr and "global batch 16 kept" in r.stderr,
+          f"--set ...=auto did not pick, or the global batch was not kept:\n{tail(r.stderr)}")
+    check("optimizer.params.lr" in r.stderr and "default (HF Trainer)" in r.stderr,
+          f"the file's lr \"auto\" is not in the run's table:\n{tail(r.stderr)}")
+    m = flagged.metric_lines()
+    check(len(m) == 2, "the --set auto run did not train 2 steps")
+    bad = Run(root, "auto-set-typo")
+    bad.write_config(config)
+    r = bad.start(strata, text + ["--set", "zero_optimization.stage=auto", "--set", "zero_optimization.stge=1"])
+    check(r.returncode == 1 and "sets unknown config key" in r.stderr,
+          f"an unknown --set key under the automatic placement: exit {r.returncode}\n{tail(r.stderr)}")
 
     none = Run(root, "auto-none")
     none.config_path = "auto"

@@ -325,6 +325,53 @@ TEST(Recommend, KeepsTheGlobalBatchOfTheConfig) {
   const Recommendation r = recommend(in, false);
   for (const Candidate& c : r.fitting) EXPECT_EQ(c.micro_batch * c.gas * 2, 48) << c.label();
   EXPECT_EQ(r.pick.micro_batch, 8);  // the largest power of two dividing 24 per rank
+  EXPECT_NE(r.batch_why.find("global batch 48 kept (given as train_batch_size 48)"), std::string::npos)
+      << r.batch_why;
+}
+
+// The device bytes the most offloaded placement without NVMe needs at `micro` (no accumulation).
+std::uint64_t device_need(EstimateInputs in, int micro) {
+  in.config.train_micro_batch_size_per_gpu = static_cast<std::uint64_t>(micro);
+  in.config.gradient_accumulation_steps = std::uint64_t{1};
+  const Placement p{3, OffloadDevice::kCpu, OffloadDevice::kCpu};
+  return make_estimate(in, {p}).rows.front().need[0];
+}
+
+TEST(Recommend, TradesAGivenMicroBatchForAccumulationNeverTheGlobalBatch) {
+  const models::ModelSpecPtr model = models::model_preset("tiny");
+  EstimateInputs in = inputs(*model, 1);
+  in.config.train_micro_batch_size_per_gpu = std::uint64_t{16};
+  in.config.gradient_accumulation_steps = std::uint64_t{2};  // global batch 32 per rank
+  // A device that holds micro-batch 4 at the most offloaded placement, not 16 at any.
+  in.budgets.device = (device_need(in, 4) + device_need(in, 16)) / 2;
+  ASSERT_LT(device_need(in, 4), in.budgets.device);
+  const Recommendation r = recommend(in, false);
+  for (const Candidate& c : r.fitting) {
+    EXPECT_EQ(c.micro_batch * c.gas, 32) << c.label();
+    EXPECT_LE(c.micro_batch, 16) << c.label();
+  }
+  EXPECT_LT(r.pick.micro_batch, 16);
+  EXPECT_NE(r.batch_why.find("global batch 32 kept (given as micro-batch 16 x 2 accumulation x 1 rank(s))"),
+            std::string::npos)
+      << r.batch_why;
+  EXPECT_NE(r.batch_why.find("instead of the given micro-batch 16 x 2 accumulation: micro-batch 16 fits no "
+                             "placement"),
+            std::string::npos)
+      << r.batch_why;
+  // With room for it, the given micro-batch is kept, never a larger one.
+  in.budgets.device = std::uint64_t{1} << 50;
+  const Recommendation roomy = recommend(in, false);
+  EXPECT_EQ(roomy.pick.micro_batch, 16);
+  EXPECT_EQ(roomy.pick.gas, 2);
+}
+
+TEST(Recommend, KeepsAGivenAccumulationWhenTheMicroBatchIsOpen) {
+  const models::ModelSpecPtr model = models::model_preset("tiny");
+  EstimateInputs in = inputs(*model, 2);
+  in.config.gradient_accumulation_steps = std::uint64_t{4};
+  const Recommendation r = recommend(in, false);
+  for (const Candidate& c : r.fitting) EXPECT_EQ(c.gas, 4) << c.label();
+  EXPECT_NE(r.batch_why.find("no global batch given"), std::string::npos) << r.batch_why;
 }
 
 }  // namespace

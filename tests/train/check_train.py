@@ -40,7 +40,7 @@ every run in its own folder of the case's temp dir):
       leaves no --save file and no complete --metrics file: nvme offload without nvme_path, an
       nvme_path that does not exist / is under a file / is not writable, --init weights of
       another model, --data that is not a token file / is too short, --seq-len > n_positions,
-      optimizer Lamb, lr "auto", and placements the engine does not have.
+      optimizer Lamb, data_types.grad_accum_dtype bf16, and placements the engine does not have.
   enospc_plan, enospc_io
       NVMe swap on a 2 MiB tmpfs that cannot hold the optimizer states (one folder; two folders
       on the same file system, so that the run meets ENOSPC while it writes its states): exit 1,
@@ -74,10 +74,17 @@ every run in its own folder of the case's temp dir):
       a second --save into it is refused; strata convert of its checkpoint writes the same folder.
   llama_resume
       A LLaMA run resumed from its step-2 checkpoint ends with the straight run's bits.
+  hf_config
+      A config as the Hugging Face Trainer passes it (every "auto") trains: each "auto" from its
+      flag (--lr, --micro-batch, --warmup-steps), --steps, the model's hidden size or HF's
+      defaults, listed in the table at start with its source (and only those); --set applies
+      (stage 3 -> 2); the schedule peaks at --lr. A flag over a number of the file wins and says
+      so. --set with an unknown key, or grad_accum_dtype bf16, exits 1 saying why.
 """
 
 import sys
 
+from cases_config import case_hf_config
 from cases_faults import case_faults_ranks, case_faults_stop, case_faults_transient
 from cases_limits import (case_bad_inputs, case_enospc_io, case_enospc_plan, case_memory,
                           case_memory_minimum, case_save_path_early)
@@ -113,6 +120,7 @@ CASES = {
     "llama_placement": case_llama_placement,
     "llama_model_folder": case_llama_model_folder,
     "llama_resume": case_llama_resume,
+    "hf_config": case_hf_config,
 }
 
 

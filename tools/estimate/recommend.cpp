@@ -1,6 +1,7 @@
 #include "tools/estimate/recommend.h"
 
 #include <algorithm>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -15,30 +16,51 @@ using runtime::tiers::Tier;
 
 int tier_cost(OffloadDevice d) { return d == OffloadDevice::kNone ? 0 : d == OffloadDevice::kCpu ? 1 : 2; }
 
-// The micro-batches (with their accumulation steps) the config leaves open.
-std::vector<std::pair<int, int>> micro_batches(const EstimateInputs& in) {
+std::optional<std::uint64_t> given(const std::optional<runtime::config::AutoOr<std::uint64_t>>& key) {
+  if (!key || key->is_auto()) return std::nullopt;
+  return key->value();
+}
+
+// The global batch per rank the config fixes: train_batch_size / world, or micro-batch x
+// accumulation (1 when not given); nullopt when it gives no micro-batch nor train_batch_size.
+std::optional<std::uint64_t> fixed_per_rank(const EstimateInputs& in) {
   const runtime::config::Config& c = in.config;
-  const int gas = c.gradient_accumulation_steps && !c.gradient_accumulation_steps->is_auto()
-                      ? static_cast<int>(c.gradient_accumulation_steps->value())
-                      : 1;
-  if (c.train_micro_batch_size_per_gpu && !c.train_micro_batch_size_per_gpu->is_auto()) {
-    return {{static_cast<int>(c.train_micro_batch_size_per_gpu->value()), gas}};
-  }
-  std::vector<std::pair<int, int>> out;
-  if (c.train_batch_size && !c.train_batch_size->is_auto()) {
-    const std::uint64_t global = c.train_batch_size->value();
-    if (global % static_cast<std::uint64_t>(in.world) != 0) {
-      throw Error("train_batch_size " + std::to_string(global) + " does not divide over " + std::to_string(in.world) +
+  const std::uint64_t world = static_cast<std::uint64_t>(in.world);
+  if (const std::optional<std::uint64_t> global = given(c.train_batch_size)) {
+    if (*global % world != 0) {
+      throw Error("train_batch_size " + std::to_string(*global) + " does not divide over " + std::to_string(in.world) +
                       " ranks",
                   "train_batch_size", "give a multiple of the number of ranks");
     }
-    const std::uint64_t per_rank = global / static_cast<std::uint64_t>(in.world);
-    for (std::uint64_t m = 1; m <= per_rank; m *= 2) {
-      if (per_rank % m == 0) out.push_back({static_cast<int>(m), static_cast<int>(per_rank / m)});
-    }
+    return *global / world;
+  }
+  if (const std::optional<std::uint64_t> micro = given(c.train_micro_batch_size_per_gpu)) {
+    return *micro * given(c.gradient_accumulation_steps).value_or(1);
+  }
+  return std::nullopt;
+}
+
+// The micro-batches (with their accumulation steps) the config leaves open. A global batch it
+// fixes is kept: the micro-batch may be traded for accumulation (the powers of two dividing the
+// global batch per rank, and the config's own micro-batch, none larger than it), never the
+// global batch. Without one, 1 to 64 at the config's accumulation (1 when not given).
+std::vector<std::pair<int, int>> micro_batches(const EstimateInputs& in) {
+  const runtime::config::Config& c = in.config;
+  const std::optional<std::uint64_t> micro = given(c.train_micro_batch_size_per_gpu);
+  std::vector<std::pair<int, int>> out;
+  const std::optional<std::uint64_t> per_rank = fixed_per_rank(in);
+  if (!per_rank) {
+    const int gas = static_cast<int>(given(c.gradient_accumulation_steps).value_or(1));
+    for (int m = 1; m <= 64; m *= 2) out.push_back({m, gas});
     return out;
   }
-  for (int m = 1; m <= 64; m *= 2) out.push_back({m, 1});
+  const std::uint64_t cap = micro ? std::min(*micro, *per_rank) : *per_rank;
+  for (std::uint64_t m = 1; m <= cap; m *= 2) {
+    if (*per_rank % m == 0) out.push_back({static_cast<int>(m), static_cast<int>(*per_rank / m)});
+  }
+  if (micro && *micro <= *per_rank && *per_rank % *micro == 0 && (*micro & (*micro - 1)) != 0) {
+    out.push_back({static_cast<int>(*micro), static_cast<int>(*per_rank / *micro)});
+  }
   return out;
 }
 
@@ -71,6 +93,48 @@ EstimateInputs candidate_inputs(const EstimateInputs& in, const Candidate& c) {
 }
 
 std::string tokens_text(double t) { return t >= 1e4 ? fmt::format("{:.1f}k", t / 1e3) : fmt::format("{:.0f}", t); }
+
+// What the pick did to the batch of the config, and why: the global batch kept (with the
+// micro-batch traded for accumulation, and the reason, when the config's micro-batch was not
+// taken), or picked when the config left it open.
+std::string batch_why(const EstimateInputs& in, const Recommendation& r, bool profiled) {
+  const runtime::config::Config& c = in.config;
+  const Candidate& pick = r.pick;
+  const std::uint64_t global =
+      static_cast<std::uint64_t>(pick.micro_batch) * static_cast<std::uint64_t>(pick.gas) * static_cast<std::uint64_t>(in.world);
+  const std::string took = fmt::format("micro-batch {} x {} accumulation x {} rank(s)", pick.micro_batch, pick.gas, in.world);
+  const std::optional<std::uint64_t> per_rank = fixed_per_rank(in);
+  if (!per_rank) {
+    return fmt::format("no global batch given (neither train_batch_size nor a micro-batch): picked {} = "
+                       "global batch {}.",
+                       took, global);
+  }
+  const std::optional<std::uint64_t> train = given(c.train_batch_size);
+  const std::optional<std::uint64_t> micro = given(c.train_micro_batch_size_per_gpu);
+  const std::optional<std::uint64_t> accum = given(c.gradient_accumulation_steps);
+  const std::string whose = train ? fmt::format("train_batch_size {}", *train)
+                                  : fmt::format("micro-batch {} x {} accumulation x {} rank(s)", *micro,
+                                                accum.value_or(1), in.world);
+  std::string out = fmt::format("global batch {} kept (given as {}): {}", global, whose, took);
+  if (!micro || static_cast<std::uint64_t>(pick.micro_batch) == *micro) return out + ".";
+  // The config's micro-batch was traded for accumulation: say what it would have cost.
+  const Candidate* own = nullptr;
+  for (const Candidate& f : r.fitting) {
+    if (static_cast<std::uint64_t>(f.micro_batch) == *micro) {
+      own = &f;
+      break;  // best first
+    }
+  }
+  out += fmt::format(", instead of the given micro-batch {} x {} accumulation: ", *micro,
+                     *per_rank / *micro);
+  if (own == nullptr) return out + fmt::format("micro-batch {} fits no placement on this machine.", *micro);
+  if (profiled && own->score > 0) {
+    return out + fmt::format("its best plan, {}, is predicted at {} tokens/s against {}.", own->label(),
+                             tokens_text(own->score), tokens_text(pick.score));
+  }
+  return out + fmt::format("with it the least offloaded plan that fits is {}, more offloaded than {}.", own->label(),
+                           pick.label());
+}
 
 }  // namespace
 
@@ -172,6 +236,7 @@ Recommendation recommend(const EstimateInputs& in, bool nvme_allowed) {
                "fits, with the largest micro-batch";
   }
   out.why += ".";
+  out.batch_why = batch_why(in, out, profiled);
   return out;
 }
 

@@ -11,9 +11,11 @@
 // nvme_path, or `nvme_path` of the inputs is set); offload_optimizer.ratio at stage 3 with the
 // parameters on the device (1, 0.75, 0.5, 0.25); with NVMe, the staging buffer counts (the
 // config's, else the fewest that work, 2 and 3: they cost pinned memory and buy read-ahead, which
-// the step model does not price, so more is preferred when both fit); the micro-batch when the config gives no
-// train_micro_batch_size_per_gpu: with train_batch_size, the powers of two that divide it per
-// rank (gradient accumulation makes up the rest); with neither, 1 to 64 (accumulation 1).
+// the step model does not price, so more is preferred when both fit); the micro-batch: with
+// train_batch_size, the powers of two that divide it per rank (gradient accumulation makes up
+// the rest), none larger than the config's micro-batch when it gives one; with a micro-batch
+// alone (and accumulation), the same over micro x accumulation per rank; with neither, 1 to 64
+// (at the config's accumulation, else 1). A global batch the config fixes is never changed.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -41,6 +43,9 @@ struct Recommendation {
   std::vector<Candidate> fitting;       // every candidate that fits, best first (the pick first)
   int considered = 0;                   // candidates planned
   std::string why;                      // a paragraph for the log
+  // What the pick did to the config's batch: the global batch kept (and, when the micro-batch
+  // was traded for accumulation, why), or picked when the config fixes none.
+  std::string batch_why;
 };
 
 // `in.config` is the base (the open keys are ignored); `nvme_allowed` adds the NVMe placements.

@@ -85,7 +85,7 @@ std::vector<std::string> plus(std::vector<std::string> a, const std::vector<std:
 std::map<std::string, std::vector<std::string>> expected_tables() {
   return {
       {"", plus(keys_of(config::detail::kTopFields),
-                {"fp16", "bf16", "optimizer", "scheduler", "zero_optimization", "aio", "strata"})},
+                {"fp16", "bf16", "optimizer", "scheduler", "zero_optimization", "aio", "data_types", "strata"})},
       {"fp16", keys_of(config::detail::kFp16Fields)},
       {"bf16", keys_of(config::detail::kBf16Fields)},
       {"optimizer",
@@ -95,6 +95,7 @@ std::map<std::string, std::vector<std::string>> expected_tables() {
       {"zero_optimization.offload_param", keys_of(config::detail::kOffloadParamFields)},
       {"zero_optimization.offload_optimizer", keys_of(config::detail::kOffloadOptimizerFields)},
       {"aio", keys_of(config::detail::kAioFields)},
+      {"data_types", keys_of(config::detail::kDataTypesFields)},
       {"strata", keys_of(config::detail::kStrataFields)},
   };
 }

@@ -303,7 +303,8 @@ TEST(ConfigPrint, PrintsEveryKey) {
       "zero_optimization.stage3_param_persistence_threshold", "zero_optimization.reduce_bucket_size",
       "zero_optimization.allgather_bucket_size", "zero_optimization.overlap_comm",
       "zero_optimization.contiguous_gradients", "aio.block_size", "aio.queue_depth",
-      "aio.intra_op_parallelism", "aio.single_submit", "aio.overlap_events", "strata.device",
+      "aio.intra_op_parallelism", "aio.single_submit", "aio.overlap_events",
+      "data_types.grad_accum_dtype", "strata.device",
       "strata.device_memory", "strata.pinned_memory", "strata.cpu_threads", "strata.trace",
       "strata.checksum", "strata.io_backend", "strata.direct_io", "strata.io_uring_sqpoll",
       "strata.checkpoint_keep", "strata.checkpoint_on_error", "strata.speculative_updates", "strata.speculative_update_memory"};
