@@ -101,10 +101,11 @@ void add_bench_command(CLI::App& app) {
 
   auto gpt_options = std::make_shared<GptBenchOptions>();
   CLI::App* gpt = bench->add_subcommand(
-      "gpt", "a GPT-2 forward + backward step on the device vs its largest GEMM alone");
+      "gpt", "a model's forward + backward step on the device (any family: a preset or --model) vs its largest "
+             "GEMM alone, and vs PyTorch's (GPT-2 only)");
   gpt->add_option("--preset", gpt_options->preset, "model preset (gpt2, gpt2-medium, tiny, ...)")
       ->capture_default_str();
-  gpt->add_option("--model", gpt_options->model, "a Hugging Face GPT-2 config.json instead");
+  gpt->add_option("--model", gpt_options->model, "a Hugging Face model folder or config.json (any family) instead");
   gpt->add_option("--batch", gpt_options->batch, "micro-batch size B")
       ->check(CLI::PositiveNumber)->capture_default_str();
   gpt->add_option("--seq-len", gpt_options->seq_len, "sequence length T")

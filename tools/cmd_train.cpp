@@ -43,7 +43,7 @@ void prepare_svg_dir(const std::string& dir, train::TrainOptions& o) {
 void add_train_command(CLI::App& app) {
   auto o = std::make_shared<train::TrainOptions>();
   auto device = std::make_shared<DeviceFlags>();
-  CLI::App* cmd = app.add_subcommand("train", "train a GPT-2 or LLaMA-family model with ZeRO stages 1-3 and "
+  CLI::App* cmd = app.add_subcommand("train", "train a GPT-2 or LLaMA-family model with ZeRO stages 0-3 and "
                                               "states tiered over device, pinned host and NVMe");
   add_device_flags(*cmd, *device);
   // --set and the training values; runtime/config resolves them (docs/config.md, "Resolution").
