@@ -8,6 +8,28 @@
 
 namespace strata::runtime::zero {
 
+// Note [Staged copies]: the H2D of a shard read from NVMe runs on EngineStreams::staged_in, not
+// on copy_in. A gather fetched ahead of its read enqueues a wait for the read's HostFlag before
+// the copy; on copy_in that wait held up everything enqueued behind it for as long as the disk
+// took: the updater's new parameters of resident modules and its `updated` events (what the
+// next fetch or acquire of those modules waits on), and the copies of modules gathered on
+// demand after a trace divergence. Now a slow read delays its own module and the staged copies
+// after it (gathered in trace order, so needed after it anyway).
+// Sharing copy_in ordered a staged copy after all earlier copy_in work; what of that it relied
+// on is ordered otherwise:
+//  - the module's last update: an NVMe shard is written from the updater's pinned buffers
+//    straight to the disk (no stream work; its `updated` event covers nothing of the shard),
+//    and its read starts only once the gate opened, which is once those writes completed
+//    (prefetch() skips modules with an update pending, acquire() waits for it): host order;
+//  - the staging buffer: start_read() waits for its `done` event, recorded after its copy on
+//    staged_in, on the host;
+//  - the gathered buffer: the pool hands back only memory whose users' work has completed
+//    (Note [Stream-ordered reuse]), whatever stream they were on;
+//  - the all-gather (several ranks) waits for `shard_copied_` recorded on the stream that
+//    copied; the module's `ready` is recorded on comm, or on that stream with one rank.
+// Still shared: with several ranks the all-gathers run on comm in the order they were issued
+// (every rank issues the same), so a slow read delays the collectives issued after its module's.
+
 ParamFetcher::ParamFetcher(const config::Config& config, tiers::TierStore& store, device::Device& device,
                            device::Stream& compute, EngineStreams& streams, comm::Communicator& comm, UpdateGate* gate,
                            std::uint64_t activation_bytes)
@@ -34,7 +56,7 @@ ParamFetcher::ParamFetcher(const config::Config& config, tiers::TierStore& store
     staging_.push_back({store.pinned().allocate(max_nvme_shard, "NVMe parameter read buffer"),
                         device.create_event(), device.create_host_flag(), 0, false});
   }
-  copy_in_done_ = device.create_event();
+  shard_copied_ = device.create_event();
   make_pools(activation_bytes);
 }
 
@@ -131,13 +153,14 @@ bool ParamFetcher::gather(int module, bool on_demand) {
                                   : pools_[mp.size_class]->try_allocate(full_bytes, what);
   if (buffer.empty()) return false;
 
-  device::Stream& copy_in = *streams_.copy_in;
   char* slice = static_cast<char*>(buffer.data()) + static_cast<std::size_t>(store_.shard_rank()) * shard_bytes(module);
+  // The shard's H2D: a staged (NVMe) shard's on a stream of its own (Note [Staged copies]).
+  device::Stream& in = param.needs_staging() ? *streams_.staged_in : *streams_.copy_in;
   if (!param.needs_staging()) {
     // The last update wrote the shard: on the optimizer stream (device tier) or before this
     // module's gate opened (host tiers).
-    if (gate_ != nullptr) copy_in.wait(gate_->updated(module));
-    param.copy_to_device(0, param.numel(), slice, copy_in);
+    if (gate_ != nullptr) in.wait(gate_->updated(module));
+    param.copy_to_device(0, param.numel(), slice, in);
   } else {
     Staging& st = staging_[static_cast<std::size_t>(s.staging)];
     offload::AioEngine& io = param.engine();
@@ -148,26 +171,27 @@ bool ParamFetcher::gather(int module, bool on_demand) {
       // watcher raises when the read completes), so the copy follows the read without the
       // trainer thread coming back and without a host function on the stream. A failed read
       // still raises the flag; its error is thrown at the next acquire or at end_step().
-      copy_in.wait_host(*st.read_done, st.reads);
+      in.wait_host(*st.read_done, st.reads);
       read_watcher_.post([&io, read = s.read] { io.wait(read); },
                          [flag = st.read_done.get(), value = st.reads] { flag->signal(value); });
     } else {
       io.wait(s.read);  // done: reports a failure now
     }
-    copy_in.copy_async(slice, st.buffer.data(), shard_bytes(module));
+    in.copy_async(slice, st.buffer.data(), shard_bytes(module));
     store_.transfers().add_h2d(shard_bytes(module));
-    st.done->record(copy_in);
+    st.done->record(in);
     st.busy = false;
     s.staging = -1;
   }
   if (shards_ > 1) {
-    copy_in_done_->record(copy_in);
-    streams_.comm->wait(*copy_in_done_);
+    // The all-gather waits for this shard's copy, on whichever stream made it.
+    shard_copied_->record(in);
+    streams_.comm->wait(*shard_copied_);
     comm_.all_gather(slice, buffer.data(), mp.part.shard_numel, dtype_, *streams_.comm);
     count_all_gather(full_bytes);
     s.ready->record(*streams_.comm);
   } else {
-    s.ready->record(copy_in);
+    s.ready->record(in);
   }
   s.gathered = std::move(buffer);
   s.fetch = FetchState::gathered;

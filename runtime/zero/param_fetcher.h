@@ -9,8 +9,9 @@
 //
 // A module that is not resident moves idle -> (NVMe: reading) -> gathered -> idle. gather()
 // allocates its device buffer from the stream-ordered pool of its size class, copies this
-// rank's shard into its slice on the H2D stream (from pinned memory, from a pinned staging
-// buffer the NVMe read filled, or on the device) and all-gathers in place on the comm stream;
+// rank's shard into its slice on the H2D stream (from pinned memory or on the device; from a
+// pinned staging buffer the NVMe read filled on the staged H2D stream, Note [Staged copies] in
+// param_fetcher.cpp) and all-gathers in place on the comm stream;
 // the module's `ready` event marks the end. The compute stream waits only on that event (the
 // model does, with the view's `ready`). release() hands the buffer back to the pool after the
 // compute stream's work so far, unless the trace says the module comes back soon
@@ -20,7 +21,7 @@
 // (fetch_trace.h), it starts NVMe reads while staging buffers are free, and gathers ahead while
 // the elements in flight stay under stage3_prefetch_bucket_size, the gathered elements under
 // stage3_max_live_parameters, and the device memory suffices without waiting. A gather ahead of
-// a read still in flight makes the H2D stream wait for a host flag (device.h) that the read
+// a read still in flight makes the staged H2D stream wait for a host flag (device.h) that the read
 // watcher, a thread of strata's own, raises when the read completes: no host function runs on a
 // stream (on CUDA one thread runs those of every stream, and a waiting one would hold it).
 //
@@ -136,7 +137,7 @@ class ParamFetcher {
   int shards_ = 1;
   std::vector<Module> modules_;
   std::vector<Staging> staging_;  // NVMe parameter reads
-  std::unique_ptr<device::Event> copy_in_done_;
+  std::unique_ptr<device::Event> shard_copied_;  // a gather's H2D, for the all-gather to wait on
   std::unique_ptr<device::DevicePool> pools_[2];  // transient buffers, per size class (plan.h)
 
   FetchTrace trace_;

@@ -1,0 +1,189 @@
+// The parameter fetcher on its own (host backend, no update gate): a gather fetched ahead of its
+// NVMe read waits for the read on the staged H2D stream, and nothing else waits with it
+// (Note [Staged copies] in runtime/zero/param_fetcher.cpp).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "offload/aio_engine.h"
+#include "runtime/comm/comm.h"
+#include "runtime/device/device.h"
+#include "runtime/tiers/tier_store.h"
+#include "runtime/zero/engine_streams.h"
+#include "runtime/zero/param_fetcher.h"
+#include "runtime/zero/state_load.h"
+#include "tests/runtime/zero/engine_fixture.h"
+
+using namespace strata;
+using namespace strata::runtime;
+using namespace strata::runtime::engine_test;
+
+namespace {
+
+// A completion hook for a disk that is slow for as long as the test says: once held, every read
+// completion waits until let go, but for those of one module (the one the test needs now). With
+// aio.block_size over the largest shard, each shard lies in a block of its own (swap extents
+// are rounded up to blocks), so a piece's offset names its module.
+class SlowReads {
+ public:
+  // Holds every read from now on but those in the block of `block_bytes` at `offset`.
+  void hold_all_but(std::uint64_t offset, std::uint64_t block_bytes) {
+    std::lock_guard lock(mutex_);
+    held_ = true;
+    block_bytes_ = block_bytes;
+    spared_ = offset / block_bytes;
+  }
+  void let_go() {
+    {
+      std::lock_guard lock(mutex_);
+      held_ = false;
+    }
+    cv_.notify_all();
+  }
+  // The offsets of the reads completed so far, in completion order.
+  std::vector<std::uint64_t> offsets() {
+    std::lock_guard lock(mutex_);
+    return offsets_;
+  }
+  offload::CompletionHook hook() {
+    return [this](const offload::Completion& c) {
+      if (c.op == offload::IoOp::kRead) {
+        std::unique_lock lock(mutex_);
+        cv_.wait(lock, [&] { return !held_ || c.offset / block_bytes_ == spared_; });
+        offsets_.push_back(c.offset);
+      }
+      return c.result;
+    };
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool held_ = false;
+  std::uint64_t block_bytes_ = 1;
+  std::uint64_t spared_ = 0;  // block index
+  std::vector<std::uint64_t> offsets_;
+};
+
+// Polls `event` for up to `limit`: whether its work completed by then.
+bool completes_within(const device::Event& event, std::chrono::milliseconds limit) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (!event.query()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+std::vector<float> initial_values(int m) {
+  std::vector<float> v(module_numel(m));
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = 0.01f * static_cast<float>((i * 7 + m) % 101) - 0.5f;
+  return v;
+}
+
+// Everything a fetcher borrows, in construction order (destroyed the other way).
+struct FetcherRun {
+  FetcherRun(const config::Config& config, offload::CompletionHook hook) {
+    device::DeviceOptions o;
+    o.kind = "host";
+    o.memory_bytes = config.strata.device_memory_bytes;
+    device = device::Device::create(o);
+    comm::CommOptions co;
+    co.backend = comm::CommBackend::single;
+    comm = create_communicator(*device, co);
+    compute = device->create_stream("compute");
+    streams = std::make_unique<zero::EngineStreams>(*device);
+    tiers::StoreSetup setup;
+    for (int m = 0; m < kModules; ++m) {
+      setup.module_numels.push_back(module_numel(m));
+      setup.module_names.push_back("m" + std::to_string(m));
+    }
+    setup.io_completion_hook = std::move(hook);
+    store = std::make_unique<tiers::TierStore>(config, setup, *device, *streams->optim);
+    for (int m = 0; m < kModules; ++m) {
+      const std::vector<float> v = initial_values(m);
+      zero::load_params(*store, m, v.data(), *streams->copy_in);
+    }
+    streams->copy_in->synchronize();
+    fetcher = std::make_unique<zero::ParamFetcher>(config, *store, *device, *compute, *streams, *comm,
+                                                   /*gate=*/nullptr, /*activation_bytes=*/0);
+  }
+
+  std::unique_ptr<device::Device> device;
+  std::unique_ptr<comm::Communicator> comm;
+  std::unique_ptr<device::Stream> compute;
+  std::unique_ptr<zero::EngineStreams> streams;
+  std::unique_ptr<tiers::TierStore> store;
+  std::unique_ptr<zero::ParamFetcher> fetcher;
+};
+
+// The module's gathered parameters are its initial values, bit for bit.
+void expect_initial(const params::ModuleView& v, int m) {
+  if (v.ready) v.ready->synchronize();
+  const std::vector<float> want = initial_values(m);
+  ASSERT_EQ(v.numel, want.size());
+  EXPECT_EQ(std::memcmp(v.data, want.data(), want.size() * 4), 0) << "module " << m;
+}
+
+// Every module is read from NVMe. In step 2 the disk holds every read but module 0's: the
+// fetcher gathers module 0 on demand, then reads modules 1.. ahead and gathers module 1 ahead of
+// its read, so the staged stream waits, and module 1's ready event with it. Work enqueued on the
+// H2D stream after that (the updater's new parameters of resident modules, their `updated`
+// events) completes all the same. On one shared H2D stream it waited for the disk.
+TEST(ParamFetcher, ASlowNvmeReadHoldsOnlyTheStagedStream) {
+  TempDir dir;
+  config::Config config = make_config(3, config::OffloadDevice::kNvme, config::OffloadDevice::kCpu, dir.path());
+  config.aio.block_size = kMiB;  // a block per shard
+  SlowReads disk;
+  FetcherRun run(config, disk.hook());
+  for (int m = 0; m < kModules; ++m) {
+    ASSERT_FALSE(run.store->plan().modules[static_cast<std::size_t>(m)].resident);
+    ASSERT_TRUE(run.store->state(m, tiers::StateKind::param).needs_staging());
+  }
+  zero::ParamFetcher& f = *run.fetcher;
+
+  // Step 1 records the trace; every read completes.
+  f.begin_step();
+  for (int m = 0; m < kModules; ++m) {
+    expect_initial(f.acquire(m), m);
+    f.release(m);
+  }
+  f.end_step();
+  // Step 1 read on demand, one module after the other: module 0's read came first.
+  const std::vector<std::uint64_t> offsets = disk.offsets();
+  ASSERT_GE(offsets.size(), static_cast<std::size_t>(kModules));
+
+  disk.hold_all_but(offsets[0], config.aio.block_size);
+  f.begin_step();
+  const params::ModuleView v0 = f.acquire(0);  // on demand; then modules 1.. are fetched ahead
+  expect_initial(v0, 0);
+  const params::ModuleView v1 = f.acquire(1);  // gathered ahead: waits on its `ready`
+  ASSERT_NE(v1.ready, nullptr);
+  EXPECT_GT(f.counters().prefetched, 0u);
+  const bool waiting = !completes_within(*v1.ready, std::chrono::milliseconds(100));
+
+  std::unique_ptr<device::Event> probe = run.device->create_event();
+  probe->record(*run.streams->copy_in);
+  const bool copy_in_free = completes_within(*probe, std::chrono::milliseconds(2000));
+  disk.let_go();
+  EXPECT_TRUE(waiting) << "module 1's copy did not wait for its read (the test holds no read)";
+  EXPECT_TRUE(copy_in_free) << "the H2D stream waited for an NVMe read fetched ahead";
+
+  expect_initial(v1, 1);
+  f.release(1);
+  f.release(0);
+  for (int m = 2; m < kModules; ++m) {
+    expect_initial(f.acquire(m), m);
+    f.release(m);
+  }
+  f.end_step();
+  run.device->synchronize();
+}
+
+}  // namespace
