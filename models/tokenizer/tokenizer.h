@@ -109,6 +109,7 @@ class Tokenizer {
   struct Impl;
 
  private:
+  friend class TokenStreamDecoder;
   explicit Tokenizer(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;  // owned
 };
@@ -129,7 +130,12 @@ class TokenStreamDecoder {
  private:
   const Tokenizer* tokenizer_;  // borrowed
   bool skip_special_;
-  std::string pending_;  // bytes of an incomplete UTF-8 character (at most 3)
+  std::string pending_;  // byte-level: bytes of an incomplete UTF-8 character (at most 3)
+  // SentencePiece-style decoders: the ids printed last (the first context_ids_ of ids_, whose
+  // text is context_text_), then those not printed yet.
+  std::vector<std::int32_t> ids_;
+  std::size_t context_ids_ = 0;
+  std::string context_text_;
 };
 
 // UTF-8 repair as Rust's String::from_utf8_lossy: `bytes` with each maximal invalid
