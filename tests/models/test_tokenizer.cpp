@@ -1,8 +1,9 @@
-// models/tokenizer/tokenizer.h against Hugging Face `tokenizers`: for three small byte-level BPE
-// tokenizers shaped like GPT-2, Llama 3 and Qwen2 (and GPT-2's vocab.json + merges.txt form),
+// models/tokenizer/tokenizer.h against Hugging Face `tokenizers`: for small BPE tokenizers shaped
+// like GPT-2, Llama 3 and Qwen2 (byte-level; and GPT-2's vocab.json + merges.txt form) and Llama 2
+// and Mistral v0.3 (SentencePiece-style), and variants of them,
 // every golden string's ids (without and with special tokens), decode with and without
 // skip_special, decode of each id alone (lossy UTF-8) and the streaming decoder must match what
-// `tokenizers` 0.23 produced (tokenizer_fixtures/make_fixtures.py), and decode(encode(s)) == s.
+// `tokenizers` 0.23.3 produced (tokenizer_fixtures/make_fixtures.py), and decode(encode(s)) == s.
 // Then the API (ids, specials, bos/eos), UTF-8 repair as Rust's from_utf8_lossy, every refusal
 // and its message, a long word (no quadratic merge) and concurrent encodes.
 #include <gtest/gtest.h>
@@ -118,6 +119,13 @@ TEST(TokenizerGolden, Variants) {
       EXPECT_EQ(tok.encode(text), want);
       EXPECT_EQ(tok.decode(want), c.at("decoded").get<std::string>());
       EXPECT_EQ(tok.decode(want, true), c.at("decoded_skip").get<std::string>());
+      for (const bool skip : {false, true}) {  // the stream adds up to decode()
+        TokenStreamDecoder stream(tok, skip);
+        std::string streamed;
+        for (const std::int32_t id : want) streamed += stream.push(id);
+        streamed += stream.finish();
+        EXPECT_EQ(streamed, c.at(skip ? "decoded_skip" : "decoded").get<std::string>());
+      }
     }
   }
 }
@@ -156,6 +164,29 @@ TEST(Tokenizer, Api) {
   // NFC: the decomposed and the precomposed é encode alike.
   EXPECT_EQ(qwen.encode("caf\u0065\u0301"), qwen.encode("caf\u00e9"));
   EXPECT_EQ(qwen.decode(qwen.encode("caf\u0065\u0301")), "caf\u00e9");
+}
+
+TEST(Tokenizer, SentencePieceApi) {
+  const Tokenizer tok = Tokenizer::load((kFixtures / "llama2").string());
+  EXPECT_EQ(tok.token_id("<unk>"), 0);
+  EXPECT_EQ(tok.bos_id(), 1);  // the TemplateProcessing's <s>
+  EXPECT_EQ(tok.eos_id(), 2);  // </s>
+  EXPECT_EQ(tok.token_id("<0x41>"), 3 + 0x41);
+  EXPECT_EQ(tok.token_bytes(3 + 0x41), "A");      // a byte token: its byte
+  EXPECT_EQ(tok.token_bytes(3 + 0xE6), "\xE6");   // alone: part of a character
+  const auto piece = tok.token_id("\u2581the");
+  ASSERT_TRUE(piece.has_value());
+  EXPECT_EQ(tok.token_bytes(*piece), " the");     // "▁" reads as a space after the first token
+  EXPECT_EQ(tok.decode(Ids{*piece}), "the");      // Strip drops the first one
+  EXPECT_EQ(tok.encode("the", true), (Ids{1, *piece}));
+  // Byte fallback: a character outside the vocabulary is its UTF-8 bytes' tokens.
+  const Ids rocket = tok.encode("\U0001F680");
+  EXPECT_EQ(rocket.back(), 3 + 0x80);
+  EXPECT_EQ(tok.decode(rocket), "\U0001F680");
+  // An invalid run of byte tokens is one U+FFFD per byte (HF's ByteFallback decoder).
+  EXPECT_EQ(tok.decode(Ids{3 + 0xF0, 3 + 0x9F}), "\xEF\xBF\xBD\xEF\xBF\xBD");
+  EXPECT_TRUE(tok.is_special(1));
+  EXPECT_FALSE(tok.is_special(*piece));
 }
 
 TEST(Tokenizer, TokenizerConfigNamesBosAndEos) {
