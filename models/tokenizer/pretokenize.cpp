@@ -252,8 +252,9 @@ std::size_t split_by(std::string_view text, std::vector<Segment> segs, SplitBeha
 
 // HF's Metaspace pre-tokenizer on one piece: ' ' becomes the replacement, which is put first
 // as the scheme says (unless the piece already begins with it), then the piece is split before
-// each replacement (MergedWithNext).
-std::size_t metaspace(const PreTokenizerStep& step, std::string_view piece, bool at_start,
+// each replacement (MergedWithNext). The first piece keeps the beginning (a prepended
+// replacement counts as offset 0).
+void metaspace(const PreTokenizerStep& step, std::string_view piece, bool at_start,
                       std::vector<std::string>& out) {
   std::string text;
   text.reserve(piece.size() + step.replacement.size());
@@ -267,14 +268,13 @@ std::size_t metaspace(const PreTokenizerStep& step, std::string_view piece, bool
   if (prepend) text.insert(0, step.replacement);
   if (!step.split) {
     out.push_back(std::move(text));
-    return 0;
+    return;
   }
   std::vector<std::pair<std::size_t, std::size_t>> matches;
   for (std::size_t at = text.find(step.replacement); at != std::string::npos;
        at = text.find(step.replacement, at + step.replacement.size()))
     matches.emplace_back(at, at + step.replacement.size());
   split_by(text, segments_of(text, matches), SplitBehavior::merged_with_next, out);
-  return 0;  // the first piece holds the text's beginning (the prepended part maps to it)
 }
 
 }  // namespace
@@ -292,7 +292,7 @@ void apply_step(const PreTokenizerStep& step, std::vector<std::string>& pieces,
         begin = split_by(piece, segments_of(piece, step.regex->find_all(piece)), step.behavior, out);
         break;
       case PreTokenizerStep::Kind::metaspace:
-        begin = metaspace(step, piece, index == 0 && first_at_start, out);
+        metaspace(step, piece, index == 0 && first_at_start, out);
         break;
       case PreTokenizerStep::Kind::digits: {
         // Each numeric character is one match; Isolated keeps them apart, Contiguous joins runs.
