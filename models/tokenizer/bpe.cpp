@@ -1,7 +1,9 @@
 // The BPE model on one pre-tokenized word, as `tokenizers`' BPE::merge_word + Word::merge_all:
-// the word's characters become ids (unknown ones the unk token, if any, else dropped), then the
+// the word's characters become ids (unknown ones their bytes' "<0xXX>" tokens with
+// byte_fallback, else the unk token, if any, else dropped), then the
 // pair of lowest merge rank is merged, leftmost first, until no pair has a merge. A heap of
 // candidate pairs and a linked list of symbols make that O(n log n) in the word's length.
+#include <algorithm>
 #include <queue>
 #include <string_view>
 
@@ -61,6 +63,11 @@ void BpeModel::tokenize(std::string_view word, std::vector<std::int32_t>& out) c
       if (pending_unk) add(*unk_id);
       pending_unk = false;
       add(it->second);
+    } else if (byte_fallback && std::all_of(word.begin() + b, word.begin() + i, [&](char c) {
+                 return byte_ids[static_cast<unsigned char>(c)] >= 0;
+               })) {
+      // As HF: the bytes' tokens, and a pending unk token stays pending (it follows them).
+      for (std::size_t k = b; k < i; ++k) add(byte_ids[static_cast<unsigned char>(word[k])]);
     } else if (unk_id) {
       if (pending_unk && !fuse_unk) add(*unk_id);
       pending_unk = true;

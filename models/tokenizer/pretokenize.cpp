@@ -1,11 +1,7 @@
-// Text handling below the BPE model: UTF-8, GPT-2's byte-level alphabet, PCRE2 regexes, ICU
-// normalization and the pre-tokenizer steps (Split, Digits, ByteLevel) with HF's semantics.
+// Text handling below the BPE model: UTF-8, GPT-2's byte-level alphabet, PCRE2 regexes and the
+// pre-tokenizer steps (Split, Digits, ByteLevel, Metaspace) with HF's semantics.
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
-#include <unicode/bytestream.h>
-#include <unicode/normalizer2.h>
-#include <unicode/stringpiece.h>
-#include <unicode/uchar.h>
 
 #include <algorithm>
 
@@ -132,12 +128,15 @@ Regex::Regex(const std::string& pattern, bool literal, const std::string& where)
   PCRE2_SIZE error_offset = 0;
   // PCRE2_LITERAL admits no other option but UTF (UCP only matters to classes anyway).
   const std::uint32_t options = literal ? PCRE2_UTF | PCRE2_LITERAL : PCRE2_UTF | PCRE2_UCP;
-  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+  // Oniguruma's Unicode classes, as far as they differ (unicode_compat.cpp).
+  const std::string compiled = literal ? pattern : pcre2_pattern(pattern);
+  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(compiled.data()), compiled.size(),
                                    options, &error_code, &error_offset, nullptr);
   if (code == nullptr) {
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(error_code, message, sizeof(message));
-    throw Error(fmt::format("PCRE2 cannot compile the regex at offset {}: {}", error_offset,
+    throw Error(fmt::format("PCRE2 cannot compile the regex at offset {} (of the pattern as "
+                            "rewritten for PCRE2, {} bytes): {}", error_offset, compiled.size(),
                             reinterpret_cast<const char*>(message)),
                 where, "only regexes that PCRE2 and Oniguruma read alike are supported");
   }
@@ -183,32 +182,6 @@ std::vector<std::pair<std::size_t, std::size_t>> Regex::find_all(std::string_vie
   return out;
 }
 
-// ---- normalizer -----------------------------------------------------------------------------
-
-std::string normalize(std::string_view text, NormalForm form) {
-  bool ascii = true;
-  for (const char c : text) ascii = ascii && static_cast<unsigned char>(c) < 0x80;
-  if (ascii) return std::string(text);
-  UErrorCode status = U_ZERO_ERROR;
-  const icu::Normalizer2* n = nullptr;
-  switch (form) {
-    case NormalForm::nfc: n = icu::Normalizer2::getNFCInstance(status); break;
-    case NormalForm::nfd: n = icu::Normalizer2::getNFDInstance(status); break;
-    case NormalForm::nfkc: n = icu::Normalizer2::getNFKCInstance(status); break;
-    case NormalForm::nfkd: n = icu::Normalizer2::getNFKDInstance(status); break;
-  }
-  std::string out;
-  if (U_SUCCESS(status)) {
-    icu::StringByteSink<std::string> sink(&out);
-    n->normalizeUTF8(0, icu::StringPiece(text.data(), static_cast<std::int32_t>(text.size())), sink,
-                     nullptr, status);
-  }
-  if (U_FAILURE(status))
-    throw Error(fmt::format("ICU normalization failed: {}", u_errorName(status)),
-                "tokenizer normalizer", "check that ICU's data library (libicu72) is installed");
-  return out;
-}
-
 // ---- pre-tokenizer --------------------------------------------------------------------------
 namespace {
 
@@ -232,8 +205,9 @@ std::vector<Segment> segments_of(std::string_view text,
 }
 
 // HF's NormalizedString::split: combines segments by `behavior`; appends the non-empty pieces.
-void split_by(std::string_view text, std::vector<Segment> segs, SplitBehavior behavior,
-              std::vector<std::string>& out) {
+// Returns the offset in `text` where the first appended piece begins (npos: none).
+std::size_t split_by(std::string_view text, std::vector<Segment> segs, SplitBehavior behavior,
+                     std::vector<std::string>& out) {
   std::vector<Segment> kept;
   bool previous_match = false;
   switch (behavior) {
@@ -267,25 +241,58 @@ void split_by(std::string_view text, std::vector<Segment> segs, SplitBehavior be
       std::reverse(kept.begin(), kept.end());
       break;
   }
-  for (const auto& s : kept)
-    if (s.end > s.begin) out.emplace_back(text.substr(s.begin, s.end - s.begin));
+  std::size_t first = std::string_view::npos;
+  for (const auto& s : kept) {
+    if (s.end <= s.begin) continue;
+    if (first == std::string_view::npos) first = s.begin;
+    out.emplace_back(text.substr(s.begin, s.end - s.begin));
+  }
+  return first;
 }
 
-// Rust's char::is_numeric: general category Nd, Nl or No.
-bool is_numeric(std::uint32_t cp) {
-  const auto t = u_charType(static_cast<UChar32>(cp));
-  return t == U_DECIMAL_DIGIT_NUMBER || t == U_LETTER_NUMBER || t == U_OTHER_NUMBER;
+// HF's Metaspace pre-tokenizer on one piece: ' ' becomes the replacement, which is put first
+// as the scheme says (unless the piece already begins with it), then the piece is split before
+// each replacement (MergedWithNext). The first piece keeps the beginning (a prepended
+// replacement counts as offset 0).
+void metaspace(const PreTokenizerStep& step, std::string_view piece, bool at_start,
+                      std::vector<std::string>& out) {
+  std::string text;
+  text.reserve(piece.size() + step.replacement.size());
+  for (const char c : piece) {
+    if (c == ' ') text += step.replacement;
+    else text += c;
+  }
+  const bool prepend = !text.starts_with(step.replacement) &&
+                       (step.prepend_scheme == PrependScheme::always ||
+                        (step.prepend_scheme == PrependScheme::first && at_start));
+  if (prepend) text.insert(0, step.replacement);
+  if (!step.split) {
+    out.push_back(std::move(text));
+    return;
+  }
+  std::vector<std::pair<std::size_t, std::size_t>> matches;
+  for (std::size_t at = text.find(step.replacement); at != std::string::npos;
+       at = text.find(step.replacement, at + step.replacement.size()))
+    matches.emplace_back(at, at + step.replacement.size());
+  split_by(text, segments_of(text, matches), SplitBehavior::merged_with_next, out);
 }
 
 }  // namespace
 
-void apply_step(const PreTokenizerStep& step, std::vector<std::string>& pieces) {
+void apply_step(const PreTokenizerStep& step, std::vector<std::string>& pieces,
+                bool& first_at_start) {
   std::vector<std::string> out;
   out.reserve(pieces.size());
-  for (auto& piece : pieces) {
+  for (std::size_t index = 0; index < pieces.size(); ++index) {
+    std::string& piece = pieces[index];
+    const std::size_t before = out.size();
+    std::size_t begin = 0;  // where out[before] begins in `piece`
     switch (step.kind) {
       case PreTokenizerStep::Kind::split:
-        split_by(piece, segments_of(piece, step.regex->find_all(piece)), step.behavior, out);
+        begin = split_by(piece, segments_of(piece, step.regex->find_all(piece)), step.behavior, out);
+        break;
+      case PreTokenizerStep::Kind::metaspace:
+        metaspace(step, piece, index == 0 && first_at_start, out);
         break;
       case PreTokenizerStep::Kind::digits: {
         // Each numeric character is one match; Isolated keeps them apart, Contiguous joins runs.
@@ -294,8 +301,9 @@ void apply_step(const PreTokenizerStep& step, std::vector<std::string>& pieces) 
           const std::size_t b = i;
           if (is_numeric(utf8_next(piece, i))) matches.emplace_back(b, i);
         }
-        split_by(piece, segments_of(piece, matches),
-                 step.individual_digits ? SplitBehavior::isolated : SplitBehavior::contiguous, out);
+        begin = split_by(piece, segments_of(piece, matches),
+                         step.individual_digits ? SplitBehavior::isolated : SplitBehavior::contiguous,
+                         out);
         break;
       }
       case PreTokenizerStep::Kind::byte_level: {
@@ -312,6 +320,8 @@ void apply_step(const PreTokenizerStep& step, std::vector<std::string>& pieces) 
         break;
       }
     }
+    // Only the first output piece can still begin at offset 0 of encode()'s text.
+    if (index == 0) first_at_start = first_at_start && out.size() > before && begin == 0;
   }
   pieces = std::move(out);
 }

@@ -3,110 +3,17 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <filesystem>
-#include <fstream>
 #include <limits>
-#include <sstream>
+#include <unordered_set>
 
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
-
-#include "core/error.h"
-#include "models/tokenizer/tokenizer_impl.h"
+#include "models/tokenizer/load_util.h"
 
 namespace strata::models {
 namespace {
 
-using Json = nlohmann::json;
+using namespace tok;  // NOLINT: the loader's helpers (load_util.h)
 namespace fs = std::filesystem;
-
-// GPT-2's pre-tokenizer regex, which ByteLevel(use_regex=true) applies.
-constexpr const char* kGpt2Regex =
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
-
-// Token ids index arrays sized by the largest id (id_to_token, id_bytes), so an id is bounded:
-// 2^22 is 16 times the largest vocabulary of a released model (Gemma 3's 262,144), and keeps a
-// file's worst case to a few hundred MB instead of 2^31 strings (and id + 1 from overflowing).
-constexpr std::int64_t kMaxTokenIds = std::int64_t{1} << 22;
-
-constexpr const char* kFileHint =
-    "the file is not a tokenizer that Hugging Face `tokenizers` wrote; download the model's "
-    "tokenizer.json again";
-constexpr const char* kByteLevelOnly = "only byte-level BPE tokenizers are supported";
-constexpr const char* kSentencePieceHint =
-    "this is a SentencePiece-style tokenizer (Llama 2, Mistral including v0.3), which strata does "
-    "not implement: tokenize elsewhere and pass token ids (`strata infer --prompts` with \"ids\")";
-
-std::string clip(std::string_view text, std::size_t max_chars = 60) {
-  if (text.size() <= max_chars) return std::string(text);
-  return fmt::format("{}... ({} bytes)", text.substr(0, max_chars), text.size());
-}
-
-// Where an error points: the file and the JSON key inside it.
-struct Src {
-  std::string path;
-  std::string at(std::string_view key) const { return fmt::format("{}, key \"{}\"", path, key); }
-  [[noreturn]] void fail(std::string_view key, std::string what,
-                         std::string hint = kFileHint) const {
-    throw Error(std::move(what), key.empty() ? path : at(key), std::move(hint));
-  }
-};
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    const int e = errno;
-    throw Error(fmt::format("cannot open the file: {}", errno_text(e)), path,
-                "check the path and its permissions");
-  }
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw Error("reading the file failed", path, "check the disk");
-  return std::move(ss).str();
-}
-
-Json parse_json(const Src& src, const std::string& text) {
-  try {
-    return Json::parse(text);
-  } catch (const Json::exception& e) {  // parse_error, or out_of_range for a number like 1e999
-    src.fail("", fmt::format("not valid JSON: {}", e.what()));
-  }
-}
-
-// j[key] with its type checked; `key` names it in errors (a dotted path from the root).
-const Json& need(const Src& src, const Json& j, const char* name, std::string_view key) {
-  const auto it = j.find(name);
-  if (it == j.end()) src.fail(key, "the key is missing");
-  return *it;
-}
-
-std::string need_string(const Src& src, const Json& j, std::string_view key) {
-  if (!j.is_string()) src.fail(key, fmt::format("expected a string, found a JSON {}", j.type_name()));
-  return j.get<std::string>();
-}
-
-bool opt_bool(const Src& src, const Json& obj, const char* name, std::string_view key,
-              bool fallback) {
-  const auto it = obj.find(name);
-  if (it == obj.end() || it->is_null()) return fallback;
-  if (!it->is_boolean())
-    src.fail(key, fmt::format("expected true or false, found a JSON {}", it->type_name()));
-  return it->get<bool>();
-}
-
-std::int32_t need_id(const Src& src, const Json& j, std::string_view key) {
-  if (!j.is_number_integer() || j.get<std::int64_t>() < 0 || j.get<std::int64_t>() >= kMaxTokenIds)
-    src.fail(key, fmt::format("expected a token id (an integer in [0, 2^22)), found {}",
-                              clip(j.dump())));
-  return static_cast<std::int32_t>(j.get<std::int64_t>());
-}
-
-std::string type_of(const Src& src, const Json& j, std::string_view key) {
-  if (!j.is_object()) src.fail(key, fmt::format("expected an object, found a JSON {}", j.type_name()));
-  return need_string(src, need(src, j, "type", fmt::format("{}.type", key)),
-                     fmt::format("{}.type", key));
-}
 
 // ---- model ----------------------------------------------------------------------------------
 
@@ -146,12 +53,10 @@ void read_model(const Src& src, const Json& model, tok::BpeModel& bpe) {
     type = type_of(src, model, "model");
   }
   if (type != "BPE")
-    src.fail("model.type", fmt::format("the tokenizer's model is {}: {}", clip(type), kByteLevelOnly),
-             type == "Unigram" ? kSentencePieceHint
-                               : "use a model whose tokenizer.json has \"model\": {\"type\": \"BPE\"}");
-  if (opt_bool(src, model, "byte_fallback", "model.byte_fallback", false))
-    src.fail("model.byte_fallback", fmt::format("BPE with byte_fallback: {}", kByteLevelOnly),
-             kSentencePieceHint);
+    src.fail("model.type", fmt::format("the tokenizer's model is {}: only BPE tokenizers are "
+                                       "supported", clip(type)),
+             kOtherModelHint);
+  bpe.byte_fallback = opt_bool(src, model, "byte_fallback", "model.byte_fallback", false);
   if (const auto it = model.find("dropout");
       it != model.end() && !it->is_null() && !(it->is_number() && it->get<double>() == 0.0))
     src.fail("model.dropout", "BPE dropout is random and strata encodes deterministically",
@@ -160,10 +65,14 @@ void read_model(const Src& src, const Json& model, tok::BpeModel& bpe) {
     const auto it = model.find(name);
     if (it != model.end() && !it->is_null() && !(it->is_string() && it->get<std::string>().empty()))
       src.fail(fmt::format("model.{}", name),
-               fmt::format("BPE with a {}: {}", name, kByteLevelOnly), "set it to null");
+               fmt::format("BPE with a {} is not supported", name), "set it to null");
   }
 
   read_vocab(src, need(src, model, "vocab", "model.vocab"), "model.vocab", bpe);
+  for (int b = 0; b < 256; ++b) {  // byte_fallback's "<0x00>".."<0xFF>" (HF: format!("<{b:#04X}>"))
+    const auto it = bpe.vocab.find(fmt::format("<0x{:02X}>", b));
+    bpe.byte_ids[b] = it == bpe.vocab.end() ? -1 : it->second;
+  }
   const Json& merges = need(src, model, "merges", "model.merges");
   if (!merges.is_array()) src.fail("model.merges", "expected an array of merges");
   bpe.merges.reserve(merges.size());
@@ -224,92 +133,6 @@ void read_added_tokens(const Src& src, const Json& list, Tokenizer::Impl& impl) 
   }
 }
 
-// ---- normalizer, pre-tokenizer, post-processor, decoder -------------------------------------
-
-void read_normalizer(const Src& src, const Json& n, std::string_view key, Tokenizer::Impl& impl) {
-  if (n.is_null()) return;
-  const std::string type = type_of(src, n, key);
-  const std::string tkey = fmt::format("{}.type", key);
-  if (type == "Sequence") {
-    const Json& list = need(src, n, "normalizers", fmt::format("{}.normalizers", key));
-    if (!list.is_array()) src.fail(fmt::format("{}.normalizers", key), "expected an array");
-    for (std::size_t i = 0; i < list.size(); ++i)
-      read_normalizer(src, list[i], fmt::format("{}.normalizers[{}]", key, i), impl);
-  } else if (type == "NFC") {
-    impl.normalizers.push_back(tok::NormalForm::nfc);
-  } else if (type == "NFD") {
-    impl.normalizers.push_back(tok::NormalForm::nfd);
-  } else if (type == "NFKC") {
-    impl.normalizers.push_back(tok::NormalForm::nfkc);
-  } else if (type == "NFKD") {
-    impl.normalizers.push_back(tok::NormalForm::nfkd);
-  } else {
-    const bool sp = type == "Prepend" || type == "Replace";  // Llama 2's "▁" handling
-    src.fail(tkey, fmt::format("the normalizer {} is not supported (strata applies NFC, NFD, NFKC "
-                               "and NFKD): {}", clip(type), kByteLevelOnly),
-             sp ? kSentencePieceHint : "use a byte-level BPE tokenizer (GPT-2, Llama 3, Qwen2)");
-  }
-}
-
-tok::SplitBehavior read_behavior(const Src& src, const Json& j, std::string_view key) {
-  const std::string b = need_string(src, j, key);
-  if (b == "Isolated") return tok::SplitBehavior::isolated;
-  if (b == "Removed") return tok::SplitBehavior::removed;
-  if (b == "MergedWithPrevious") return tok::SplitBehavior::merged_with_previous;
-  if (b == "MergedWithNext") return tok::SplitBehavior::merged_with_next;
-  if (b == "Contiguous") return tok::SplitBehavior::contiguous;
-  src.fail(key, fmt::format("unknown split behavior \"{}\"", clip(b)));
-}
-
-void read_pre_tokenizer(const Src& src, const Json& p, std::string_view key, Tokenizer::Impl& impl) {
-  const std::string type = type_of(src, p, key);
-  const std::string tkey = fmt::format("{}.type", key);
-  tok::PreTokenizerStep step;
-  if (type == "Sequence") {
-    const std::string lkey = fmt::format("{}.pretokenizers", key);
-    const Json& list = need(src, p, "pretokenizers", lkey);
-    if (!list.is_array()) src.fail(lkey, "expected an array");
-    for (std::size_t i = 0; i < list.size(); ++i)
-      read_pre_tokenizer(src, list[i], fmt::format("{}[{}]", lkey, i), impl);
-    return;
-  } else if (type == "ByteLevel") {
-    step.kind = tok::PreTokenizerStep::Kind::byte_level;
-    step.add_prefix_space = opt_bool(src, p, "add_prefix_space", fmt::format("{}.add_prefix_space", key), true);
-    if (opt_bool(src, p, "use_regex", fmt::format("{}.use_regex", key), true))
-      step.regex = std::make_shared<tok::Regex>(kGpt2Regex, false, src.at(key));
-  } else if (type == "Split") {
-    const std::string pkey = fmt::format("{}.pattern", key);
-    const Json& pattern = need(src, p, "pattern", pkey);
-    if (pattern.is_object() && pattern.contains("Regex")) {
-      step.regex = std::make_shared<tok::Regex>(
-          need_string(src, pattern["Regex"], pkey + ".Regex"), false, src.at(pkey + ".Regex"));
-    } else if (pattern.is_object() && pattern.contains("String")) {
-      step.regex = std::make_shared<tok::Regex>(
-          need_string(src, pattern["String"], pkey + ".String"), true, src.at(pkey + ".String"));
-    } else {
-      src.fail(pkey, "expected {\"Regex\": ...} or {\"String\": ...}");
-    }
-    step.behavior = read_behavior(src, need(src, p, "behavior", fmt::format("{}.behavior", key)),
-                                  fmt::format("{}.behavior", key));
-    if (opt_bool(src, p, "invert", fmt::format("{}.invert", key), false))
-      src.fail(fmt::format("{}.invert", key), "Split with invert: true is not supported",
-               "use a byte-level BPE tokenizer (GPT-2, Llama 3, Qwen2)");
-  } else if (type == "Digits") {
-    step.kind = tok::PreTokenizerStep::Kind::digits;
-    step.individual_digits =
-        opt_bool(src, p, "individual_digits", fmt::format("{}.individual_digits", key), false);
-  } else {
-    src.fail(tkey, fmt::format("the pre-tokenizer {} is not supported: {}", clip(type), kByteLevelOnly),
-             type == "Metaspace" ? kSentencePieceHint
-                                 : "use a byte-level BPE tokenizer (GPT-2, Llama 3, Qwen2)");
-  }
-  if (!impl.pre_tokenizer.empty() &&
-      impl.pre_tokenizer.back().kind == tok::PreTokenizerStep::Kind::byte_level)
-    src.fail(tkey, "a pre-tokenizer after ByteLevel is not supported (ByteLevel must come last)",
-             "use a byte-level BPE tokenizer (GPT-2, Llama 3, Qwen2)");
-  impl.pre_tokenizer.push_back(std::move(step));
-}
-
 std::int32_t id_of(const Tokenizer::Impl& impl, std::string_view token) {
   for (const auto& a : impl.added)
     if (a.content == token) return a.id;
@@ -317,105 +140,21 @@ std::int32_t id_of(const Tokenizer::Impl& impl, std::string_view token) {
   return it == impl.bpe.vocab.end() ? -1 : it->second;
 }
 
-void read_template(const Src& src, const Json& p, std::string_view key, Tokenizer::Impl& impl) {
-  const std::string skey = fmt::format("{}.single", key);
-  const Json& single = need(src, p, "single", skey);
-  if (!single.is_array()) src.fail(skey, "expected an array");
-  const std::string stkey = fmt::format("{}.special_tokens", key);
-  const auto st = p.find("special_tokens");
-  bool seen_a = false;
-  for (std::size_t i = 0; i < single.size(); ++i) {
-    const std::string ikey = fmt::format("{}[{}]", skey, i);
-    const Json& item = single[i];
-    if (item.is_object() && item.contains("Sequence")) {
-      if (seen_a) src.fail(ikey, "the template holds the sequence twice");
-      seen_a = true;
-    } else if (item.is_object() && item.contains("SpecialToken")) {
-      const std::string name =
-          need_string(src, need(src, item["SpecialToken"], "id", ikey + ".SpecialToken.id"),
-                      ikey + ".SpecialToken.id");
-      std::vector<std::int32_t> ids;
-      if (st != p.end() && st->is_object() && st->contains(name)) {
-        const std::string nkey = fmt::format("{}.{}.ids", stkey, clip(name));
-        const Json& list = need(src, (*st)[name], "ids", nkey);
-        if (!list.is_array()) src.fail(nkey, "expected an array of ids");
-        for (const auto& id : list) ids.push_back(need_id(src, id, nkey));
-      } else {
-        src.fail(stkey, fmt::format("the template's special token \"{}\" is not listed here",
-                                    clip(name)));
-      }
-      auto& dest = seen_a ? impl.template_suffix : impl.template_prefix;
-      dest.insert(dest.end(), ids.begin(), ids.end());
-    } else {
-      src.fail(ikey, "expected {\"SpecialToken\": ...} or {\"Sequence\": ...}");
-    }
-  }
-  if (!seen_a) src.fail(skey, "the template does not hold the sequence (\"A\")");
-}
-
-void read_post_processor(const Src& src, const Json& p, std::string_view key, Tokenizer::Impl& impl,
-                         int& templates) {
-  if (p.is_null()) return;
-  const std::string type = type_of(src, p, key);
-  if (type == "Sequence") {
-    const std::string lkey = fmt::format("{}.processors", key);
-    const Json& list = need(src, p, "processors", lkey);
-    if (!list.is_array()) src.fail(lkey, "expected an array");
-    for (std::size_t i = 0; i < list.size(); ++i)
-      read_post_processor(src, list[i], fmt::format("{}[{}]", lkey, i), impl, templates);
-  } else if (type == "ByteLevel") {
-    // Only adjusts offsets, which strata does not report.
-  } else if (type == "TemplateProcessing") {
-    if (++templates > 1)
-      src.fail(fmt::format("{}.type", key), "more than one TemplateProcessing is not supported");
-    read_template(src, p, key, impl);
-  } else {
-    src.fail(fmt::format("{}.type", key),
-             fmt::format("the post-processor {} is not supported (strata reads ByteLevel and "
-                         "TemplateProcessing)", clip(type)),
-             "use a byte-level BPE tokenizer (GPT-2, Llama 3, Qwen2)");
-  }
-}
-
-void read_decoder(const Src& src, const Json& d, std::string_view key) {
-  const std::string type = type_of(src, d, key);
-  if (type == "ByteLevel") return;
-  if (type == "Sequence") {
-    const std::string lkey = fmt::format("{}.decoders", key);
-    const Json& list = need(src, d, "decoders", lkey);
-    if (!list.is_array()) src.fail(lkey, "expected an array");
-    for (std::size_t i = 0; i < list.size(); ++i)
-      read_decoder(src, list[i], fmt::format("{}[{}]", lkey, i));
-    return;
-  }
-  const bool sp = type == "ByteFallback" || type == "Metaspace" || type == "Fuse" ||
-                  type == "Strip" || type == "Replace";
-  src.fail(fmt::format("{}.type", key),
-           fmt::format("the decoder {} is not supported (strata decodes ByteLevel): {}", clip(type),
-                       kByteLevelOnly),
-           sp ? kSentencePieceHint : "use a byte-level BPE tokenizer (GPT-2, Llama 3, Qwen2)");
-}
-
 void load_tokenizer_json(const std::string& path, Tokenizer::Impl& impl) {
   const Src src{path};
   const Json j = parse_json(src, read_file(path));
   if (!j.is_object()) src.fail("", fmt::format("expected a JSON object, found a JSON {}", j.type_name()));
   read_model(src, need(src, j, "model", "model"), impl.bpe);
-  // SentencePiece signs anywhere refuse the file first, with the hint that says so.
-  read_normalizer(src, j.value("normalizer", Json()), "normalizer", impl);
+  read_normalizer(src, j.value("normalizer", Json()), "normalizer", impl.normalizers);
+  // null: each part between added tokens is one word for the model (Llama 2).
   const Json& pre = need(src, j, "pre_tokenizer", "pre_tokenizer");
-  if (pre.is_null())
-    src.fail("pre_tokenizer", fmt::format("no pre-tokenizer, so no ByteLevel: {}", kByteLevelOnly),
-             "use a byte-level BPE tokenizer (GPT-2, Llama 3, Qwen2)");
-  read_pre_tokenizer(src, pre, "pre_tokenizer", impl);
-  if (impl.pre_tokenizer.back().kind != tok::PreTokenizerStep::Kind::byte_level)
-    src.fail("pre_tokenizer", fmt::format("the pre-tokenizer has no ByteLevel step: {}", kByteLevelOnly),
-             "use a byte-level BPE tokenizer (GPT-2, Llama 3, Qwen2)");
+  if (!pre.is_null()) read_pre_tokenizer(src, pre, "pre_tokenizer", impl.pre_tokenizer);
   const Json& dec = need(src, j, "decoder", "decoder");
   if (dec.is_null())
-    src.fail("decoder", "no decoder: strata decodes byte-level tokens only (decoder ByteLevel)",
-             kFileHint);
-  read_decoder(src, dec, "decoder");
+    src.fail("decoder", "no decoder: strata decodes through ByteLevel or SentencePiece-style "
+                        "decoders (Metaspace, or Replace, ByteFallback, Fuse, Strip)", kFileHint);
+  int decoders = 0;
+  read_decoder(src, dec, "decoder", impl, decoders);
   read_added_tokens(src, j.value("added_tokens", Json()), impl);
   int templates = 0;
   read_post_processor(src, j.value("post_processor", Json()), "post_processor", impl, templates);
@@ -462,6 +201,58 @@ std::optional<std::int32_t> config_token(const Src& src, const Json& cfg, const 
   return id;
 }
 
+// The id tables and the added-token matchers, once the file is read. Ids: the vocabulary's,
+// then the added tokens' (which may reuse or extend it).
+void index_tokens(Tokenizer::Impl& impl) {
+  auto& names = impl.bpe.id_to_token;
+  for (std::size_t i = 0; i < impl.added.size(); ++i) {
+    const AddedToken& a = impl.added[i];
+    if (static_cast<std::size_t>(a.id) >= names.size()) names.resize(a.id + 1);
+    names[a.id] = a.content;
+    impl.added_by_id[a.id] = i;
+  }
+  impl.vocab_size = static_cast<int>(names.size());
+  impl.id_text = names;
+  std::unordered_set<std::string> specials;
+  for (auto* m : {&impl.raw_added, &impl.normalized_added}) m->patterns.assign(impl.added.size(), "");
+  for (std::size_t i = 0; i < impl.added.size(); ++i) {
+    const AddedToken& a = impl.added[i];
+    if (a.special) specials.insert(a.content);
+    if (!a.normalized) {
+      impl.raw_added.patterns[i] = a.content;
+      continue;
+    }
+    // HF matches a normalized: true token by its normalized form, in normalized text, and
+    // hands that form to the decoder.
+    std::string form = apply_normalizers(impl.normalizers, a.content);
+    impl.id_text[a.id] = form;
+    impl.normalized_added.patterns[i] = std::move(form);
+  }
+  for (auto* m : {&impl.raw_added, &impl.normalized_added}) {
+    for (std::size_t i = 0; i < m->patterns.size(); ++i) {
+      if (m->patterns[i].empty()) continue;
+      m->by_first_byte[static_cast<unsigned char>(m->patterns[i][0])].push_back(i);
+      ++m->count;
+    }
+    for (auto& list : m->by_first_byte)  // longest first: leftmost-longest matching
+      std::stable_sort(list.begin(), list.end(), [&](std::size_t x, std::size_t y) {
+        return m->patterns[x].size() > m->patterns[y].size();
+      });
+  }
+  impl.id_skippable.resize(names.size());
+  impl.id_bytes.resize(names.size());
+  for (std::size_t id = 0; id < names.size(); ++id) {
+    const std::string& t = impl.id_text[id];
+    impl.id_skippable[id] = specials.count(t) > 0;  // HF's is_special_token on the decoded text
+    if (impl.byte_level_decoder) {
+      auto bytes = byte_level_decode(t);
+      impl.id_bytes[id] = bytes ? std::move(*bytes) : t;
+    } else {
+      impl.id_bytes[id] = decode_token_alone(impl.decoders, impl.decoder_byte_fallback, t);
+    }
+  }
+}
+
 bool is_file(const fs::path& p) {
   std::error_code ec;
   return fs::is_regular_file(p, ec);
@@ -495,26 +286,7 @@ std::unique_ptr<Tokenizer::Impl> load_tokenizer_impl(const std::string& path) {
                 "give a model folder or the path of its tokenizer.json");
   }
 
-  // Ids: the vocabulary's, then the added tokens' (which may reuse or extend it).
-  for (std::size_t i = 0; i < impl->added.size(); ++i) {
-    const AddedToken& a = impl->added[i];
-    auto& names = impl->bpe.id_to_token;
-    if (static_cast<std::size_t>(a.id) >= names.size()) names.resize(a.id + 1);
-    names[a.id] = a.content;
-    impl->added_by_id[a.id] = i;
-    impl->added_by_first_byte[static_cast<unsigned char>(a.content[0])].push_back(i);
-  }
-  for (auto& list : impl->added_by_first_byte)
-    std::stable_sort(list.begin(), list.end(), [&](std::size_t x, std::size_t y) {
-      return impl->added[x].content.size() > impl->added[y].content.size();
-    });
-  impl->vocab_size = static_cast<int>(impl->bpe.id_to_token.size());
-  impl->id_bytes.resize(impl->bpe.id_to_token.size());
-  for (std::size_t id = 0; id < impl->id_bytes.size(); ++id) {
-    const std::string& t = impl->bpe.id_to_token[id];
-    auto bytes = tok::byte_level_decode(t);
-    impl->id_bytes[id] = bytes ? std::move(*bytes) : t;
-  }
+  index_tokens(*impl);
 
   for (const auto* ids : {&impl->template_prefix, &impl->template_suffix})
     for (const std::int32_t id : *ids)

@@ -100,6 +100,27 @@ TESTS = [
     "x" * 300,
     "ab" * 150,
     "The quick brown fox jumps over the lazy dog. " * 3,
+    # SentencePiece-style: special tokens first, spaces at the ends, byte fallback (characters
+    # outside the vocabulary: emoji, CJK, rare scripts), "▁" written in the text.
+    "<s>Hello world</s>",
+    "<s> leading space after bos",
+    "</s><s><unk>",
+    "Hello <s> world </s>  x",
+    "  two leading and two trailing  ",
+    " ",
+    "\t\ttabs first",
+    "Rare scripts: \U0001F9EC\U00013000 \u16A0\u16A1 \uA000 \u0F00 \U0001D11E done",
+    "\u2581already\u2581metaspace \u2581 and \u2581\u2581double",
+    "<0x41> <0xZZ> written out",
+    # Unicode 15-16 letters and digits (Oniguruma's tables are 16.0, PCRE2's 14.0), Unicode 17
+    # digits (Rust's char::is_numeric), U+180E (not \s to Oniguruma, \s to PCRE2).
+    "Kawi \U00011F04\U00011F05 \U00011F50\U00011F51 Nag \U0001E4D0\U0001E4D1\U0001E4F0 "
+    "Garay \U00010D50\U00010D40\U00010D41 Kirat \U00016D43\U00016D70 cyr\U0001E030x",
+    "Tolong \U00011DE0\U00011DE1 and \U00016FF4 digits 12\U00011DE03",
+    "mongolian a\u180Eb c\u180E d \u180E\u180E",
+    # Code points ICU 72 normalizes and `tokenizers` leaves alone.
+    "dives \U00011935\U00011930 \U00011938 \uA7F2\uA7F3 \u32FF \U0001E030 a\u0301\U00010EFD "
+    "e\u0301\u0898 \U0001FBF1",
 ]
 
 
@@ -178,6 +199,72 @@ def make_qwen2():
     return j
 
 
+def byte_tokens():
+    return [f"<0x{b:02X}>" for b in range(256)]
+
+
+def sentencepiece_model():
+    """A SentencePiece-style BPE (as Llama 2's converted tokenizer.json): ids 0-2 <unk> <s>
+    </s>, 3-258 the byte tokens <0x00>..<0xFF>, then the pieces; byte_fallback, fuse_unk.
+    Trained on pieces split at "▁" (SentencePiece's whitespace handling), with a small
+    alphabet so that rare characters fall back to bytes."""
+    tok = Tokenizer(models.BPE(byte_fallback=True, unk_token="<unk>", fuse_unk=True))
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="never", split=True)
+    trainer = trainers.BpeTrainer(vocab_size=900, special_tokens=["<unk>", "<s>", "</s>"], show_progress=False,
+                                  limit_alphabet=120)
+    tok.train_from_iterator(corpus(), trainer=trainer)
+    j = json.loads(tok.to_str())
+    vocab = j["model"]["vocab"]
+    pieces = sorted((i, t) for t, i in vocab.items() if i >= 3)
+    new_vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    for b, t in enumerate(byte_tokens()):
+        new_vocab[t] = 3 + b
+    for i, t in pieces:
+        new_vocab.setdefault(t, len(new_vocab))
+    j["model"]["vocab"] = new_vocab
+    j["model"]["merges"] = [m.split(" ") if isinstance(m, str) else m for m in j["model"]["merges"]]
+    return j
+
+
+LEGACY_DECODER = {"type": "Sequence", "decoders": [
+    {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
+    {"type": "ByteFallback"}, {"type": "Fuse"},
+    {"type": "Strip", "content": " ", "start": 1, "stop": 0}]}
+
+
+def bos_template():
+    return {"type": "TemplateProcessing",
+            "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+            "pair": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                     {"SpecialToken": {"id": "<s>", "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
+            "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}}
+
+
+def make_llama2(model):
+    """Llama 2 / TinyLlama / Mistral v0.1: Prepend("▁") + Replace(" ", "▁") normalizer, no
+    pre-tokenizer, the Replace/ByteFallback/Fuse/Strip decoder, <s> added first."""
+    j = json.loads(json.dumps(model))
+    j["normalizer"] = {"type": "Sequence", "normalizers": [
+        {"type": "Prepend", "prepend": "\u2581"},
+        {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]}
+    j["pre_tokenizer"] = None
+    j["decoder"] = LEGACY_DECODER
+    j["post_processor"] = bos_template()
+    return j
+
+
+def make_mistral(model):
+    """Mistral v0.3 (`tokenizers` >= 0.14 conversions): no normalizer, Metaspace(prepend_scheme
+    "first", split false) pre-tokenizer, the same decoder."""
+    j = json.loads(json.dumps(model))
+    j["normalizer"] = None
+    j["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": False}
+    j["decoder"] = LEGACY_DECODER
+    j["post_processor"] = bos_template()
+    return j
+
+
 def write_json(path, obj):
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w", encoding="utf-8") as f:
@@ -202,6 +289,8 @@ def golden(tok):
 
 VARIANT_TESTS = [
     "<mask> a <mask>b  <mask>  end\t<mask>\n",
+    "hello\u0301 hello\u00b2 hello\u203f x hello\u200d hello",
+    "\uff1c|endoftext|\uff1e and <|endoftext|> and \ufb01le file \ufb01",
     "hello world xhello hello_world hello! 4hello héllo helloé (hello)",
     "Use strata, strata-run and strata; strata",
     "a-b-c 12-34 1,2;3 x  y -lead trail- 2026-11-25",
@@ -234,8 +323,15 @@ def make_variants():
             pre_tokenizers.Digits(individual_digits=False),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
 
+    def classes(tok):  # Unicode classes whose matches show in the ids: removed or isolated
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(r"\s+"), behavior="removed"),
+            pre_tokenizers.Split(Regex(r"\p{N}"), behavior="removed"),
+            pre_tokenizers.Split(Regex(r"\p{Lo}"), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+
     def added(tok):
-        tok.add_tokens([AddedToken("hello", single_word=True),
+        tok.add_tokens([AddedToken("hello", single_word=True, normalized=False),
                         AddedToken(" strata", normalized=False)])
         tok.add_special_tokens([AddedToken("<mask>", lstrip=True, rstrip=True, special=True,
                                            normalized=False)])
@@ -243,9 +339,39 @@ def make_variants():
     def nfkd(tok):
         tok.normalizer = normalizers.Sequence([normalizers.NFKD()])
 
-    for name, base, edit in [("gpt2_digits", "gpt2", digits), ("gpt2_split", "gpt2", splits),
-                             ("llama3_added", "llama3", added), ("qwen2_nfkd", "qwen2", nfkd)]:
+    def sp_added(tok):  # on a SentencePiece-style tokenizer: normalized and raw added tokens
+        tok.add_tokens([AddedToken("hello", single_word=True, normalized=True),
+                        AddedToken("strata", normalized=False), AddedToken(" x", normalized=True)])
+        tok.add_special_tokens([AddedToken("<mask>", lstrip=True, rstrip=True, special=True,
+                                           normalized=False)])
+
+    def metaspace(scheme, split, decoder):
+        def edit(tok):
+            tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme=scheme, split=split)
+            if decoder:
+                tok.decoder = decoders.Metaspace(replacement="\u2581", prepend_scheme=scheme, split=split)
+        return edit
+
+    def nfkc_normalized(tok):
+        # <|endoftext|> matched after NFKC (so "＜|endoftext|＞" is it too); "ﬁ" is "fi" then.
+        tok.normalizer = normalizers.NFKC()
+        tok.add_special_tokens([AddedToken("<|endoftext|>", special=True, normalized=True)])
+        tok.add_tokens([AddedToken("\ufb01le", normalized=True)])
+
+    edits = [("gpt2_digits", "gpt2", digits), ("gpt2_split", "gpt2", splits),
+             ("gpt2_classes", "gpt2", classes),
+             ("llama3_added", "llama3", added), ("qwen2_nfkd", "qwen2", nfkd),
+             ("gpt2_nfkc_normalized", "gpt2", nfkc_normalized),
+             ("llama2_added", "llama2", sp_added),
+             ("mistral_metaspace_decoder", "mistral", metaspace("first", False, True)),
+             ("mistral_always_split", "mistral", metaspace("always", True, True)),
+             ("mistral_never", "mistral", metaspace("never", True, True)),
+             ("mistral_first_split", "mistral", metaspace("first", True, False))]
+    for name, base, edit in edits:
         tok, changed = variant(os.path.join(HERE, base, "tokenizer.json"), edit)
+        if name == "gpt2_nfkc_normalized":  # the base's own <|endoftext|>, now normalized: true
+            changed["added_tokens"] = [dict(t, normalized=True) if t["content"] == "<|endoftext|>" else t
+                                       for t in changed["added_tokens"]]
         tok = Tokenizer.from_str(json.dumps({**json.loads(Tokenizer.from_file(
             os.path.join(HERE, base, "tokenizer.json")).to_str()), **changed}))
         cases = []
@@ -255,12 +381,25 @@ def make_variants():
                           "decoded": tok.decode(ids, skip_special_tokens=False),
                           "decoded_skip": tok.decode(ids, skip_special_tokens=True)})
         out[name] = {"base": base, "set": changed, "cases": cases}
+    # Older files: Metaspace with add_prefix_space (and str_rep) but no prepend_scheme.
+    legacy = {"pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581", "str_rep": "\u2581",
+                                "add_prefix_space": True},
+              "decoder": {"type": "Metaspace", "replacement": "\u2581", "add_prefix_space": True}}
+    base = json.loads(open(os.path.join(HERE, "mistral", "tokenizer.json"), encoding="utf-8").read())
+    tok = Tokenizer.from_str(json.dumps({**base, **legacy}))
+    out["mistral_add_prefix_space"] = {"base": "mistral", "set": legacy, "cases": [
+        {"text": t, "ids": tok.encode(t, add_special_tokens=False).ids,
+         "decoded": tok.decode(tok.encode(t, add_special_tokens=False).ids, skip_special_tokens=False),
+         "decoded_skip": tok.decode(tok.encode(t, add_special_tokens=False).ids, skip_special_tokens=True)}
+        for t in TESTS + VARIANT_TESTS]}
     return out
 
 
 def main():
     gold = {}
-    for name, make in [("gpt2", make_gpt2), ("llama3", make_llama3), ("qwen2", make_qwen2)]:
+    sp = sentencepiece_model()
+    for name, make in [("gpt2", make_gpt2), ("llama3", make_llama3), ("qwen2", make_qwen2),
+                       ("llama2", lambda: make_llama2(sp)), ("mistral", lambda: make_mistral(sp))]:
         j = make()
         path = os.path.join(HERE, name, "tokenizer.json")
         write_json(path, j)
@@ -295,7 +434,7 @@ def main():
 
     with open(os.path.join(HERE, "golden.json"), "w", encoding="utf-8") as f:
         parts = []
-        for name in ["gpt2", "llama3", "qwen2"]:
+        for name in ["gpt2", "llama3", "qwen2", "llama2", "mistral"]:
             parts.append(f' "{name}": {{"cases": [\n' + cases_text(gold[name]["cases"], "  ") + "\n ]}")
         vparts = []
         for name, v in gold["variants"].items():
