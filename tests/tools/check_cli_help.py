@@ -102,10 +102,10 @@ def main():
         fail("the README and --help disagree:\n  " + "\n  ".join(problems))
 
     # 2. Unknown flags and commands.
-    for args, want in ((["train", "--step", "3"], "unknown flag --step (did you mean --steps?)"),
-                       (["trian"], "unknown command `strata trian` (did you mean train?)"),
-                       (["bench", "stpe"], "unknown command `strata bench stpe` (did you mean step?)"),
-                       (["infer", "--max-new-token=5"], "unknown flag --max-new-token (did you mean --max-new-tokens?)")):
+    for args, want in ((["train", "--step", "3"], "unknown flag --step (did you mean --steps"),
+                       (["trian"], "unknown command `strata trian` (did you mean train"),
+                       (["bench", "stpe"], "unknown command `strata bench stpe` (did you mean step"),
+                       (["infer", "--max-new-token=5"], "unknown flag --max-new-token (did you mean --max-new-tokens")):
         r = run(strata, *args)
         if r.returncode == 0 or want not in r.stderr or "required" in r.stderr:
             fail(f"`strata {' '.join(args)}`: wanted {want!r} and a non-zero exit", r)
