@@ -59,15 +59,6 @@ namespace host = kernels::host;
 namespace dev = kernels::cuda;
 using namespace test;  // tests/kernels/cuda_test_util.h
 
-// The flash kernels round P (and dS) to the storage type: looser than tol_for (see the top).
-double attention_tol(DType t) {
-  switch (t) {
-    case DType::f32: return 1e-4;
-    case DType::bf16: return 2e-2;
-    case DType::f16: return 5e-3;
-  }
-  return 0.0;
-}
 constexpr double kLseTol = 1e-4;
 
 struct Shape {

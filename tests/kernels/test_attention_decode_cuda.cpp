@@ -54,15 +54,6 @@ bool reduced() {
   return v != nullptr && std::strcmp(v, "1") == 0;
 }
 
-// As test_attention_cuda.cpp: the flash kernels round P to the storage type.
-double attention_tol(DType t) {
-  switch (t) {
-    case DType::f32: return 1e-4;
-    case DType::bf16: return 2e-2;
-    case DType::f16: return 5e-3;
-  }
-  return 0.0;
-}
 
 const char* path_name(Path p) {
   switch (p) {
