@@ -14,6 +14,7 @@ packages=(
   libxxhash-dev
   libpcre2-dev libicu-dev                 # models/tokenizer: regexes (UTF, UCP), NFC
   python3-torch python3-numpy             # tests/reference: comparisons with PyTorch (/usr/bin/python3)
+  librsvg2-bin                            # rsvg-convert: tests/tools/check_chart_render.py renders the SVG charts
 )
 
 missing=()

@@ -15,11 +15,13 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
 #include "tools/charts/charts.h"
 #include "tools/charts/metrics_charts.h"
+#include "tools/charts/palette.h"
 #include "tools/charts/plot.h"
 #include "tools/charts/svg.h"
 
@@ -173,6 +175,14 @@ bool has_text(const Node& root, const std::string& text) {
   }
   return false;
 }
+// A memory bar's stacks (rects with data-kind; not the tier's key).
+std::vector<const Node*> kind_rects(const Node& n) {
+  std::vector<const Node*> out;
+  for (const Node* r : find_all(n, "rect")) {
+    if (!r->attr("data-kind").empty()) out.push_back(r);
+  }
+  return out;
+}
 std::size_t polyline_points(const Node& series) {
   const std::vector<const Node*> lines = find_all(series, "polyline");
   if (lines.empty()) return 0;
@@ -220,6 +230,43 @@ TEST(Plot, TicksAndLabels) {
   EXPECT_EQ(plot::nice_ticks(1, 3, 8, Unit::kNumber, true).step, 1);
 }
 
+TEST(Plot, TextWidthAndOneUnitPerAxis) {
+  EXPECT_GT(plot::text_width("WWWW", 12), plot::text_width("iiii", 12));
+  EXPECT_NEAR(plot::text_width("stage 0", 10), 10 * 3.9, 3);  // DejaVu Sans: about 3.8 em
+  EXPECT_GT(plot::text_width("stage 0", 10, true), plot::text_width("stage 0", 10));
+  EXPECT_EQ(plot::text_width("\xe2\x86\x91", 10), plot::text_width("\xc3\xa9", 10));  // a glyph per code point
+  // An axis up to 10 s labels its 2000 ms tick in seconds too.
+  EXPECT_EQ(plot::tick_label(2000, 2000, Unit::kMs, 10'000), "2 s");
+  EXPECT_EQ(plot::tick_label(512 << 20, 512 << 20, Unit::kBytes, 3.0 * (1 << 30)), "0.5 GiB");
+}
+
+// One color per name in every chart; the tiers apart from the kinds they are drawn with, the
+// resources apart from each other; two names of one chart never share a color.
+TEST(Palette, OneColorPerNameAcrossCharts) {
+  const std::vector<std::string> tiers{"device", "pinned", "nvme"};
+  const std::vector<std::string> kinds{"parameters", "gradients", "optimizer states", "activations", "buffers"};
+  const std::vector<std::string> resources{"compute", "h2d", "h2d nvme", "d2h", "comm", "optimizer", "cpu optimizer",
+                                           "grad accumulate", "nvme read", "nvme write", "disk", "checkpoint"};
+  std::vector<std::string> tiers_kinds = tiers;
+  tiers_kinds.insert(tiers_kinds.end(), kinds.begin(), kinds.end());
+  for (const std::vector<std::string>* names : {&std::as_const(tiers_kinds), &resources}) {
+    const std::vector<std::string> colors = palette::colors_for(*names);
+    for (std::size_t i = 0; i < names->size(); ++i) {
+      EXPECT_EQ(colors[i], palette::color_of((*names)[i])) << (*names)[i];  // no clash among the known
+      for (std::size_t j = 0; j < i; ++j) EXPECT_NE(colors[i], colors[j]) << (*names)[i] << " " << (*names)[j];
+    }
+  }
+  EXPECT_EQ(palette::color_of("cpu adam"), palette::color_of("cpu optimizer"));  // estimate's name for it
+  EXPECT_EQ(palette::color_of("some track"), palette::color_of("some track"));
+  // Unknown names that hash alike, or one that hashes to a color the chart has: each its own.
+  std::vector<std::string> many{"compute"};
+  for (int i = 0; i < 8; ++i) many.push_back("track " + std::to_string(i));
+  const std::vector<std::string> colors = palette::colors_for(many);
+  for (std::size_t i = 0; i < colors.size(); ++i) {
+    for (std::size_t j = 0; j < i; ++j) EXPECT_NE(colors[i], colors[j]);
+  }
+}
+
 std::vector<MemoryCell> memory_cells() {
   const std::uint64_t mib = 1 << 20;
   std::vector<MemoryCell> cells;
@@ -247,15 +294,43 @@ TEST(MemoryChart, OneSeriesPerTierStackedByKind) {
   EXPECT_EQ(find_all(*series[2], "g", "bar").size(), 2u);
   // Stacked by kind, in the order given; a kind of 0 bytes draws nothing.
   std::vector<std::string> kinds;
-  for (const Node* r : find_all(*device_bars[0], "rect")) kinds.push_back(r->attr("data-kind"));
+  for (const Node* r : kind_rects(*device_bars[0])) kinds.push_back(r->attr("data-kind"));
   EXPECT_EQ(kinds, (std::vector<std::string>{"parameters", "gradients", "activations"}));
-  EXPECT_EQ(find_all(*series[1], "rect").size(), 2u);  // "buffers" (0 bytes) left out
-  EXPECT_EQ(find_all(*find_all(*series[2], "g", "bar")[0], "rect")[0]->attr("data-kind"), "optimizer states");
-  // The kinds share a color across bars, budgets are drawn, the odd label comes back intact.
-  EXPECT_EQ(find_all(*series[1], "rect")[0]->attr("fill"), find_all(*series[2], "rect")[0]->attr("fill"));
-  EXPECT_EQ(find_all(*root, "line", "budget").size(), 4u);
+  EXPECT_EQ(kind_rects(*series[1]).size(), 2u);  // "buffers" (0 bytes) left out
+  EXPECT_EQ(kind_rects(*find_all(*series[2], "g", "bar")[0])[0]->attr("data-kind"), "optimizer states");
+  // The kinds share a color across bars; each bar has a key in its tier's color, which no kind has.
+  EXPECT_EQ(kind_rects(*series[1])[0]->attr("fill"), kind_rects(*series[2])[0]->attr("fill"));
+  for (const Node* tier : series) {
+    const std::string color = tier->attr("data-color");
+    EXPECT_EQ(color, palette::color_of(tier->attr("data-series")));
+    EXPECT_EQ(find_all(*tier, "rect", "tier-key").size(), find_all(*tier, "g", "bar").size());
+    for (const Node* key : find_all(*tier, "rect", "tier-key")) EXPECT_EQ(key->attr("fill"), color);
+    for (const Node* r : kind_rects(*root)) EXPECT_NE(r->attr("fill"), color);
+  }
+  // The device's budget (1 GiB, under the tallest bar's 2 GiB) is a line; the nvme's (4 GiB, twice
+  // the tallest bar) an arrow over each bar and a line of text above the plot.
+  EXPECT_EQ(find_all(*root, "line", "budget").size(), 2u);
+  EXPECT_EQ(find_all(*series[2], "g", "budget off-scale").size(), 2u);
+  EXPECT_TRUE(has_text(*root, "nvme budget 4 GiB (above the scale)"));
   EXPECT_TRUE(has_text(*root, kNasty));
-  EXPECT_EQ(find_all(*device_bars[2], "rect").back()->attr("data-kind"), kNasty);
+  EXPECT_EQ(kind_rects(*device_bars[2]).back()->attr("data-kind"), kNasty);
+}
+
+// The axis spans the data when a budget is far above it: the tallest bar fills most of the frame.
+TEST(MemoryChart, BudgetFarAboveTheDataKeepsTheBarsTall) {
+  const std::uint64_t mib = 1 << 20;
+  std::vector<MemoryCell> cells;
+  for (const char* label : {"stage 0, optimizer device", "stage 3, params nvme, optimizer nvme"}) {
+    cells.push_back({label, {{"device", {{"parameters", 20 * mib}}, 80ull << 30}, {"nvme", {{"buffers", 30 * mib}}, 1ull << 40}}});
+  }
+  const std::unique_ptr<Node> root = parse_svg(memory_chart_svg(cells, "far budgets"));
+  const Node& frame = *find_all(*root, "rect", "frame").at(0);
+  double tallest = 0;
+  for (const Node* r : kind_rects(*root)) tallest = std::max(tallest, std::stod(r->attr("height")));
+  EXPECT_GT(tallest, 0.7 * std::stod(frame.attr("height")));
+  EXPECT_TRUE(has_text(*root, "device budget 80 GiB (above the scale)"));
+  EXPECT_TRUE(has_text(*root, "nvme budget 1 TiB (above the scale)"));
+  EXPECT_TRUE(find_all(*root, "line", "budget").empty());
 }
 
 TEST(MemoryChart, EmptySaysNoData) {
@@ -285,6 +360,29 @@ TEST(StepTimeChart, OneSeriesPerResourceAndStepMarkers) {
   EXPECT_TRUE(has_text(*empty, "no data"));
 }
 
+// Many cells of many resources: at most kMaxWidth wide, every bar above zero at least 2 px tall,
+// the first rotated group label inside the image.
+TEST(StepTimeChart, WideDataStaysNarrowAndVisible) {
+  std::vector<StepTimeCell> cells;
+  for (int i = 0; i < 20; ++i) {
+    StepTimeCell c{"stage 3, params nvme, optimizer nvme #" + std::to_string(i), {}, 200.0, 40.0};
+    for (const char* r : {"compute", "h2d", "d2h", "comm", "cpu optimizer", "nvme read", "nvme write"}) {
+      c.busy_ms.emplace_back(r, std::string(r) == "compute" ? 190.0 : 0.01);
+    }
+    cells.push_back(std::move(c));
+  }
+  const std::unique_ptr<Node> root = parse_svg(step_time_chart_svg(cells, "wide"));
+  EXPECT_LE(std::stod(root->attr("width")), plot::kMaxWidth);
+  for (const Node* r : find_all(*root, "rect")) {
+    if (!r->attr("data-cell").empty()) {
+      EXPECT_GE(std::stod(r->attr("height")), 2);
+    }
+  }
+  const Node& first = *find_all(*find_all(*root, "g", "groups").at(0), "text").at(0);
+  const double w = plot::text_width(first.text, std::stod(first.attr("font-size")));
+  EXPECT_GE(std::stod(first.attr("x")) - w * std::cos(30 * 3.14159265 / 180), 0);
+}
+
 TEST(LineChart, PointsEmptyAndSinglePoint) {
   LineChart c;
   c.title = "loss";
@@ -300,7 +398,8 @@ TEST(LineChart, PointsEmptyAndSinglePoint) {
   const std::vector<const Node*> off = find_all(*root, "g", "ref-line off-scale");
   ASSERT_EQ(off.size(), 1u);
   EXPECT_EQ(find_all(*off[0], "line").size(), 0u);
-  EXPECT_TRUE(has_text(*root, "budget: 1000 (off the scale)"));
+  EXPECT_TRUE(has_text(*root, "budget 1000 (above the scale)"));
+  EXPECT_EQ(find_all(*off[0], "path").size(), 1u);  // its arrow
 
   LineChart one;
   one.title = "one";
@@ -367,7 +466,8 @@ TEST_F(MetricsCharts, OneSeriesPerTierTheRunUsed) {
   // memory: device (budget and peaks) and pinned (a peak at step 2), not nvme (never used).
   EXPECT_EQ(series_names(*charts.at("memory.svg")), (std::vector<std::string>{"device", "pinned"}));
   EXPECT_EQ(polyline_points(*find_all(*charts.at("memory.svg"), "g", "series")[0]), 3u);
-  EXPECT_EQ(find_all(*charts.at("memory.svg"), "g", "ref-line").size(), 1u);  // the device budget
+  // The device budget, 8 KiB over peaks of at most 3000 B: listed above the plot, not drawn.
+  EXPECT_EQ(find_all(*charts.at("memory.svg"), "g", "ref-line off-scale").size(), 1u);
   ASSERT_EQ(series_names(*charts.at("loss.svg")), std::vector<std::string>{"loss"});
   EXPECT_EQ(polyline_points(*find_all(*charts.at("loss.svg"), "g", "series")[0]), 2u);  // null loss left out
   EXPECT_EQ(polyline_points(*find_all(*charts.at("throughput.svg"), "g", "series")[0]), 3u);
