@@ -69,6 +69,21 @@ void write_tokenizer_files(const std::string& dir, const std::vector<ModelFile>&
   }
 }
 
+bool write_tokenizer_files_for_weights(const std::string& weights_path, const std::vector<ModelFile>& files) {
+  constexpr std::string_view kSuffix = ".safetensors";
+  const bool one_file = weights_path.size() >= kSuffix.size() &&
+                        weights_path.compare(weights_path.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0;
+  if (files.empty() || one_file) return false;
+  std::error_code ec;
+  fs::create_directories(weights_path, ec);
+  if (ec) {
+    throw Error("cannot create the folder for the weights: " + ec.message(), weights_path,
+                "check that its parent exists and is writable");
+  }
+  write_tokenizer_files(weights_path, files);
+  return true;
+}
+
 std::string file_names_text(const std::vector<ModelFile>& files) {
   std::string text;
   for (const ModelFile& f : files) text += (text.empty() ? "" : ", ") + f.name;

@@ -48,6 +48,12 @@ std::vector<ModelFile> read_tokenizer_files(const std::string& model_path);
 // one of kTokenizerFileNames is a programming mistake (asserted).
 void write_tokenizer_files(const std::string& dir, const std::vector<ModelFile>& files);
 
+// For a weights path as models::write_hf_model takes it, before the weights are written: a
+// folder gets the files (created if absent), so that config.json, which write_hf_model writes
+// last, still marks a complete folder; a path ending in ".safetensors" (one file, no folder)
+// gets none. Returns whether the files were written (false too when `files` is empty).
+bool write_tokenizer_files_for_weights(const std::string& weights_path, const std::vector<ModelFile>& files);
+
 // The names of `files`, joined by ", " (for messages); "none" when empty.
 std::string file_names_text(const std::vector<ModelFile>& files);
 
