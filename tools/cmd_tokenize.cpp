@@ -111,7 +111,10 @@ void run_tokenize(const TokenizeOptions& o) {
   ProgressPrinter printer;
   options.progress = [&printer](const models::TextTokensProgress& p) { printer(p); };
   std::uint64_t bytes = 0;
-  for (const std::string& t : o.texts) bytes += fs::file_size(t, ec);
+  for (const std::string& t : o.texts) {
+    const std::uintmax_t n = fs::file_size(t, ec);
+    if (!ec) bytes += n;
+  }
 
   const auto start = std::chrono::steady_clock::now();
   const models::TokenData data = models::tokenize_files(tokenizer, o.texts, options);
