@@ -2,17 +2,21 @@
 // `strata train` (any world size, states saved from any tier) to the Hugging Face layout — a
 // model folder transformers loads, or one safetensors file — of the fp32 master weights, shards
 // joined (DeepSpeed's zero_to_fp32.py). The reverse, HF weights into a run, is
-// `strata train --model DIR` (or --init).
+// `strata train --model DIR` (or --init). The tokenizer files the run's model folder had (the
+// checkpoint keeps a copy: models/tokenizer_files.h) go beside the weights of a folder.
 #include <cstdint>
 #include <cstdio>
 #include <optional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/units.h"
 #include "models/hf_weights.h"
+#include "models/tokenizer_files.h"
+#include "runtime/checkpoint/checkpoint_dir.h"
 #include "runtime/checkpoint/checkpoint_loader.h"
 #include "tools/commands.h"
 #include "train/run_state.h"
@@ -33,6 +37,18 @@ runtime::tiers::OptimState parse_state(const std::string& s) {
   if (s == "exp_avg") return runtime::tiers::OptimState::exp_avg;
   if (s == "exp_avg_sq") return runtime::tiers::OptimState::exp_avg_sq;
   return runtime::tiers::OptimState::master;
+}
+
+// The tokenizer files the checkpoint holds (its manifest lists them), checked against the manifest.
+std::vector<models::ModelFile> checkpoint_tokenizer_files(const runtime::checkpoint::CheckpointFiles& files) {
+  std::vector<models::ModelFile> out;
+  for (const runtime::checkpoint::ManifestFile& f : files.manifest.files) {
+    if (!models::is_tokenizer_file_name(f.name)) continue;
+    const std::string path = files.path + "/" + f.name;
+    runtime::checkpoint::verify_file(path, f);
+    out.push_back({f.name, runtime::checkpoint::read_text_file(path)});
+  }
+  return out;
 }
 
 void run_convert(const ConvertOptions& o) {
@@ -56,10 +72,13 @@ void run_convert(const ConvertOptions& o) {
     }
   }
   train::check_save_path(o.out);
+  const std::vector<models::ModelFile> tokenizer_files = checkpoint_tokenizer_files(files);
+  const bool with_tokenizer = models::write_tokenizer_files_for_weights(o.out, tokenizer_files);
   models::write_hf_model(o.out, *meta.model, [&](int m) { return masters.read(m); }, dtype, o.shard_bytes);
-  std::fprintf(stderr, "strata convert: %s (step %llu, %d shard(s)) -> %s (%s, %s)\n", files.path.c_str(),
+  std::fprintf(stderr, "strata convert: %s (step %llu, %d shard(s)) -> %s (%s, %s%s)\n", files.path.c_str(),
                static_cast<unsigned long long>(files.manifest.step), files.manifest.shards, o.out.c_str(),
-               o.state.c_str(), std::string(dtype_name(dtype)).c_str());
+               o.state.c_str(), std::string(dtype_name(dtype)).c_str(),
+               with_tokenizer ? (", with " + models::file_names_text(tokenizer_files)).c_str() : "");
 }
 
 }  // namespace

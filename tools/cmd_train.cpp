@@ -55,13 +55,18 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--init", o->init_path,
                   "initial weights: a safetensors file or an HF model folder (default: the --model folder's, "
                   "else the family's init from --seed)");
-  cmd->add_option("--data", o->data_path, "training tokens: an llm.c token file");
-  cmd->add_option("--text", o->text_path, "training text: any file, its bytes as tokens (vocabulary 256)");
+  cmd->add_option("--data", o->data_path,
+                  "training tokens: an llm.c token file (uint16 tokens, or uint32 for a vocabulary above 65,536; "
+                  "strata tokenize writes both)");
+  cmd->add_option("--text", o->text_path,
+                  "training text: tokenized with the --model folder's tokenizer (in parallel), else (a preset, a "
+                  "folder without one) its bytes as tokens (vocabulary 256); the run says which");
   cmd->add_option("--steps", o->steps, "optimizer steps")->required();
   cmd->add_option("--seq-len", o->seq_len, "tokens per sequence (default: min(the model's longest, 1024))");
   cmd->add_option("--save", o->save_path,
                   "write the trained weights (fp32) here: a folder in the Hugging Face layout (config.json, "
-                  "model.safetensors or shards with an index), or one file if the name ends in .safetensors");
+                  "model.safetensors or shards with an index, and the --model folder's tokenizer files), or one "
+                  "file if the name ends in .safetensors");
   cmd->add_option_function<std::string>(
       "--save-shard-size",
       [o](const std::string& text) {

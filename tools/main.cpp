@@ -48,6 +48,7 @@ int main(int argc, char** argv) {
   strata::tools::add_bench_command(app);
   strata::tools::add_train_command(app);
   strata::tools::add_convert_command(app);
+  strata::tools::add_tokenize_command(app);
   strata::tools::add_infer_command(app);
   strata::tools::add_chart_command(app);
   strata::tools::add_estimate_command(app);

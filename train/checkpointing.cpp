@@ -7,12 +7,14 @@
 #include <initializer_list>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
 #include "core/error.h"
 #include "core/log.h"
 #include "core/units.h"
+#include "models/tokenizer_files.h"
 
 namespace strata::train {
 namespace {
@@ -49,8 +51,13 @@ std::unique_ptr<runtime::checkpoint::CheckpointSaver> make_saver(runtime::checkp
       }
     }
   }
-  return std::make_unique<runtime::checkpoint::CheckpointSaver>(std::move(dir), keep, *s.engine, *s.device, *s.comm,
-                                                                s.tier_io(), crash);
+  auto saver = std::make_unique<runtime::checkpoint::CheckpointSaver>(std::move(dir), keep, *s.engine, *s.device,
+                                                                     *s.comm, s.tier_io(), crash);
+  // The model's tokenizer files go into every checkpoint: strata convert writes them beside the weights.
+  std::vector<runtime::checkpoint::ExtraFile> extra;
+  for (const models::ModelFile& f : s.tokenizer_files) extra.push_back({f.name, f.bytes});
+  saver->set_extra_files(std::move(extra));
+  return saver;
 }
 
 }  // namespace

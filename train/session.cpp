@@ -8,25 +8,62 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/units.h"
 #include "models/registry.h"
+#include "models/text_tokens.h"
+#include "models/tokenizer_files.h"
 #include "offload/fault_injection.h"
 #include "train/run_plan.h"
 
 namespace strata::train {
 namespace {
 
-models::TokenData load_data(const TrainOptions& o) {
+// --data: the token file. --text: tokenized with the --model folder's tokenizer when it has one
+// (models/text_tokens.h: in parallel on strata.cpu_threads threads, the same ids as the whole
+// text at once), else its bytes (a preset, a config.json, a folder without a tokenizer). Rank 0
+// says in one line which it used.
+models::TokenData load_data(const TrainOptions& o, const models::ModelSpec& spec, int threads, bool rank0) {
   if (!o.data_path.empty() && !o.text_path.empty()) {
     throw Error("both --data and --text were given", "--data", "give one of them");
   }
   if (!o.data_path.empty()) return models::read_token_file(o.data_path);
-  if (!o.text_path.empty()) return models::read_bytes_as_tokens(o.text_path);
-  throw Error("no training data was given", "--data", "give --data tokens.bin (llm.c format) or --text FILE");
+  if (o.text_path.empty()) {
+    throw Error("no training data was given", "--data", "give --data tokens.bin (llm.c format) or --text FILE");
+  }
+  const std::optional<models::Tokenizer> tokenizer = models::training_tokenizer(o.model_path, spec.vocab_size());
+  if (!tokenizer) {
+    models::TokenData bytes = models::read_bytes_as_tokens(o.text_path);
+    if (rank0) {
+      std::fprintf(stderr, "strata train: --text %s: its %zu bytes as tokens (vocabulary 256: %s has no tokenizer)\n",
+                   o.text_path.c_str(), bytes.size(),
+                   o.model_path.empty() ? ("the preset " + o.preset).c_str() : o.model_path.c_str());
+    }
+    return bytes;
+  }
+  models::TextTokensOptions options;
+  options.threads = threads;
+  const auto start = std::chrono::steady_clock::now();
+  models::TokenData tokens = models::tokenize_files(*tokenizer, {o.text_path}, options);
+  if (tokens.size() == 0) {
+    throw Error("the text file gives no tokens", o.text_path, "train on a file with text in it");
+  }
+  if (rank0) {
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::error_code ec;
+    const auto bytes = std::filesystem::file_size(o.text_path, ec);
+    std::fprintf(stderr,
+                 "strata train: --text %s: %zu tokens from the model's tokenizer (%s, %d ids) of %s in %.2f s on %d "
+                 "threads\n",
+                 o.text_path.c_str(), tokens.size(), tokenizer->source().c_str(), tokenizer->vocab_size(),
+                 format_bytes(ec ? 0 : bytes).c_str(), seconds, threads);
+  }
+  return tokens;
 }
 
 // Resolution fills every "auto" of a training run (flags, HF's defaults, the model's hidden size,
@@ -124,8 +161,10 @@ std::unique_ptr<Session> make_session(const TrainOptions& o) {
   s.compute = s.device->create_stream("compute");
 
   // Data and shapes.
-  s.data = load_data(o);
+  s.data = load_data(o, *s.spec, static_cast<int>(config.strata.cpu_threads), s.rank0);
   s.data.validate(s.spec->vocab_size());
+  // The tokenizer files go with the weights: into every checkpoint and beside --save's.
+  s.tokenizer_files = models::read_tokenizer_files(o.model_path);
   s.T = o.seq_len > 0 ? o.seq_len : std::min(s.spec->max_positions(), 1024);
   if (s.T > s.spec->max_positions()) {
     throw Error("--seq-len " + std::to_string(s.T) + " is longer than the model's longest sequence (" +

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/dtype.h"
 #include "models/model.h"
@@ -14,6 +15,7 @@
 #include "models/model_spec.h"
 #include "models/io/batch_loader.h"
 #include "models/io/token_file.h"
+#include "models/tokenizer_files.h"
 #include "offload/aio_engine.h"
 #include "offload/host_buffer.h"
 #include "offload/swap_space.h"
@@ -51,6 +53,9 @@ struct Session {
   int T = 0;
   int gas = 0;
   std::unique_ptr<models::BatchLoader> loader;
+  // The --model folder's tokenizer files (models/tokenizer_files.h), read at start: written into
+  // every checkpoint and beside the --save weights. Empty for a preset or a folder without them.
+  std::vector<models::ModelFile> tokenizer_files;
 
   DType dtype = DType::f32;  // compute dtype
   models::ModelLayout layout;

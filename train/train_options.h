@@ -25,11 +25,12 @@ struct TrainOptions {
   std::string model_path;         // --model DIR (HF model folder: config.json, weights if any) or config.json
   std::string preset;             // --preset NAME (when no --model)
   std::string init_path;          // --init weights (file or HF folder); else --model DIR's, else init from --seed
-  std::string data_path;          // --data tokens.bin (llm.c format)
-  std::string text_path;          // --text FILE (bytes as tokens, vocabulary 256)
+  std::string data_path;          // --data tokens.bin (llm.c format, uint16 or uint32 tokens)
+  std::string text_path;          // --text FILE: the --model folder's tokenizer's ids, else its bytes (vocabulary 256)
   std::uint64_t steps = 0;        // optimizer steps
   int seq_len = 0;                // T; 0 = min(n_positions, 1024)
-  std::string save_path;          // --save DIR (HF model folder) or out.safetensors (one file); fp32 masters
+  std::string save_path;          // --save DIR (HF model folder, with the --model folder's tokenizer files) or
+                                  // out.safetensors (one file); fp32 masters
   std::uint64_t save_shard_bytes = 5'000'000'000ull;  // --save-shard-size: the largest shard of a folder
   std::string trace_path;         // --trace t.json (Chrome trace of every stream); "" = strata.trace
   std::string metrics_path;       // --metrics m.jsonl (one object per step)

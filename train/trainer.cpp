@@ -15,6 +15,7 @@
 #include "core/log.h"
 #include "runtime/checkpoint/checkpoint_dir.h"
 #include "models/hf_weights.h"
+#include "models/tokenizer_files.h"
 #include "train/checkpointing.h"
 #include "train/report.h"
 #include "train/resume.h"
@@ -26,10 +27,14 @@
 namespace strata::train {
 namespace {
 
-// --save: every rank gathers, rank 0 writes (the HF layout, fp32).
+// --save: every rank gathers, rank 0 writes (the HF layout, fp32), with the --model folder's
+// tokenizer files when the weights go to a folder.
 void save_weights(Session& s, const std::string& path, std::uint64_t shard_bytes) {
   std::vector<float> module_values;
   if (s.rank0) {
+    if (models::write_tokenizer_files_for_weights(path, s.tokenizer_files)) {
+      log::info("--save {}: the model folder's {} beside the weights", path, models::file_names_text(s.tokenizer_files));
+    }
     models::write_hf_model(
         path, *s.spec,
         [&](int m) {

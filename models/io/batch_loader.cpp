@@ -180,11 +180,9 @@ void BatchLoader::next(std::int32_t* inputs, std::int32_t* targets) {
   STRATA_ASSERT(inputs != nullptr && targets != nullptr);
   const std::uint64_t window = window_at(micro_batches_);
   // Tokens [start, start + B*T] exist: (window + 1) * B*T <= W * B*T <= ntokens - 1.
-  const std::uint16_t* src = data_.tokens.data() + window * tokens_per_batch_;
-  for (std::uint64_t i = 0; i < tokens_per_batch_; ++i) {  // (B, T) row-major
-    inputs[i] = src[i];
-    targets[i] = src[i + 1];
-  }
+  const std::uint64_t start = window * tokens_per_batch_;
+  data_.copy_to(start, tokens_per_batch_, inputs);         // (B, T) row-major
+  data_.copy_to(start + 1, tokens_per_batch_, targets);    // shifted by one
   ++micro_batches_;
 }
 

@@ -57,6 +57,9 @@ void store_le32(unsigned char* p, std::int32_t value) {
 }
 
 [[maybe_unused]] std::uint16_t swap16(std::uint16_t v) { return static_cast<std::uint16_t>((v >> 8) | (v << 8)); }
+[[maybe_unused]] std::uint32_t swap32(std::uint32_t v) {
+  return (v >> 24) | ((v >> 8) & 0xff00u) | ((v << 8) & 0xff0000u) | (v << 24);
+}
 
 Fd open_for_reading(const std::string& path, const char* what) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -115,30 +118,96 @@ void write_all(int fd, const unsigned char* p, std::size_t bytes, const std::str
   }
 }
 
+template <typename Token>
+void write_tokens(const std::string& path, std::span<const Token> tokens, std::int32_t magic,
+                  std::int32_t version) {
+  if (tokens.size() > kTokenFileMaxTokens)
+    throw Error(fmt::format("too many tokens for one llm.c token file: {} (its header counts "
+                            "at most {})",
+                            tokens.size(), kTokenFileMaxTokens),
+                path, "split the data into several files");
+
+  // Same folder as the target, so that the rename stays on one file system.
+  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
+  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (fd.get() < 0) {
+    const int e = errno;
+    throw system_error(e, "open", tmp,
+                       e == ENOENT ? "create the folder first" : "check the folder's permissions");
+  }
+  try {
+    std::array<unsigned char, kTokenFileHeaderBytes> header{};
+    store_le32(&header[0], magic);
+    store_le32(&header[4], version);
+    store_le32(&header[8], static_cast<std::int32_t>(tokens.size()));
+    write_all(fd.get(), header.data(), header.size(), tmp);
+
+    // Tokens as little-endian bytes, a chunk at a time.
+    std::vector<unsigned char> chunk(kChunkBytes);
+    const std::size_t per_chunk = chunk.size() / sizeof(Token);
+    for (std::size_t begin = 0; begin < tokens.size(); begin += per_chunk) {
+      const std::size_t n = std::min(per_chunk, tokens.size() - begin);
+      for (std::size_t i = 0; i < n; ++i) {
+        const Token t = tokens[begin + i];
+        for (std::size_t b = 0; b < sizeof(Token); ++b)
+          chunk[sizeof(Token) * i + b] = static_cast<unsigned char>(t >> (8 * b));
+      }
+      write_all(fd.get(), chunk.data(), sizeof(Token) * n, tmp);
+    }
+
+    // On disk before the rename: a crash leaves the old file or the whole new one.
+    if (::fsync(fd.get()) != 0) throw_errno("fsync", tmp);
+    if (::close(fd.release()) != 0) throw_errno("close", tmp);
+    if (::rename(tmp.c_str(), path.c_str()) != 0)
+      throw_errno("rename", path, "check the folder's permissions");
+  } catch (...) {
+    ::unlink(tmp.c_str());  // best effort: the error that got us here is the one to report
+    throw;
+  }
+}
+
 }  // namespace
 
 const char* token_format_name(TokenFormat format) {
   switch (format) {
     case TokenFormat::kLlmc: return "llm.c token file";
     case TokenFormat::kBytes: return "bytes";
+    case TokenFormat::kTokenized: return "tokenized text";
   }
   return "unknown";
 }
 
+void TokenData::copy_to(std::size_t begin, std::size_t n, std::int32_t* out) const {
+  STRATA_ASSERT(begin <= size() && n <= size() - begin);
+  if (wide) {
+    const std::uint32_t* src = wide_tokens.data() + begin;
+    for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<std::int32_t>(src[i]);
+  } else {
+    const std::uint16_t* src = tokens.data() + begin;
+    for (std::size_t i = 0; i < n; ++i) out[i] = src[i];
+  }
+}
+
 std::int64_t TokenData::min_vocab_size() const {
-  if (tokens.empty()) return 0;
+  if (size() == 0) return 0;
+  if (wide) return std::int64_t{*std::max_element(wide_tokens.begin(), wide_tokens.end())} + 1;
   return std::int64_t{*std::max_element(tokens.begin(), tokens.end())} + 1;
 }
 
 void TokenData::validate(std::int64_t vocab_size) const {
   STRATA_ASSERT(vocab_size > 0);
-  const auto bad = std::find_if(tokens.begin(), tokens.end(),
-                                [&](std::uint16_t t) { return std::int64_t{t} >= vocab_size; });
-  if (bad == tokens.end()) return;
+  std::size_t bad = size();
+  for (std::size_t i = 0; i < size(); ++i) {
+    if (std::int64_t{at(i)} >= vocab_size) {
+      bad = i;
+      break;
+    }
+  }
+  if (bad == size()) return;
   const std::int64_t needed = min_vocab_size();
   throw Error(
-      fmt::format("token {} at position {} is outside the model's vocabulary (vocab_size {})", *bad,
-                  bad - tokens.begin(), vocab_size),
+      fmt::format("token {} at position {} is outside the model's vocabulary (vocab_size {})", at(bad),
+                  bad, vocab_size),
       path,
       format == TokenFormat::kBytes
           ? fmt::format("byte-level text needs a vocabulary of {} (any byte may occur; this "
@@ -161,12 +230,14 @@ TokenData read_token_file(const std::string& path) {
 
   // The magic first, even in a short file: a short text file is better told "this is text"
   // than "this is short".
+  const auto magic = file_bytes >= 4 ? static_cast<std::int32_t>(load_le32(&header[0])) : 0;
   if (file_bytes >= 4) {
-    const auto magic = static_cast<std::int32_t>(load_le32(&header[0]));
-    if (magic != kTokenFileMagic)
+    if (magic != kTokenFileMagic && magic != kTokenFileMagicU32)
       throw Error(fmt::format("not an llm.c token file: it starts with {} (0x{:08x}) where the "
-                              "magic number {} should be; it may be a plain text file",
-                              magic, static_cast<std::uint32_t>(magic), kTokenFileMagic),
+                              "magic number {} (uint16 tokens) or {} (uint32 tokens) should be; "
+                              "it may be a plain text file",
+                              magic, static_cast<std::uint32_t>(magic), kTokenFileMagic,
+                              kTokenFileMagicU32),
                   path,
                   "to train on a text file's bytes (vocabulary 256), pass --text; token files "
                   "come from llm.c's dev/data scripts (write_datafile)");
@@ -178,15 +249,20 @@ TokenData read_token_file(const std::string& path) {
                 path,
                 "the file was cut off: make or download it again (for plain text, pass --text)");
 
+  // llm.c pairs each magic with one version (its HEADERS_INFO).
+  const bool wide = magic == kTokenFileMagicU32;
+  const std::int32_t want_version = wide ? kTokenFileVersionU32 : kTokenFileVersion;
   const auto version = static_cast<std::int32_t>(load_le32(&header[4]));
-  if (version != kTokenFileVersion)
-    throw Error(fmt::format("unsupported token file version {} (strata reads version {}: "
-                            "uint16 tokens)",
-                            version, kTokenFileVersion),
+  if (version != want_version)
+    throw Error(fmt::format("unsupported token file version {} with magic {} (strata reads "
+                            "version {} with magic {}: uint16 tokens, and version {} with "
+                            "magic {}: uint32 tokens)",
+                            version, magic, kTokenFileVersion, kTokenFileMagic,
+                            kTokenFileVersionU32, kTokenFileMagicU32),
                 path,
-                version == 2 ? "version 2 files hold uint32 tokens (e.g. Llama 3); export the "
-                               "data with a GPT-2 (uint16) tokenizer as version 1"
-                             : "make the file with llm.c's write_datafile (version 1)");
+                "make the file with strata tokenize, or with llm.c's write_datafile "
+                "(model_desc \"gpt-2\" for uint16 tokens, \"llama-3\" for uint32)");
+  const std::size_t token_bytes = wide ? sizeof(std::uint32_t) : sizeof(std::uint16_t);
 
   const auto count = static_cast<std::int32_t>(load_le32(&header[8]));
   if (count <= 0)
@@ -197,7 +273,7 @@ TokenData read_token_file(const std::string& path) {
                 path, "make the file again from a non-empty dataset");
 
   const auto ntokens = static_cast<std::uint64_t>(count);
-  const std::uint64_t expected_bytes = kTokenFileHeaderBytes + ntokens * sizeof(std::uint16_t);
+  const std::uint64_t expected_bytes = kTokenFileHeaderBytes + ntokens * token_bytes;
   if (file_bytes < expected_bytes)
     throw Error(fmt::format("the token file is truncated: its header says {} tokens ({} bytes "
                             "in all) but the file has {} bytes",
@@ -214,11 +290,19 @@ TokenData read_token_file(const std::string& path) {
   TokenData data;
   data.path = path;
   data.format = TokenFormat::kLlmc;
-  data.tokens.resize(ntokens);
+  data.wide = wide;
   // Straight into the token array; the file is little-endian.
-  read_exact(fd, data.tokens.data(), ntokens * sizeof(std::uint16_t), kTokenFileHeaderBytes, path);
-  if constexpr (std::endian::native == std::endian::big)
-    for (auto& t : data.tokens) t = swap16(t);
+  if (wide) {
+    data.wide_tokens.resize(ntokens);
+    read_exact(fd, data.wide_tokens.data(), ntokens * token_bytes, kTokenFileHeaderBytes, path);
+    if constexpr (std::endian::native == std::endian::big)
+      for (auto& t : data.wide_tokens) t = swap32(t);
+  } else {
+    data.tokens.resize(ntokens);
+    read_exact(fd, data.tokens.data(), ntokens * token_bytes, kTokenFileHeaderBytes, path);
+    if constexpr (std::endian::native == std::endian::big)
+      for (auto& t : data.tokens) t = swap16(t);
+  }
   return data;
 }
 
@@ -248,47 +332,18 @@ TokenData read_bytes_as_tokens(const std::string& path) {
 }
 
 void write_token_file(const std::string& path, std::span<const std::uint16_t> tokens) {
-  if (tokens.size() > kTokenFileMaxTokens)
-    throw Error(fmt::format("too many tokens for one llm.c token file: {} (its header counts "
-                            "at most {})",
-                            tokens.size(), kTokenFileMaxTokens),
-                path, "split the data into several files");
+  write_tokens(path, tokens, kTokenFileMagic, kTokenFileVersion);
+}
 
-  // Same folder as the target, so that the rename stays on one file system.
-  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
-  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (fd.get() < 0) {
-    const int e = errno;
-    throw system_error(e, "open", tmp,
-                       e == ENOENT ? "create the folder first" : "check the folder's permissions");
-  }
-  try {
-    std::array<unsigned char, kTokenFileHeaderBytes> header{};
-    store_le32(&header[0], kTokenFileMagic);
-    store_le32(&header[4], kTokenFileVersion);
-    store_le32(&header[8], static_cast<std::int32_t>(tokens.size()));
-    write_all(fd.get(), header.data(), header.size(), tmp);
+void write_token_file(const std::string& path, std::span<const std::uint32_t> tokens) {
+  write_tokens(path, tokens, kTokenFileMagicU32, kTokenFileVersionU32);
+}
 
-    // Tokens as little-endian bytes, a chunk at a time.
-    std::vector<unsigned char> chunk(kChunkBytes);
-    const std::size_t per_chunk = chunk.size() / sizeof(std::uint16_t);
-    for (std::size_t begin = 0; begin < tokens.size(); begin += per_chunk) {
-      const std::size_t n = std::min(per_chunk, tokens.size() - begin);
-      for (std::size_t i = 0; i < n; ++i) {
-        chunk[2 * i] = static_cast<unsigned char>(tokens[begin + i]);
-        chunk[2 * i + 1] = static_cast<unsigned char>(tokens[begin + i] >> 8);
-      }
-      write_all(fd.get(), chunk.data(), 2 * n, tmp);
-    }
-
-    // On disk before the rename: a crash leaves the old file or the whole new one.
-    if (::fsync(fd.get()) != 0) throw_errno("fsync", tmp);
-    if (::close(fd.release()) != 0) throw_errno("close", tmp);
-    if (::rename(tmp.c_str(), path.c_str()) != 0)
-      throw_errno("rename", path, "check the folder's permissions");
-  } catch (...) {
-    ::unlink(tmp.c_str());  // best effort: the error that got us here is the one to report
-    throw;
+void write_token_file(const std::string& path, const TokenData& data) {
+  if (data.wide) {
+    write_token_file(path, std::span<const std::uint32_t>(data.wide_tokens));
+  } else {
+    write_token_file(path, std::span<const std::uint16_t>(data.tokens));
   }
 }
 

@@ -70,6 +70,15 @@ void CheckpointSaver::close_meta() {
   meta_fd_ = -1;
 }
 
+void CheckpointSaver::set_extra_files(std::vector<ExtraFile> files) {
+  for (const ExtraFile& f : files) {
+    STRATA_ASSERT(!f.name.empty() && f.name.find('/') == std::string::npos && f.name != kMetaFile &&
+                      f.name != kManifestFile && f.name.rfind("shard-", 0) != 0,
+                  "an extra checkpoint file needs a name of its own");
+  }
+  extra_files_ = std::move(files);
+}
+
 void CheckpointSaver::begin(std::uint64_t step, const std::string& meta_json) {
   STRATA_ASSERT(!in_flight_, "CheckpointSaver::begin with a save in flight: finish() it first");
   step_ = step;
@@ -91,6 +100,12 @@ void CheckpointSaver::begin(std::uint64_t step, const std::string& meta_json) {
       if (meta_fd_ < 0) throw system_error(errno, "open", partial + "/" + kMetaFile);
       crash_.hit("write " + partial + "/" + kMetaFile);
       meta_file_ = {kMetaFile, meta_json.size(), xxh3_of(meta_json)};
+      // Small (a tokenizer is a few MB): written now, fsynced in finish() with meta.json.
+      extra_written_.clear();
+      for (const ExtraFile& f : extra_files_) {
+        write_file(partial + "/" + f.name, f.bytes, /*sync=*/false);
+        extra_written_.push_back({f.name, f.bytes.size(), xxh3_of(f.bytes)});
+      }
     } catch (const std::exception& e) {
       meta_error_ = e.what();
     }
@@ -157,6 +172,7 @@ bool CheckpointSaver::agree(bool ok_here, std::uint64_t bytes, std::uint64_t xxh
   manifest->step = step_;
   manifest->shards = engine_.shards();
   manifest->files = {meta_file_};
+  manifest->files.insert(manifest->files.end(), extra_written_.begin(), extra_written_.end());
   const int world = comm_.world();
   // Per rank: ok, bytes and checksum as 32-bit words, moved bit for bit by an all-gather.
   constexpr std::size_t kWords = 6;
@@ -220,6 +236,7 @@ std::optional<SaveResult> CheckpointSaver::finish() {
       try {
         if (::fsync(meta_fd_) != 0) throw system_error(errno, "fsync", partial + "/" + kMetaFile);
         close_meta();
+        for (const ManifestFile& f : extra_written_) fsync_path(partial + "/" + f.name);
         crash_.hit("fsync " + partial + "/" + kMetaFile);
         write_file_atomic(partial + "/" + kManifestFile, manifest.to_json(), &crash_);
         dir_.publish(step_, keep_last_, &crash_);

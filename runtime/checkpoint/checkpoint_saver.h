@@ -2,7 +2,8 @@
 // Saving a checkpoint while training goes on (docs/architecture.md, "Checkpoints").
 //
 // begin(step, meta) at a step boundary, on every rank (collective):
-//   rank 0 makes D/.step-NNNNNNNN.partial/ and writes meta.json (the trainer's state) into it;
+//   rank 0 makes D/.step-NNNNNNNN.partial/ and writes meta.json (the trainer's state) and the
+//   extra files (set_extra_files: the model's tokenizer files) into it;
 //   a barrier; then each rank that owns a shard posts the write of its shard file to the
 //   optimizer worker (ZeroEngine::run_after_updates): it runs after the step's updates and
 //   before the next step's, while the next step's forward and backward run on the trainer
@@ -20,6 +21,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "offload/aio_engine.h"
@@ -31,6 +33,13 @@
 #include "runtime/zero/engine.h"
 
 namespace strata::runtime::checkpoint {
+
+// A file rank 0 copies into every checkpoint beside meta.json, as is, listed in the manifest (the
+// model's tokenizer files, so that `strata convert` writes them beside the weights it exports).
+struct ExtraFile {
+  std::string name;   // a plain file name, not meta.json, manifest.json or a shard's
+  std::string bytes;
+};
 
 struct SaveResult {
   bool ok = false;
@@ -54,6 +63,8 @@ class CheckpointSaver {
   CheckpointSaver& operator=(const CheckpointSaver&) = delete;
 
   const CheckpointDir& dir() const { return dir_; }
+  // The extra files of every later save (rank 0 writes them; other ranks may pass any).
+  void set_extra_files(std::vector<ExtraFile> files);
   // The bytes one checkpoint takes in the folder: every rank's shard file (the manifest and
   // meta.json are a few KiB more).
   std::uint64_t checkpoint_bytes() const;
@@ -84,6 +95,8 @@ class CheckpointSaver {
   bool in_flight_ = false;
   std::uint64_t step_ = 0;
   ManifestFile meta_file_;
+  std::vector<ExtraFile> extra_files_;
+  std::vector<ManifestFile> extra_written_;  // rank 0: those of the save in flight
   std::string meta_error_;  // rank 0: the partial folder or meta.json could not be written
   int meta_fd_ = -1;        // rank 0: meta.json, open from its write to its fsync in finish()
   std::promise<void> done_;

@@ -8,8 +8,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   file.write(data, size);
   strata::fuzz::expect_only_strata_errors([&] {
     const strata::models::TokenData tokens = strata::models::read_token_file(file.path());
-    strata::fuzz::check(tokens.size() * 2 + strata::models::kTokenFileHeaderBytes == size,
-                        "1024 + 2 * tokens == file size");
+    strata::fuzz::check(tokens.size() * tokens.token_bytes() + strata::models::kTokenFileHeaderBytes == size,
+                        "1024 + 2 (or 4) * tokens == file size");
     tokens.validate(50257);
   });
   return 0;

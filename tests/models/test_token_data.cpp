@@ -1,5 +1,5 @@
 // models/io/token_file.h and batch_loader.h: llm.c token files (round trip, every malformed
-// case and its message), bytes as tokens, vocabulary checks, and the loader's windows,
+// case and its message; the uint32 kind in test_token_file_wide.cpp), bytes as tokens, vocabulary checks, and the loader's windows,
 // wrap-around, ranks, seeded shuffle and bit-exact resume.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -189,7 +189,7 @@ TEST_F(TokenFileTest, UnsupportedVersion) {
   write_bytes(p, file_bytes(kTokenFileMagic, 2, 4, 16));  // version 2: uint32 tokens
   Error e = expect_error([&] { read_token_file(p); });
   EXPECT_HAS(e.what_happened(), "unsupported token file version 2");
-  EXPECT_HAS(e.hint(), "uint32");
+  EXPECT_HAS(e.hint(), "\"llama-3\" for uint32");
   write_bytes(p, file_bytes(kTokenFileMagic, 7, 4, 8));
   e = expect_error([&] { read_token_file(p); });
   EXPECT_HAS(e.what_happened(), "version 7");
