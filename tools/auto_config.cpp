@@ -131,7 +131,11 @@ void auto_config(train::TrainOptions& o, const DeviceFlags& device, const std::s
   flags.device = device;
   flags.device.config_path.clear();
   flags.config_json = runtime::config::config_to_json(base);
-  flags.world = runtime::launch::detect_launch().world;
+  const runtime::launch::LaunchInfo launch = runtime::launch::detect_launch();
+  flags.world = launch.world;
+  // The node's pinned memory and NVMe are shared by the ranks the launcher started on it (when it
+  // does not say: the GPUs found, else 8).
+  if (launch.local_world > 0) flags.ranks_per_node = launch.local_world;
   flags.seq_len = o.seq_len;
   flags.activation_checkpointing = o.activation_checkpointing;
   flags.profile_path = profile_path;
@@ -142,11 +146,17 @@ void auto_config(train::TrainOptions& o, const DeviceFlags& device, const std::s
   if (nvme) in.nvme_path = !z.offload_optimizer.nvme_path.empty() ? z.offload_optimizer.nvme_path.front()
                                                                    : z.offload_param.nvme_path.front();
   const Recommendation r = recommend(in, nvme);
-  if (runtime::launch::detect_launch().rank == 0) {
+  if (launch.rank == 0) {
     std::fprintf(stderr, "strata train --config auto: %s\nstrata train --config auto: %s\n", r.why.c_str(),
                  r.batch_why.c_str());
   }
-  o.config_json = runtime::config::config_to_json(picked_config(base, r.config));
+  runtime::config::Config picked = picked_config(base, r.config);
+  // The pick fits each rank's share of the node's pinned memory: the run pins no more (its own
+  // default would be half of the node's memory for every rank).
+  if (picked.strata.pinned_memory_bytes == 0 && in.budgets.ranks_per_node > 1) {
+    picked.strata.pinned_memory_bytes = in.budgets.pinned;
+  }
+  o.config_json = runtime::config::config_to_json(picked);
 }
 
 }  // namespace strata::tools

@@ -6,7 +6,8 @@
 // says for the same config (tools/estimate/estimate.h): rank 0's peak bytes per tier (the most
 // each tier's budget gave out, and the in-use peak after forward, backward and the step), the
 // bytes per link per step, the collective bytes against ZeRO's 2Ψ/3Ψ·(N−1)/N, and the median step
-// time against the prediction of --profile.
+// time against the prediction of --profile. Its ranks all run on this machine: the pinned memory and
+// the NVMe space are divided among all of them (no --ranks-per-node).
 #include <unistd.h>
 
 #include <algorithm>
@@ -211,7 +212,10 @@ void write_svgs(const std::string& dir, const EstimateInputs& in, const Estimate
 
 void run_compare(const CompareOptions& o, const train::StopSignals& stop) {
   const models::ModelSpecPtr model = models::model_from_flags(o.estimate.model_path, o.estimate.preset);
-  EstimateInputs in = estimate_inputs(o.estimate, *model);
+  // Every rank runs here (mpirun on this machine): they share its pinned memory and drive.
+  EstimateFlags flags = o.estimate;
+  flags.ranks_per_node = std::max(1, flags.world);
+  EstimateInputs in = estimate_inputs(flags, *model);
   const std::vector<Placement> placements = chosen_placements(o);
   if (o.steps < kWarmupSteps + 1) {
     throw Error("--steps " + std::to_string(o.steps) + " leaves no timed step after the " +
@@ -231,7 +235,7 @@ void run_compare(const CompareOptions& o, const train::StopSignals& stop) {
   ScratchFolder scratch(resolve_bench_dir(o.dir), "compare");
   in.nvme_path = scratch.file("nvme");
   std::filesystem::create_directories(in.nvme_path);
-  in.budgets.nvme = free_nvme_bytes({in.nvme_path});
+  in.budgets.set_node_nvme(free_nvme_bytes({in.nvme_path}));
   const Estimate e = make_estimate(in, placements);
   child.seq_len = e.seq_len;
   child.batch = e.batch;
@@ -277,7 +281,7 @@ void add_compare_command(CLI::App& app) {
   auto o = std::make_shared<CompareOptions>();
   CLI::App* cmd = app.add_subcommand(
       "compare", "train each ZeRO stage x placement a few steps and print what it used and moved beside the estimate");
-  add_estimate_flags(*cmd, o->estimate);
+  add_estimate_flags(*cmd, o->estimate, /*ranks_per_node=*/false);
   cmd->add_option("--steps", o->steps, "steps per run (the first 2 are warm-up)")->capture_default_str();
   cmd->add_option("--stages", o->stages, "the ZeRO stages to run")->capture_default_str();
   cmd->add_option("--placements", o->placements,

@@ -1,10 +1,11 @@
 // strata estimate (--model DIR|config.json | --preset NAME) [--config ds.json] [--world N]
-//                 [--batch B] [--seq-len T] [--activation-checkpointing] [--device host|cuda|auto]
-//                 [--device-memory SIZE] [--pinned-memory SIZE] [--nvme-path DIR] [--stage S]
+//                 [--ranks-per-node N] [--batch B] [--seq-len T] [--activation-checkpointing]
+//                 [--device host|cuda|auto] [--device-memory SIZE] [--pinned-memory SIZE]
+//                 [--nvme-path DIR] [--stage S]
 //                 [--dtype bf16|fp16|fp32] [--profile machine.json]
 //                 [--recommend] [--json] [--svg DIR]
 // Before a run: per rank, for every ZeRO stage x placement, the bytes in each tier (device,
-// pinned host, NVMe) split by class of state, from the plan code `strata train` runs
+// pinned host, NVMe) a plan needs, split by class of state, from the plan code `strata train` runs
 // (tools/estimate/estimate.h); the ZeRO paper's formula beside strata's model states; the
 // collective bytes per step; whether the cell fits this machine (or the budgets given) and what
 // to change when not; with --profile, the predicted step time and its bottleneck.
@@ -20,6 +21,7 @@
 #include "models/registry.h"
 #include "runtime/config/config.h"
 #include "runtime/device/device.h"
+#include "runtime/tiers/plan.h"
 #include "tools/commands.h"
 #include "tools/device_flags.h"
 #include "tools/estimate/estimate.h"
@@ -43,6 +45,14 @@ struct EstimateOptions {
 
 std::string cell_bytes(std::uint64_t b) { return b == 0 ? "-" : format_bytes(b); }
 
+// The rank-per-node clause of the budgets line: "" for one rank.
+std::string node_clause(const EstimateInputs& in) {
+  if (in.world <= 1) return "";
+  const int n = in.budgets.ranks_per_node;
+  return fmt::format(", {} {} a node ({}; pinned host and nvme are the node's, shared)", n, n == 1 ? "rank" : "ranks",
+                     in.budgets.ranks_per_node_source);
+}
+
 void print_table(const EstimateInputs& in, const Estimate& e) {
   const models::ModelSpec& m = *in.model;
   std::printf("strata estimate: %s, %lld parameters, %s, micro-batch %d x %d%s, %d rank(s)%s\n",
@@ -50,23 +60,28 @@ void print_table(const EstimateInputs& in, const Estimate& e) {
               std::string(dtype_name(e.dtype)).c_str(), e.batch, e.seq_len,
               e.gas > 1 ? fmt::format(" x {} accumulation steps", e.gas).c_str() : "", in.world,
               in.activation_checkpointing ? ", activation checkpointing" : "");
-  std::printf("budgets per rank: device %s (%s), pinned host %s (%s), nvme %s free (%s)\n\n",
-              format_bytes(in.budgets.device).c_str(), in.budgets.device_source.c_str(),
+  std::printf("budgets per rank%s: device %s (%s), pinned host %s (%s), nvme %s free (%s)\n\n",
+              node_clause(in).c_str(), format_bytes(in.budgets.device).c_str(), in.budgets.device_source.c_str(),
               format_bytes(in.budgets.pinned).c_str(), in.budgets.pinned_source.c_str(),
               format_bytes(in.budgets.nvme).c_str(), in.budgets.nvme_source.c_str());
-  std::string head = fmt::format("{:<42} {:>10} {:>10} {:>10} {:>13} {:>13} {:>12}  {}", "stage, placement", "device",
-                                 "pinned", "nvme", "model states", "ZeRO paper", "comm/step", "fits");
+  // Each tier's column is what the plan needs (fits is decided on it); "grows to" is what the run
+  // allocates on the device when the budget has room for more transient buffers.
+  std::string head = fmt::format("{:<42} {:>10} {:>10} {:>10} {:>10} {:>13} {:>13} {:>12}  {}", "stage, placement",
+                                 "device", "grows to", "pinned", "nvme", "model states", "ZeRO paper", "comm/step", "fits");
   if (in.profile) head += fmt::format("   {:>9} {:>10}  {}", "step", "tokens/s", "bottleneck");
   std::printf("%s\n", head.c_str());
+  bool any_growth = false;
   for (const EstimateRow& r : e.rows) {
     if (!r.error.empty()) {
       std::printf("%-42s refused: %s\n", r.placement.label().c_str(), r.error.c_str());
       continue;
     }
+    const std::uint64_t use = r.device_use_bytes();
+    any_growth = any_growth || use > r.need[0];
     std::string line = fmt::format(
-        "{:<42} {:>10} {:>10} {:>10} {:>13} {:>13} {:>12}  {}", r.placement.label(),
-        cell_bytes(r.bytes.tier_bytes(Tier::device)), cell_bytes(r.bytes.tier_bytes(Tier::pinned)),
-        cell_bytes(r.bytes.tier_bytes(Tier::nvme)), format_bytes(r.model_states_bytes), format_bytes(r.formula_bytes),
+        "{:<42} {:>10} {:>10} {:>10} {:>10} {:>13} {:>13} {:>12}  {}", r.placement.label(), cell_bytes(r.need[0]),
+        use > r.need[0] ? format_bytes(use) : "", cell_bytes(r.need[1]), cell_bytes(r.need[2]),
+        format_bytes(r.model_states_bytes), format_bytes(r.formula_bytes),
         r.collective_bytes > 0 ? format_bytes(static_cast<std::uint64_t>(r.collective_bytes)) : "-",
         r.fits ? "yes" : "no");
     if (r.step) {
@@ -76,15 +91,15 @@ void print_table(const EstimateInputs& in, const Estimate& e) {
     }
     std::printf("%s\n", line.c_str());
   }
-  std::printf("\nby kind (parameters / gradients / optimizer states / activations / buffers):\n");
+  std::printf("\nby kind, what the plan needs (parameters / gradients / optimizer states / activations / buffers):\n");
   for (const EstimateRow& r : e.rows) {
     if (!r.error.empty()) continue;
     std::string line = fmt::format("  {:<40}", r.placement.label());
     for (Tier t : {Tier::device, Tier::pinned, Tier::nvme}) {
-      if (r.bytes.tier_bytes(t) == 0) continue;
+      if (r.minimum.tier_bytes(t) == 0) continue;
       line += fmt::format(" {}:", t == Tier::pinned ? "pinned" : runtime::tiers::tier_name(t));
       for (int c = 0; c < runtime::tiers::kStateClasses; ++c) {
-        line += (c == 0 ? " " : " / ") + cell_bytes(r.bytes.at(t, static_cast<StateClass>(c)));
+        line += (c == 0 ? " " : " / ") + cell_bytes(r.minimum.at(t, static_cast<StateClass>(c)));
       }
     }
     std::printf("%s\n", line.c_str());
@@ -98,12 +113,21 @@ void print_table(const EstimateInputs& in, const Estimate& e) {
     }
   }
   std::printf(
-      "\nmodel states are parameters, gradients and optimizer states over all tiers. The ZeRO paper counts\n"
+      "\ndevice, pinned and nvme are what each plan needs to start (fits is decided on them; --json's\n"
+      "needed_bytes); the device's is its least working set, one module's gathered parameters and\n"
+      "gradients at a time, and %s of scratch kept free.%s\n",
+      format_bytes(runtime::tiers::kDeviceScratchBytes).c_str(),
+      any_growth ? " With room in the budget the run takes more: \"grows to\"\n"
+                   "is what it allocates with this budget (--json's bytes.device), its buffers for gathered\n"
+                   "parameters and gradients grown into the free device memory, up to every module's at once,\n"
+                   "so fetches run further ahead."
+                 : "");
+  std::printf(
+      "model states are parameters, gradients and optimizer states over all tiers. The ZeRO paper counts\n"
       "(2d + 12) bytes a parameter (d: the compute dtype's bytes; 12: fp32 master, exp_avg, exp_avg_sq) split\n"
       "as its stages split them, over Ψ = %llu: the parameters padded to %d equal shards a module. strata keeps\n"
       "an fp32 gradient accumulator shard (4Ψ/N) where the paper keeps a d-byte gradient (dΨ at stage 1,\n"
-      "dΨ/N at 2-3), rounds pinned buffers to 4 KiB pages and NVMe extents to aio.block_size. Device\n"
-      "buffers count what the engine takes from the budget for gathered parameters and gradients.\n",
+      "dΨ/N at 2-3), rounds pinned buffers to 4 KiB pages and NVMe extents to aio.block_size.\n",
       static_cast<unsigned long long>(e.rows.empty() ? 0 : e.rows.front().psi_padded), in.world);
 }
 

@@ -2,7 +2,9 @@
 // The flags `strata estimate` and `strata compare` share, and the EstimateInputs they make:
 // the model (--model / --preset), the config (--config, over DeepSpeed's defaults in bf16 when
 // none is given), --world, --batch, --seq-len, --dtype, --activation-checkpointing, the budgets
-// (--device / --device-memory, --pinned-memory, the NVMe folder's free space) and --profile.
+// (--device / --device-memory, --pinned-memory, the NVMe folder's free space; the node's pinned
+// memory and NVMe space divided among --ranks-per-node ranks) and --profile.
+#include <optional>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -17,6 +19,7 @@ struct EstimateFlags {
   std::string model_path, preset;
   DeviceFlags device;
   int world = 1;
+  std::optional<int> ranks_per_node;  // unset: the CUDA GPUs found, else kDefaultRanksPerNode (estimate.h)
   int batch = 0;    // 0: the config's micro-batch, else 1
   int seq_len = 0;  // 0: min(the model's longest, 1024)
   std::string dtype;  // "": the config's (bf16 without --config)
@@ -28,7 +31,9 @@ struct EstimateFlags {
   std::string config_json;
 };
 
-void add_estimate_flags(CLI::App& command, EstimateFlags& flags);
+// `ranks_per_node`: whether to offer --ranks-per-node (strata compare runs every rank on this
+// machine, and sets flags.ranks_per_node to its world instead).
+void add_estimate_flags(CLI::App& command, EstimateFlags& flags, bool ranks_per_node = true);
 
 // Throws strata::Error naming the flag for bad values, a missing config or profile, and for
 // --device cuda on a machine without a GPU unless --device-memory says how large it is.

@@ -29,10 +29,17 @@ LaunchInfo detect_launch() {
 #ifdef STRATA_HAVE_MPI
   info.mpi_compiled = true;
 #endif
-  struct Launcher { const char* rank; const char* size; const char* local_rank; const char* name; };
+  struct Launcher {
+    const char* rank;
+    const char* size;
+    const char* local_rank;
+    const char* local_size;
+    const char* name;
+  };
   static constexpr Launcher kLaunchers[] = {
-      {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "Open MPI"},
-      {"PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPICH (PMI)"},
+      {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
+       "Open MPI"},
+      {"PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "MPICH (PMI)"},
   };
   info.launcher = "none";
   for (const Launcher& l : kLaunchers) {
@@ -47,6 +54,7 @@ LaunchInfo detect_launch() {
     info.rank = rank;
     info.world = size;
     info.local_rank = std::max(env_int(l.local_rank), 0);
+    info.local_world = std::max(env_int(l.local_size), 0);
     info.launcher = l.name;
     return info;
   }

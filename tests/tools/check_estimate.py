@@ -15,7 +15,9 @@ Cases:
       collective_bytes (the ZeRO paper's 2Ψ(W-1)/W, 3Ψ(W-1)/W at stage 3, Ψ padded) exactly: at
       stages 1 and 2 from the second step on (the first step's updated parameters are gathered
       in the next step's window), at stage 3 with nothing kept between uses
-      (stage3_param_persistence_threshold 0, stage3_max_reuse_distance 0) at every step.
+      (stage3_param_persistence_threshold 0, stage3_max_reuse_distance 0) at every step. At 2
+      ranks, `strata train --config auto` picks for each rank's half of the node's pinned memory
+      and its run's pinned budget is that half.
   recommend
       `strata estimate --recommend --json`: a pick that fits, its config keys and why;
       `strata train --config auto` and a config whose zero_optimization.stage is "auto" train
@@ -29,6 +31,16 @@ Cases:
       estimate, a predicted step beside the measured one, and the SVGs well-formed with one
       series per tier; with --world 2 (under collectives_2), the collective bytes per step equal
       to the theory.
+  planning
+      What a plan needs, per rank of a node: GPT-2 XL at 24 GiB, stage 3 with offloaded
+      parameters: the table's device column is the row's needed_bytes.device (its "grows to"
+      column bytes.device, what the run allocates with the budget), and the two differ; the pinned
+      and nvme columns are needed_bytes too. The node's pinned memory and NVMe space divided among
+      its ranks: --pinned-memory 64GiB at --world 8 --ranks-per-node 8 gives each rank 8 GiB, at
+      --world 16 --ranks-per-node 8 (two nodes) the same, at --world 2 (the default 8 a node on
+      the host backend) 32 GiB; --world 1 all of it; the default (half of RAM) divided likewise;
+      a config's strata.pinned_memory is per rank and not divided; ranks_per_node and
+      node_budget_bytes in --json; --ranks-per-node 0 refused naming the flag.
   cli
       The table and --json's fields for every stage x placement; bad input (--world 0, a
       sequence longer than the model's, an unknown stage or preset, --device cuda without a GPU
@@ -141,7 +153,105 @@ def case_collectives(world):
                     continue
                 check(got == theory, f"stage {stage}, {world} ranks, step {m['step']}: {got} collective bytes, "
                                      f"the theory says {theory}")
+        if world == 2:
+            # strata train --config auto on 2 ranks of this machine: the pick fits each rank's half
+            # of the node's pinned memory, and the run pins no more than that.
+            auto = Run(root, "auto-2")
+            auto.config_path = "auto"
+            r = auto.start(strata, ["--preset", "tiny", "--seq-len", "32", "--text", GPL, "--steps", "2", "--device",
+                                    "host", "--device-memory", "8MiB"], np_ranks=2)
+            auto.expect_ok()
+            node = estimate(strata, ["--preset", "tiny", "--device", "host", "--stage", "0"])[0]["budget_bytes"]["pinned"]
+            check("each rank's share of 2 ranks a node" in r.stderr, f"the pick did not share the node:\n{tail(r.stderr)}")
+            got = auto.metric_lines()[-1]["memory"]["pinned"]["budget_bytes"]
+            print(f"  --config auto, 2 ranks: pinned budget {got} a rank, the node's {node}")
+            check(got == node // 2, f"--config auto on 2 ranks: the run's pinned budget {got}, wanted {node // 2}")
     return case
+
+
+def format_bytes(n):
+    """core/units.cpp's format_bytes."""
+    if n < 1024:
+        return f"{n} B"
+    v, unit = float(n), 0
+    while v >= 1024.0 and unit < 5:
+        v /= 1024.0
+        unit += 1
+    return f"{v:.2f} {['B', 'KiB', 'MiB', 'GiB', 'TiB', 'PiB'][unit]}"
+
+
+def table_cells(stdout, label):
+    """The device, grows-to, pinned and nvme cells of a table row (cmd_estimate.cpp's widths)."""
+    for line in stdout.splitlines():
+        if line[:42].rstrip() == label:
+            return [line[43 + 11 * i:53 + 11 * i].strip() for i in range(4)]
+    raise Failure(f"no table row {label!r} in:\n{stdout}")
+
+
+def case_planning(strata, root):
+    args = ["--preset", "gpt2-xl", "--device", "host", "--device-memory", "24GiB", "--stage", "3"]
+    rows = estimate(strata, args)
+    text = subprocess.run([strata, "estimate"] + args, capture_output=True, text=True, timeout=60)
+    check(text.returncode == 0, f"the table failed:\n{tail(text.stderr)}")
+    check("grows to" in text.stdout, f"no \"grows to\" column:\n{text.stdout}")
+    differ = 0
+    for r in rows:
+        if r["offload_param"] == "none":
+            continue
+        label = f"stage 3, params {r['offload_param']}, optimizer {r['offload_optimizer']}"
+        device, grows, pinned, nvme = table_cells(text.stdout, label)
+        need, used = r["needed_bytes"], r["bytes"]["device"]
+        print(f"  {label:40} device {device:>10} (needed {need['device']}, allocates {used}) grows to {grows!r}")
+        check(device == format_bytes(need["device"]),
+              f"{label}: the device column says {device}, the plan needs {format_bytes(need['device'])}")
+        check(device != format_bytes(r["budget_bytes"]["device"]), f"{label}: the device column is the budget")
+        if used > need["device"]:
+            differ += 1
+            check(grows == format_bytes(used), f"{label}: grows to {grows!r}, the run allocates {format_bytes(used)}")
+        else:
+            check(grows == "", f"{label}: grows to {grows!r} though the run allocates no more than it needs")
+        for cell, tier in ((pinned, "pinned"), (nvme, "nvme")):
+            want = format_bytes(need[tier]) if need[tier] else "-"
+            check(cell == want, f"{label}: the {tier} column says {cell}, the plan needs {want}")
+    check(differ > 0, "no offloaded stage-3 row allocates more than it needs: the test shows nothing")
+
+    def budgets(*extra):
+        r = estimate(strata, ["--preset", "gpt2", "--device", "host", "--stage", "0"] + list(extra))[0]
+        return r["ranks_per_node"], r["budget_bytes"], r["node_budget_bytes"]
+
+    gib = 1 << 30
+    for extra, want_rpn, want_pinned in [(["--world", "8", "--ranks-per-node", "8"], 8, 8 * gib),
+                                         (["--world", "16", "--ranks-per-node", "8"], 8, 8 * gib),
+                                         (["--world", "2"], 2, 32 * gib),
+                                         (["--world", "16"], 8, 8 * gib),
+                                         (["--world", "16", "--ranks-per-node", "4"], 4, 16 * gib),
+                                         (["--world", "1"], 1, 64 * gib)]:
+        rpn, per_rank, node = budgets("--pinned-memory", "64GiB", *extra)
+        print(f"  {' '.join(extra):30} ranks a node {rpn}, pinned {per_rank['pinned']} of {node['pinned']}, "
+              f"nvme {per_rank['nvme']} of {node['nvme']}")
+        check(rpn == want_rpn, f"{extra}: ranks_per_node {rpn}, wanted {want_rpn}")
+        check(per_rank["pinned"] == want_pinned and node["pinned"] == 64 * gib,
+              f"{extra}: pinned {per_rank['pinned']} a rank of {node['pinned']}, wanted {want_pinned} of 64 GiB")
+        check(per_rank["nvme"] == node["nvme"] // rpn, f"{extra}: nvme {per_rank['nvme']} a rank of {node['nvme']}")
+    _, alone, node = budgets("--world", "1")
+    rpn, shared, _ = budgets("--world", "4")
+    check(rpn == 4 and shared["pinned"] == alone["pinned"] // 4 and node["pinned"] == alone["pinned"],
+          f"half of RAM at 4 ranks a node: {shared['pinned']} a rank, alone {alone['pinned']}")
+    config = os.path.join(root, "pinned.json")
+    with open(config, "w") as f:
+        json.dump({"bf16": {"enabled": True}, "strata": {"pinned_memory": "4GiB"}}, f)
+    rpn, per_rank, node = budgets("--config", config, "--world", "8")
+    check(rpn == 8 and per_rank["pinned"] == 4 * gib and node["pinned"] == 32 * gib,
+          f"strata.pinned_memory is per rank: {per_rank['pinned']} a rank, {node['pinned']} a node")
+    table = subprocess.run([strata, "estimate", "--preset", "gpt2", "--device", "host", "--pinned-memory", "64GiB",
+                            "--world", "16"], capture_output=True, text=True, timeout=60)
+    check("budgets per rank, 8 ranks a node" in table.stdout and "pinned host 8.00 GiB" in table.stdout,
+          f"the table's budgets line:\n{table.stdout[:600]}")
+    for bad in ("0", "-2"):
+        r = subprocess.run([strata, "estimate", "--preset", "gpt2", "--ranks-per-node", bad], capture_output=True,
+                           text=True, timeout=60)
+        check(r.returncode == 1 and "--ranks-per-node" in r.stderr, f"--ranks-per-node {bad}: exit {r.returncode}\n"
+                                                                    f"{r.stderr}")
 
 
 def case_cli(strata, root):
@@ -292,7 +402,7 @@ def case_compare(strata, root):
 
 
 CASES = {"memory": case_memory, "recommend": case_recommend, "compare": case_compare, "collectives_2": case_collectives(2), "collectives_3": case_collectives(3),
-         "cli": case_cli}
+         "cli": case_cli, "planning": case_planning}
 
 if __name__ == "__main__":
     sys.exit(run_cases(__doc__, CASES, "strata-estimate"))

@@ -14,6 +14,7 @@
 #include "models/registry.h"
 #include "runtime/estimate/zero_theory.h"
 #include "runtime/estimate/step_model.h"
+#include "runtime/tiers/plan.h"
 #include "tools/estimate/estimate.h"
 #include "tools/estimate/recommend.h"
 
@@ -391,6 +392,50 @@ TEST(Estimate, AGlobalBatchAloneSetsTheMicroBatchAsTheRunWould) {
   in.config.train_batch_size.reset();
   in.batch = 3;
   EXPECT_EQ(make_estimate(in, {{1, OffloadDevice::kNone, OffloadDevice::kNone}}).batch, 3);
+}
+
+
+// The node's pinned memory and NVMe are shared by min(world, ranks a node) ranks: the flag, else
+// the GPUs found, else 8.
+TEST(Estimate, RanksPerNodeIsTheFlagElseTheGpusElseEightAtMostTheWorld) {
+  std::string why;
+  EXPECT_EQ(ranks_per_node(8, 8, 0, &why), 8);
+  EXPECT_EQ(why, "--ranks-per-node");
+  EXPECT_EQ(ranks_per_node(16, 8, 0), 8);  // two nodes
+  EXPECT_EQ(ranks_per_node(2, 0, 0, &why), 2);
+  EXPECT_NE(why.find("at most 8"), std::string::npos) << why;
+  EXPECT_EQ(ranks_per_node(16, 0, 0, &why), kDefaultRanksPerNode);
+  EXPECT_EQ(why, "the default");
+  EXPECT_EQ(ranks_per_node(16, 0, 4, &why), 4);
+  EXPECT_EQ(why, "the GPUs found");
+  EXPECT_EQ(ranks_per_node(16, 3, 4), 3);
+  EXPECT_EQ(ranks_per_node(1, 0, 0), 1);
+  Budgets b;
+  b.ranks_per_node = 8;
+  b.set_node_nvme(800);
+  EXPECT_EQ(b.nvme, 100u);
+  EXPECT_EQ(b.node_nvme, 800u);
+}
+
+// What an offloaded stage-3 plan needs on the device is far less than what the run takes from a
+// large budget (its transient buffers grow into the free memory): the row keeps both, and the
+// minimum by kind adds up to the need less the scratch kept free.
+TEST(Estimate, TheDeviceNeedIsTheMinimumAndTheUseWhatTheBudgetLetsItGrowTo) {
+  const models::ModelSpecPtr model = models::model_preset("gpt2");
+  EstimateInputs in = inputs(*model, 1);
+  in.budgets.device = std::uint64_t{24} << 30;
+  const EstimateRow r = make_estimate(in, {{3, OffloadDevice::kCpu, OffloadDevice::kCpu}}).rows[0];
+  ASSERT_TRUE(r.error.empty()) << r.error;
+  EXPECT_LT(r.need[0], r.bytes.tier_bytes(Tier::device));
+  EXPECT_EQ(r.device_use_bytes(), r.bytes.tier_bytes(Tier::device));
+  EXPECT_EQ(r.minimum.tier_bytes(Tier::device) + runtime::tiers::kDeviceScratchBytes, r.need[0]);
+  EXPECT_EQ(r.minimum.tier_bytes(Tier::pinned), r.bytes.tier_bytes(Tier::pinned));
+  EXPECT_EQ(r.minimum.tier_bytes(Tier::pinned), r.need[1]);
+  // At a budget below the need the run allocates nothing more: the use is the need.
+  in.budgets.device = r.need[0] / 2;
+  const EstimateRow tight = make_estimate(in, {{3, OffloadDevice::kCpu, OffloadDevice::kCpu}}).rows[0];
+  EXPECT_FALSE(tight.fits);
+  EXPECT_EQ(tight.device_use_bytes(), tight.need[0]);
 }
 
 }  // namespace

@@ -46,8 +46,10 @@ std::string advice_for(const EstimateRow& row, const Budgets& b) {
     else out += ": a smaller micro-batch, --seq-len or activation checkpointing, or a larger device";
   } else if (row.need[1] > b.pinned) {
     out += ": offload to nvme instead of cpu, or raise strata.pinned_memory";
+    if (b.ranks_per_node > 1) out += " (or --pinned-memory, the node's), or put fewer ranks on a node";
   } else {
     out += ": free space in nvme_path or add folders on other drives";
+    if (b.ranks_per_node > 1) out += ", or put fewer ranks on a node";
   }
   return out;
 }
@@ -76,6 +78,22 @@ std::vector<Placement> all_placements() {
     }
   }
   return out;
+}
+
+std::uint64_t EstimateRow::device_use_bytes() const {
+  return std::max(need[static_cast<int>(Tier::device)], bytes.tier_bytes(Tier::device));
+}
+
+int ranks_per_node(int world, int flag, int gpus, std::string* source) {
+  int per_node = flag;
+  std::string why = "--ranks-per-node";
+  if (per_node <= 0) {
+    per_node = gpus > 0 ? gpus : kDefaultRanksPerNode;
+    why = gpus > 0 ? "the GPUs found" : "the default";
+  }
+  if (world < per_node) why = "all " + std::to_string(world) + " on one node, at most " + std::to_string(per_node);
+  if (source) *source = why;
+  return std::max(1, std::min(world, per_node));
 }
 
 std::uint64_t free_nvme_bytes(const std::vector<std::string>& paths) {
@@ -131,6 +149,9 @@ EstimateRow estimate_row(const EstimateInputs& in, const Placement& p, const run
   pin.nvme_free_bytes = in.budgets.nvme;
   const runtime::tiers::ZeroPlan plan = runtime::tiers::compute_plan(resolved, pin);
   row.bytes = runtime::tiers::footprint(plan, pin);
+  runtime::tiers::PlanInputs at_least = pin;
+  at_least.device_budget_bytes = 0;  // no room beside the minimum: the transient buffers at theirs
+  row.minimum = runtime::tiers::footprint(plan, at_least);
   row.model_states_bytes = row.bytes.model_states_bytes();
   for (const runtime::tiers::ModulePlan& mp : plan.modules) row.psi_padded += mp.part.padded_numel;
   const int ds = static_cast<int>(dtype_size(dtype));

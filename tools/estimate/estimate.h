@@ -19,11 +19,23 @@
 
 namespace strata::tools {
 
+// Every budget is per rank. The device is one GPU's; pinned host memory and NVMe space belong to
+// a node, shared by the ranks_per_node ranks on it (min(world, --ranks-per-node)): each rank gets
+// the node's divided by ranks_per_node. A config's strata.pinned_memory is already per rank (what
+// each rank's run pins) and is not divided.
 struct Budgets {
   std::uint64_t device = 0;   // the device arena
   std::uint64_t pinned = 0;   // the pinned host pool
   std::uint64_t nvme = 0;     // free space in the NVMe folders (each file system once)
+  int ranks_per_node = 1;     // ranks sharing one node's host memory and drives
+  std::uint64_t node_pinned = 0, node_nvme = 0;  // the node's, before the division
   std::string device_source, pinned_source, nvme_source;  // where each came from, for the header
+  std::string ranks_per_node_source;
+  // The node's free NVMe bytes, and each rank's share.
+  void set_node_nvme(std::uint64_t free_bytes) {
+    node_nvme = free_bytes;
+    nvme = free_bytes / static_cast<std::uint64_t>(ranks_per_node);
+  }
 };
 
 struct EstimateInputs {
@@ -52,12 +64,21 @@ struct EstimateRow {
   Placement placement;
   int world = 1;
   std::string error;  // the config cannot work at any budget (then nothing else is set)
+  // What the run allocates with these budgets: the device's transient buffers (the fetcher's
+  // pools) grown into the free device memory, capped at what they can use at once. strata train
+  // measures this (memory.*.allocated_bytes).
   runtime::tiers::Footprint bytes;
+  // What the plan allocates at the least: the transient buffers at their minimum. Its device
+  // bytes plus the scratch kept free (tiers::kDeviceScratchBytes) are need[device].
+  runtime::tiers::Footprint minimum;
   std::uint64_t model_states_bytes = 0;  // strata's: parameters + gradients + optimizer states
   std::uint64_t formula_bytes = 0;       // the paper's (runtime/estimate/zero_theory.h)
   std::uint64_t psi_padded = 0;          // Ψ as the formula took it (padded to the shards)
   double collective_bytes = 0;           // per rank and step
   std::uint64_t need[3] = {0, 0, 0};     // per tier: what the plan needs to start (device: minimum)
+  // The device bytes the run allocates when the budget has room (bytes' device tier), never
+  // below need[device]: above it only when the transient buffers grow.
+  std::uint64_t device_use_bytes() const;
   bool fits = false;
   std::string advice;                    // when not: each tier short and by how much
   std::optional<runtime::estimate::StepPrediction> step;  // with a profile
@@ -79,6 +100,11 @@ Estimate make_estimate(const EstimateInputs& in, const std::vector<Placement>& p
 
 // The row of one resolved config (strata train --config auto checks its pick with it).
 EstimateRow estimate_row(const EstimateInputs& in, const Placement& p, const runtime::config::Config& resolved);
+
+// Ranks sharing a node: min(world, ranks_per_node_flag); a flag of 0 takes the CUDA GPUs found
+// (`gpus`) when there are any, else kDefaultRanksPerNode. `source` says which.
+inline constexpr int kDefaultRanksPerNode = 8;
+int ranks_per_node(int world, int ranks_per_node_flag, int gpus, std::string* source = nullptr);
 
 // Free bytes for this user on the file systems of `paths`, each file system once (0 for a
 // path that does not exist).

@@ -13,6 +13,7 @@ nlohmann::json estimate_row_json(const EstimateInputs& in, const Estimate& e, co
   auto word = [](runtime::config::OffloadDevice d) { return std::string(runtime::config::to_string(d)); };
   nlohmann::json j = {{"stage", r.placement.stage},
                       {"world", r.world},
+                      {"ranks_per_node", in.budgets.ranks_per_node},
                       {"offload_param", word(r.placement.param)},
                       {"offload_optimizer", word(r.placement.optimizer)},
                       {"batch", e.batch},
@@ -40,6 +41,7 @@ nlohmann::json estimate_row_json(const EstimateInputs& in, const Estimate& e, co
   j["bytes_by_kind"] = by_kind;
   j["needed_bytes"] = need;
   j["budget_bytes"] = {{"device", in.budgets.device}, {"pinned", in.budgets.pinned}, {"nvme", in.budgets.nvme}};
+  j["node_budget_bytes"] = {{"pinned", in.budgets.node_pinned}, {"nvme", in.budgets.node_nvme}};
   j["collective_bytes"] = r.collective_bytes;
   j["fits"] = r.fits;
   if (!r.fits) j["advice"] = r.advice;
@@ -55,7 +57,8 @@ nlohmann::json estimate_row_json(const EstimateInputs& in, const Estimate& e, co
   return j;
 }
 
-charts::MemoryCell memory_cell(const EstimateRow& row, const Budgets& budgets) {
+charts::MemoryCell memory_cell(const EstimateRow& row, const Budgets& budgets, bool at_least) {
+  const runtime::tiers::Footprint& bytes = at_least ? row.minimum : row.bytes;
   charts::MemoryCell cell;
   cell.label = row.placement.label();
   const std::uint64_t budget[] = {budgets.device, budgets.pinned, budgets.nvme};
@@ -64,7 +67,7 @@ charts::MemoryCell memory_cell(const EstimateRow& row, const Budgets& budgets) {
     tb.tier = t == Tier::pinned ? "pinned" : runtime::tiers::tier_name(t);
     for (int c = 0; c < runtime::tiers::kStateClasses; ++c) {
       tb.bytes_by_kind.emplace_back(runtime::tiers::state_class_name(static_cast<StateClass>(c)),
-                                    row.bytes.at(t, static_cast<StateClass>(c)));
+                                    bytes.at(t, static_cast<StateClass>(c)));
     }
     if (budget[static_cast<int>(t)] > 0) tb.budget_bytes = budget[static_cast<int>(t)];
     cell.tiers.push_back(std::move(tb));
@@ -78,7 +81,7 @@ void write_estimate_charts(const std::string& dir, const EstimateInputs& in, con
   std::vector<charts::StepTimeCell> steps;
   for (const EstimateRow& r : e.rows) {
     if (!r.error.empty()) continue;
-    memory.push_back(memory_cell(r, in.budgets));
+    memory.push_back(memory_cell(r, in.budgets, /*at_least=*/true));
     if (r.step) {
       charts::StepTimeCell s;
       s.label = r.placement.label();
@@ -87,7 +90,8 @@ void write_estimate_charts(const std::string& dir, const EstimateInputs& in, con
       steps.push_back(std::move(s));
     }
   }
-  charts::write_memory_chart(dir + "/memory.svg", memory, "Bytes per tier and rank, by kind (strata estimate)");
+  charts::write_memory_chart(dir + "/memory.svg", memory,
+                             "Bytes per tier and rank a plan needs, by kind (strata estimate)");
   std::fprintf(stderr, "chart: %s/memory.svg\n", dir.c_str());
   if (!steps.empty()) {
     charts::write_step_time_chart(dir + "/step_time.svg", steps, "Predicted time per resource and step");

@@ -10,19 +10,23 @@
 
 namespace strata::tools {
 
-// stage, world, offload_param, offload_optimizer (none / cpu / nvme), batch, seq_len,
-// gradient_accumulation_steps; then either error, or model_states_bytes, formula_bytes,
-// psi_padded, bytes {device, pinned, nvme}, bytes_by_kind {tier: {parameters, gradients,
-// optimizer_states, activations, buffers}}, needed_bytes, budget_bytes, collective_bytes, fits,
-// advice (when it does not fit) and, with a profile, predicted {step_ms, tokens_per_s,
-// bottleneck, resource_ms}.
+// stage, world, ranks_per_node, offload_param, offload_optimizer (none / cpu / nvme), batch,
+// seq_len, gradient_accumulation_steps; then either error, or model_states_bytes, formula_bytes,
+// psi_padded, bytes {device, pinned, nvme} (what the run allocates with the budgets: the device's
+// transient buffers grown), bytes_by_kind {tier: {parameters, gradients, optimizer_states,
+// activations, buffers}}, needed_bytes (the least each tier must have: the table's columns;
+// fits is decided on it), budget_bytes (per rank), node_budget_bytes {pinned, nvme} (the node's,
+// before the division among ranks_per_node), collective_bytes, fits, advice (when it does not
+// fit) and, with a profile, predicted {step_ms, tokens_per_s, bottleneck, resource_ms}.
 nlohmann::json estimate_row_json(const EstimateInputs& in, const Estimate& e, const EstimateRow& row);
 
-// The row's bytes per tier by kind, with the budgets, as the memory chart draws a cell.
-charts::MemoryCell memory_cell(const EstimateRow& row, const Budgets& budgets);
+// The row's bytes per tier by kind, with the budgets, as the memory chart draws a cell: what the
+// run allocates (row.bytes; strata compare, beside what was measured), or with `at_least` what
+// the plan needs (row.minimum; strata estimate).
+charts::MemoryCell memory_cell(const EstimateRow& row, const Budgets& budgets, bool at_least = false);
 
-// DIR/memory.svg (every row that could be planned: bytes per tier stacked by kind, budgets as
-// lines) and, with a profile, DIR/step_time.svg (each row's predicted time per resource and
+// DIR/memory.svg (every row that could be planned: the bytes it needs per tier stacked by kind,
+// budgets as lines) and, with a profile, DIR/step_time.svg (each row's predicted time per resource and
 // step). Creates DIR.
 void write_estimate_charts(const std::string& dir, const EstimateInputs& in, const Estimate& e);
 

@@ -219,11 +219,16 @@ Recommendation recommend(const EstimateInputs& in, bool nvme_allowed) {
   const EstimateInputs cell = candidate_inputs(in, out.pick);
   out.config = placement_config(cell, out.pick.placement);
   const EstimateRow& r = out.pick.row;
-  out.why = fmt::format("{} of {} candidates fit (device {}, pinned {}, nvme {} free). Picked {}: ", out.fitting.size(),
-                        out.considered, format_bytes(in.budgets.device), format_bytes(in.budgets.pinned),
-                        format_bytes(in.budgets.nvme), out.pick.label());
-  out.why += fmt::format("device {}, pinned {}, nvme {}", format_bytes(r.bytes.tier_bytes(Tier::device)),
-                         format_bytes(r.bytes.tier_bytes(Tier::pinned)), format_bytes(r.bytes.tier_bytes(Tier::nvme)));
+  const Budgets& b = in.budgets;
+  const std::string node =
+      b.ranks_per_node > 1 ? fmt::format(", each rank's share of {} ranks a node", b.ranks_per_node) : "";
+  out.why = fmt::format("{} of {} candidates fit (device {}, pinned {}, nvme {} free{}). Picked {}: ", out.fitting.size(),
+                        out.considered, format_bytes(b.device), format_bytes(b.pinned), format_bytes(b.nvme), node,
+                        out.pick.label());
+  const std::uint64_t use = r.device_use_bytes();
+  out.why += fmt::format("needs device {}{}, pinned {}, nvme {}", format_bytes(r.need[0]),
+                         use > r.need[0] ? fmt::format(" (grows to {} with this budget)", format_bytes(use)) : "",
+                         format_bytes(r.need[1]), format_bytes(r.need[2]));
   if (profiled && r.step) {
     out.why += fmt::format("; predicted {} ms a step, {} tokens/s, bound by {}", static_cast<int>(r.step->step_ms + 0.5),
                            tokens_text(out.pick.score), r.step->bottleneck);

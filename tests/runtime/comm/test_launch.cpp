@@ -12,7 +12,8 @@ namespace {
 // Clears every launcher variable for the test and restores nothing: each test sets its own.
 void clear_launch_env() {
   for (const char* v : {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-                        "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "PMIX_RANK"}) {
+                        "OMPI_COMM_WORLD_LOCAL_SIZE", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS",
+                        "PMIX_RANK"}) {
     ::unsetenv(v);
   }
 }
@@ -24,6 +25,7 @@ TEST(Launch, AloneIsRankZeroOfOne) {
   EXPECT_EQ(l.rank, 0);
   EXPECT_EQ(l.world, 1);
   EXPECT_EQ(l.local_rank, 0);
+  EXPECT_EQ(l.local_world, 1);
   EXPECT_EQ(l.launcher, "none");
 }
 
@@ -32,11 +34,13 @@ TEST(Launch, OpenMpiAndMpichAreRead) {
   ::setenv("OMPI_COMM_WORLD_RANK", "5", 1);
   ::setenv("OMPI_COMM_WORLD_SIZE", "8", 1);
   ::setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1", 1);
+  ::setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "4", 1);
   launch::LaunchInfo l = launch::detect_launch();
   EXPECT_TRUE(l.under_mpirun);
   EXPECT_EQ(l.rank, 5);
   EXPECT_EQ(l.world, 8);
   EXPECT_EQ(l.local_rank, 1);
+  EXPECT_EQ(l.local_world, 4);  // 2 nodes of 4 (strata train --config auto's ranks per node)
   EXPECT_EQ(l.launcher, "Open MPI");
 
   clear_launch_env();
@@ -47,6 +51,7 @@ TEST(Launch, OpenMpiAndMpichAreRead) {
   EXPECT_EQ(l.rank, 2);
   EXPECT_EQ(l.world, 3);
   EXPECT_EQ(l.local_rank, 2);
+  EXPECT_EQ(l.local_world, 0);  // MPI_LOCALNRANKS not set: unknown
   clear_launch_env();
 }
 
