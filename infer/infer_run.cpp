@@ -29,7 +29,7 @@
 namespace strata::infer {
 namespace {
 
-std::vector<Prompt> load_prompts(const InferOptions& o, const TextCodec* codec, const models::ModelSpec& spec) {
+std::vector<Prompt> load_prompts(const InferOptions& o, const TextCodec& codec, const models::ModelSpec& spec) {
   if (o.prompt.empty() == o.prompts_path.empty()) {
     throw Error(o.prompt.empty() ? "no prompt was given" : "both --prompt and --prompts were given", "--prompt",
                 "give --prompt TEXT or --prompts FILE.jsonl");
@@ -48,12 +48,7 @@ std::vector<Prompt> load_prompts(const InferOptions& o, const TextCodec* codec, 
   }
   for (Prompt& p : prompts) {
     if (!p.has_text) continue;
-    if (codec == nullptr) {
-      throw Error(fmt::format("prompt {} is text, but the model has no tokenizer", p.index), name,
-                  "give a model folder with tokenizer.json (or vocab.json and merges.txt), or prompts as "
-                  "{\"ids\": [...]} lines in --prompts");
-    }
-    p.ids = codec->encode(p.text);
+    p.ids = codec.encode(p.text);
     if (p.ids.empty()) throw Error(fmt::format("prompt {} has no tokens", p.index), name);
   }
   check_prompt_ids(prompts, spec.vocab_size(), name);
@@ -79,7 +74,7 @@ runtime::tiers::WeightQuant weight_quant(const InferOptions& o) {
 
 // The --perplexity text's ids: the tokenizer's when the model folder has one, else its bytes
 // (a byte-level model, vocabulary >= 256, as `strata train --text` trains).
-std::vector<std::int32_t> perplexity_ids(const InferOptions& o, const TextCodec* codec, const models::ModelSpec& spec) {
+std::vector<std::int32_t> perplexity_ids(const InferOptions& o, const TextCodec& codec) {
   std::FILE* f = std::fopen(o.perplexity_path.c_str(), "rb");
   if (f == nullptr) throw Error("cannot open the text", o.perplexity_path, "give a readable file to --perplexity");
   std::string text;
@@ -88,14 +83,7 @@ std::vector<std::int32_t> perplexity_ids(const InferOptions& o, const TextCodec*
   const bool failed = std::ferror(f) != 0;
   std::fclose(f);
   if (failed) throw Error("cannot read the text", o.perplexity_path);
-  if (codec != nullptr) return codec->encode(text);
-  if (spec.vocab_size() < 256) {
-    throw Error("the model has no tokenizer and a vocabulary under 256: its bytes cannot be its tokens",
-                o.perplexity_path, "give a model folder with a tokenizer");
-  }
-  std::vector<std::int32_t> ids(text.size());
-  for (std::size_t i = 0; i < text.size(); ++i) ids[i] = static_cast<unsigned char>(text[i]);
-  return ids;
+  return codec.encode(text);
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
@@ -109,7 +97,18 @@ int run_inference(const InferOptions& o) {
   validate(o.sampling);
   const auto start = std::chrono::steady_clock::now();
   const models::ModelSpecPtr spec = models::model_from_flags(o.model_path, o.preset);
-  const std::unique_ptr<TextCodec> codec = o.model_path.empty() ? nullptr : load_text_codec(o.model_path);
+  std::unique_ptr<TextCodec> codec = o.model_path.empty() ? nullptr : load_text_codec(o.model_path);
+  if (codec == nullptr) {
+    // No tokenizer: the model was trained on text's bytes (`strata train --text`), so its text
+    // is read and written as bytes, and the run says so.
+    if (spec->vocab_size() < 256) {
+      throw Error("the model has no tokenizer and a vocabulary under 256: its bytes cannot be its tokens",
+                  o.model_path.empty() ? "--preset" : o.model_path, "give a model folder with a tokenizer");
+    }
+    codec = TextCodec::bytes();
+    std::fprintf(stderr, "strata infer: the model has no tokenizer: text in and out as bytes (ids 0..255), as "
+                         "strata train --text trained it\n");
+  }
   const bool perplexity = !o.perplexity_path.empty();
   std::vector<std::int32_t> text_ids;
   std::vector<Prompt> prompts;
@@ -117,14 +116,14 @@ int run_inference(const InferOptions& o) {
     if (!o.prompt.empty() || !o.prompts_path.empty()) {
       throw Error("--perplexity reads a text, not prompts", "--perplexity", "give --perplexity or --prompt(s)");
     }
-    text_ids = perplexity_ids(o, codec.get(), *spec);
+    text_ids = perplexity_ids(o, *codec);
     for (std::int32_t id : text_ids) {
       if (id < 0 || id >= spec->vocab_size()) {
         throw Error("token " + std::to_string(id) + " of the text is outside the vocabulary", o.perplexity_path);
       }
     }
   } else {
-    prompts = load_prompts(o, codec.get(), *spec);
+    prompts = load_prompts(o, *codec, *spec);
   }
   OutputWriter writer(perplexity ? std::string() : o.output_path, prompts.size());
   if (o.perplexity_window < 0) throw Error("--perplexity-window must be positive", "--perplexity-window");

@@ -4,6 +4,7 @@
 // "eos_token_id").
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,16 +15,22 @@ namespace strata::infer {
 class TextCodec {
  public:
   TextCodec(models::Tokenizer tokenizer, std::vector<std::int32_t> stop_ids);
+  // A model with no tokenizer, trained on text's bytes (`strata train --text` with a preset or a
+  // folder without one): a byte is its token, ids 0..255.
+  static std::unique_ptr<TextCodec> bytes();
+
   // The prompt's ids with the special tokens the tokenizer's template adds (Llama 3's
-  // <|begin_of_text|>).
+  // <|begin_of_text|>); the bytes themselves without a tokenizer.
   std::vector<std::int32_t> encode(const std::string& text) const;
-  // Generated ids as text, special tokens dropped.
+  // Generated ids as text, special tokens dropped (without a tokenizer: ids 0..255 as bytes, the
+  // others dropped, a byte sequence that is not UTF-8 replaced by U+FFFD).
   std::string decode(const std::vector<std::int32_t>& ids) const;
   const std::vector<std::int32_t>& stop_ids() const { return stop_ids_; }
-  const models::Tokenizer& tokenizer() const { return tokenizer_; }
+  bool byte_level() const { return !tokenizer_.has_value(); }
 
  private:
-  models::Tokenizer tokenizer_;
+  TextCodec() = default;
+  std::optional<models::Tokenizer> tokenizer_;  // nullopt: bytes
   std::vector<std::int32_t> stop_ids_;
 };
 

@@ -123,7 +123,7 @@ def main():
     assert [o["index"] for o in out] == [0, 1, 2], out
     for o, n in zip(out, (3, 7, 1)):
         assert len(o["ids"]) == 6 and all(0 <= t < 256 for t in o["ids"]), o
-        assert o["finish_reason"] == "length" and o["prompt_tokens"] == n and "text" not in o, o
+        assert o["finish_reason"] == "length" and o["prompt_tokens"] == n and isinstance(o["text"], str), o
     b = run(strata, common + ["--batch", "1"], work)
     assert lines(b.stdout) == out, f"--batch 1 changed the outputs:\n{b.stdout}\nvs\n{a.stdout}"
     print(f"preset: {len(out)} prompts, the same outputs at --batch 3 and 1")
@@ -225,7 +225,13 @@ def main():
             assert n in r.stderr, f"{args}: the error lacks {n!r}:\n{r.stderr[-1500:]}"
         print(f"refused {' '.join(args[:2])} ...: {r.stderr.strip().splitlines()[-1][:150]}")
 
-    refused(["--preset", "llama-tiny", "--prompt", "hello"], "no tokenizer")
+    # A model with no tokenizer (a preset, or what `strata train --text` saved from one) reads and
+    # writes text as bytes, as it was trained, and says so.
+    r = run(strata, ["--preset", "llama-tiny", "--prompt", "hello", "--max-new-tokens", "4"], work)
+    out = lines(r.stdout)
+    assert "text in and out as bytes" in r.stderr, r.stderr[-1500:]
+    assert len(out) == 1 and out[0]["prompt_tokens"] == 5 and isinstance(out[0]["text"], str), out
+    print(f"no tokenizer: bytes in and out ({out[0]['text']!r})")
     refused(["--model", folder, "--prompt", "word " * 200, "--max-new-tokens", "8"], "--max-new-tokens")
     refused(["--preset", "llama-tiny", "--perplexity", "held_out.txt", "--prompts", prompts], "--perplexity")
     refused(["--preset", "llama-tiny", "--prompts", prompts, "--top-p", "0", "--temperature", "1"], "--top-p")
