@@ -234,6 +234,14 @@ def main():
     print(f"no tokenizer: bytes in and out ({out[0]['text']!r})")
     refused(["--model", folder, "--prompt", "word " * 200, "--max-new-tokens", "8"], "--max-new-tokens")
     refused(["--preset", "llama-tiny", "--perplexity", "held_out.txt", "--prompts", prompts], "--perplexity")
+    # More new tokens than the model has positions: said so (it once said "at most -4744 fit").
+    refused(["--preset", "llama-tiny", "--prompt", "hi", "--max-new-tokens", "5000"],
+            "--max-new-tokens 5000 leaves no room for a prompt", "give at most 255")
+    # A --perplexity run that does not fit names --perplexity-window, not --batch / --max-new-tokens.
+    r = run(strata, ["--preset", "llama-tiny", "--perplexity", "held_out.txt", "--perplexity-window", "256",
+                     "--device-memory", "1MiB"], work, expect_ok=False)
+    assert r.returncode == 1 and "lower --perplexity-window" in r.stderr and "--max-new-tokens" not in r.stderr, \
+        r.stderr[-1500:]
     refused(["--preset", "llama-tiny", "--prompts", prompts, "--top-p", "0", "--temperature", "1"], "--top-p")
     with open(os.path.join(work, "big.jsonl"), "w") as f:
         f.write('{"ids": [1, 256]}\n')

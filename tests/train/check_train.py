@@ -74,6 +74,9 @@ every run in its own folder of the case's temp dir):
       a second --save into it is refused; strata convert of its checkpoint writes the same folder.
   llama_resume
       A LLaMA run resumed from its step-2 checkpoint ends with the straight run's bits.
+  console
+      A quiet start: the resolved config in resolved_config.json beside --metrics, on the console
+      only with --verbose; after a resume the report's bytes moved count the steps that ran.
   hf_config
       A config as the Hugging Face Trainer passes it (every "auto") trains: each "auto" from its
       flag (--lr, --micro-batch, --warmup-steps), --steps, the model's hidden size or HF's
@@ -85,6 +88,7 @@ every run in its own folder of the case's temp dir):
 import sys
 
 from cases_config import case_hf_config
+from cases_console import case_console
 from cases_faults import case_faults_ranks, case_faults_stop, case_faults_transient
 from cases_limits import (case_bad_inputs, case_enospc_io, case_enospc_plan, case_memory,
                           case_memory_minimum, case_save_path_early)
@@ -121,6 +125,7 @@ CASES = {
     "llama_model_folder": case_llama_model_folder,
     "llama_resume": case_llama_resume,
     "hf_config": case_hf_config,
+    "console": case_console,
 }
 
 
