@@ -15,64 +15,16 @@
 #include "core/error.h"
 #include "models/io/batch_loader.h"
 #include "models/io/token_file.h"
+#include "tests/models/token_file_test_util.h"
 
 namespace strata::models {
 namespace {
 
 namespace fs = std::filesystem;
 
-// A fresh folder per test, removed afterwards.
-class WideTokenFileTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "strata_token_wide_XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
+class WideTokenFileTest : public testing::TokenFolderTest {};
 
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
 
-  static void write_bytes(const std::string& p, const std::vector<unsigned char>& bytes) {
-    std::ofstream f(p, std::ios::binary | std::ios::trunc);
-    f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-    ASSERT_TRUE(f.good());
-  }
-
-  static std::vector<unsigned char> read_bytes(const std::string& p) {
-    std::ifstream f(p, std::ios::binary);
-    return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-  }
-
-  // An llm.c header (256 int32 LE) followed by `body_bytes` bytes.
-  static std::vector<unsigned char> file_bytes(std::int32_t magic, std::int32_t version, std::int32_t count,
-                                               std::size_t body_bytes) {
-    std::vector<unsigned char> out(1024 + body_bytes, 0);
-    const std::int32_t fields[3] = {magic, version, count};
-    for (std::size_t k = 0; k < 3; ++k) {
-      for (std::size_t b = 0; b < 4; ++b)
-        out[4 * k + b] = static_cast<unsigned char>(static_cast<std::uint32_t>(fields[k]) >> (8 * b));
-    }
-    return out;
-  }
-
-  template <typename F>
-  static Error expect_error(F&& f) {
-    try {
-      f();
-    } catch (const Error& e) {
-      return e;
-    }
-    ADD_FAILURE() << "no strata::Error thrown";
-    return Error("none");
-  }
-
-  fs::path dir_;
-};
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
-
-#define EXPECT_HAS(s, part) EXPECT_TRUE(contains((s), (part))) << "'" << (s) << "' lacks '" << (part) << "'"
 
 TEST_F(WideTokenFileTest, Uint32RoundTripAndLayout) {
   std::vector<std::uint32_t> tokens = {0x01020304u, 0, 65535, 65536, 128255, 0x7fffffffu};
