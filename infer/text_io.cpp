@@ -84,7 +84,16 @@ std::vector<std::int32_t> TextCodec::encode(const std::string& text) const {
 }
 
 std::string TextCodec::decode(const std::vector<std::int32_t>& ids) const {
-  if (tokenizer_) return tokenizer_->decode(ids, /*skip_special=*/true);
+  if (tokenizer_) {
+    // A model's vocabulary is often padded past its tokenizer's (Qwen2: 151,936 rows for 151,665
+    // ids); a sampled id the tokenizer does not have is skipped, as transformers' decode does.
+    std::vector<std::int32_t> known;
+    known.reserve(ids.size());
+    for (std::int32_t id : ids) {
+      if (id >= 0 && id < tokenizer_->vocab_size() && tokenizer_->id_to_token(id)) known.push_back(id);
+    }
+    return tokenizer_->decode(known, /*skip_special=*/true);
+  }
   std::string raw;
   for (std::int32_t id : ids) {
     if (id >= 0 && id < 256) raw.push_back(static_cast<char>(id));

@@ -156,6 +156,17 @@ def main():
     if len(out["ids"]) != 4 or "text" not in out:
         fail(f"strata infer on --save's folder: {out}", r)
     print(f"--save: {', '.join(TOKENIZER_FILES)} byte for byte; strata infer --prompt answers {out['text']!r}")
+    # A vocabulary padded past the tokenizer's (as Qwen2's is): most ids a barely trained model
+    # samples are ones the tokenizer does not have; they are skipped in the text, not an error.
+    padded = make_folder(os.path.join(work, "padded"), fixtures, dict(LLAMA, vocab_size=4001))
+    padded_saved = os.path.join(work, "padded-saved")
+    strata_run(strata, train_args(config, padded, "--text", corpus, ["--save", padded_saved]), work)
+    r = strata_run(strata, ["infer", "--device", "host", "--model", padded_saved, "--prompt", "The offload engine",
+                            "--max-new-tokens", "24", "--temperature", "1.0", "--seed", "3"], work)
+    out = json.loads(r.stdout.splitlines()[0])
+    if len(out["ids"]) != 24 or not any(i >= 1001 for i in out["ids"]) or not isinstance(out.get("text"), str):
+        fail(f"strata infer on a padded vocabulary: {out}", r)
+    print(f"a padded vocabulary: {sum(i >= 1001 for i in out['ids'])} of 24 sampled ids past the tokenizer's, skipped")
     step = os.path.join(ckpt, "step-00000002")
     with open(os.path.join(step, "manifest.json")) as f:
         listed = [e["name"] for e in json.load(f)["files"]]
