@@ -14,7 +14,12 @@ cd "$(dirname "$0")"
 presets=${STRATA_TEST_PRESETS:-"release asan tsan fuzz"}
 jobs=$(nproc)
 # ccache (CMakeLists.txt uses it when found) holds four presets with CUDA: more than its 5 GB default.
+# A fresh clone elsewhere hits the cache of an earlier one: paths relative to the clone
+# (CCACHE_BASEDIR), and the build folder not hashed into the debug builds (asan, tsan, fuzz: their
+# debug info may then name the earlier clone's folder, which only a debugger would notice).
 export CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-20G}
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
+export CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
 summary=()
 status=0
 total_passed=0
