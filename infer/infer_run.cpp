@@ -29,7 +29,7 @@
 namespace strata::infer {
 namespace {
 
-std::vector<Prompt> load_prompts(const InferOptions& o, const TextCodec& codec, const models::ModelSpec& spec) {
+std::vector<Prompt> load_prompts(const InferOptions& o, const TextCodec* codec, const models::ModelSpec& spec) {
   if (o.prompt.empty() == o.prompts_path.empty()) {
     throw Error(o.prompt.empty() ? "no prompt was given" : "both --prompt and --prompts were given", "--prompt",
                 "give --prompt TEXT or --prompts FILE.jsonl");
@@ -48,7 +48,14 @@ std::vector<Prompt> load_prompts(const InferOptions& o, const TextCodec& codec, 
   }
   for (Prompt& p : prompts) {
     if (!p.has_text) continue;
-    p.ids = codec.encode(p.text);
+    if (codec == nullptr) {
+      throw Error(fmt::format("prompt {} is text, but the model has no tokenizer and a vocabulary under 256 (its "
+                              "bytes cannot be its tokens)",
+                              p.index),
+                  name, "give a model folder with tokenizer.json (or vocab.json and merges.txt), or prompts as "
+                        "{\"ids\": [...]} lines in --prompts");
+    }
+    p.ids = codec->encode(p.text);
     if (p.ids.empty()) throw Error(fmt::format("prompt {} has no tokens", p.index), name);
   }
   check_prompt_ids(prompts, spec.vocab_size(), name);
@@ -74,7 +81,7 @@ runtime::tiers::WeightQuant weight_quant(const InferOptions& o) {
 
 // The --perplexity text's ids: the tokenizer's when the model folder has one, else its bytes
 // (a byte-level model, vocabulary >= 256, as `strata train --text` trains).
-std::vector<std::int32_t> perplexity_ids(const InferOptions& o, const TextCodec& codec) {
+std::vector<std::int32_t> perplexity_ids(const InferOptions& o, const TextCodec* codec) {
   std::FILE* f = std::fopen(o.perplexity_path.c_str(), "rb");
   if (f == nullptr) throw Error("cannot open the text", o.perplexity_path, "give a readable file to --perplexity");
   std::string text;
@@ -83,7 +90,11 @@ std::vector<std::int32_t> perplexity_ids(const InferOptions& o, const TextCodec&
   const bool failed = std::ferror(f) != 0;
   std::fclose(f);
   if (failed) throw Error("cannot read the text", o.perplexity_path);
-  return codec.encode(text);
+  if (codec == nullptr) {
+    throw Error("the model has no tokenizer and a vocabulary under 256: its bytes cannot be its tokens",
+                o.perplexity_path, "give a model folder with a tokenizer");
+  }
+  return codec->encode(text);
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
@@ -98,13 +109,9 @@ int run_inference(const InferOptions& o) {
   const auto start = std::chrono::steady_clock::now();
   const models::ModelSpecPtr spec = models::model_from_flags(o.model_path, o.preset);
   std::unique_ptr<TextCodec> codec = o.model_path.empty() ? nullptr : load_text_codec(o.model_path);
-  if (codec == nullptr) {
+  if (codec == nullptr && spec->vocab_size() >= 256) {
     // No tokenizer: the model was trained on text's bytes (`strata train --text`), so its text
-    // is read and written as bytes, and the run says so.
-    if (spec->vocab_size() < 256) {
-      throw Error("the model has no tokenizer and a vocabulary under 256: its bytes cannot be its tokens",
-                  o.model_path.empty() ? "--preset" : o.model_path, "give a model folder with a tokenizer");
-    }
+    // is read and written as bytes, and the run says so. (Under 256 ids: token ids only.)
     codec = TextCodec::bytes();
     std::fprintf(stderr, "strata infer: the model has no tokenizer: text in and out as bytes (ids 0..255), as "
                          "strata train --text trained it\n");
@@ -116,14 +123,14 @@ int run_inference(const InferOptions& o) {
     if (!o.prompt.empty() || !o.prompts_path.empty()) {
       throw Error("--perplexity reads a text, not prompts", "--perplexity", "give --perplexity or --prompt(s)");
     }
-    text_ids = perplexity_ids(o, *codec);
+    text_ids = perplexity_ids(o, codec.get());
     for (std::int32_t id : text_ids) {
       if (id < 0 || id >= spec->vocab_size()) {
         throw Error("token " + std::to_string(id) + " of the text is outside the vocabulary", o.perplexity_path);
       }
     }
   } else {
-    prompts = load_prompts(o, *codec, *spec);
+    prompts = load_prompts(o, codec.get(), *spec);
   }
   OutputWriter writer(perplexity ? std::string() : o.output_path, prompts.size());
   if (o.perplexity_window < 0) throw Error("--perplexity-window must be positive", "--perplexity-window");
