@@ -39,36 +39,6 @@ void add_eos_ids(const fs::path& file, std::vector<std::int32_t>& ids) {
   }
 }
 
-// `raw` with every byte that does not start or continue a well-formed UTF-8 sequence replaced by
-// U+FFFD (a byte-level model may generate any bytes; the output is JSON text).
-std::string valid_utf8(const std::string& raw) {
-  std::string out;
-  const auto* s = reinterpret_cast<const unsigned char*>(raw.data());
-  const std::size_t n = raw.size();
-  for (std::size_t i = 0; i < n;) {
-    const unsigned char c = s[i];
-    std::size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
-    bool ok = len > 0 && i + len <= n && !(len == 2 && c < 0xC2) && !(len == 4 && c > 0xF4);
-    for (std::size_t k = 1; ok && k < len; ++k) ok = (s[i + k] & 0xC0) == 0x80;
-    if (ok && len == 3) {
-      const unsigned cp = ((c & 0x0Fu) << 12) | ((s[i + 1] & 0x3Fu) << 6) | (s[i + 2] & 0x3Fu);
-      ok = cp >= 0x800 && (cp < 0xD800 || cp > 0xDFFF);
-    }
-    if (ok && len == 4) {
-      const unsigned cp = ((c & 0x07u) << 18) | ((s[i + 1] & 0x3Fu) << 12) | ((s[i + 2] & 0x3Fu) << 6) | (s[i + 3] & 0x3Fu);
-      ok = cp >= 0x10000 && cp <= 0x10FFFF;
-    }
-    if (ok) {
-      out.append(raw, i, len);
-      i += len;
-    } else {
-      out += "\xEF\xBF\xBD";  // U+FFFD
-      ++i;
-    }
-  }
-  return out;
-}
-
 }  // namespace
 
 TextCodec::TextCodec(models::Tokenizer tokenizer, std::vector<std::int32_t> stop_ids)
@@ -98,7 +68,7 @@ std::string TextCodec::decode(const std::vector<std::int32_t>& ids) const {
   for (std::int32_t id : ids) {
     if (id >= 0 && id < 256) raw.push_back(static_cast<char>(id));
   }
-  return valid_utf8(raw);
+  return models::utf8_take_valid(raw, /*final=*/true);
 }
 
 std::unique_ptr<TextCodec> load_text_codec(const std::string& model_path) {

@@ -23,11 +23,10 @@ class TextCodec {
   // <|begin_of_text|>); the bytes themselves without a tokenizer.
   std::vector<std::int32_t> encode(const std::string& text) const;
   // Generated ids as text, special tokens dropped, ids the tokenizer does not have (a padded
-  // vocabulary's) skipped (without a tokenizer: ids 0..255 as bytes, the others dropped, a byte
-  // sequence that is not UTF-8 replaced by U+FFFD).
+  // vocabulary's) skipped (without a tokenizer: ids 0..255 as bytes, the others dropped, each
+  // invalid UTF-8 sequence replaced by U+FFFD, as Rust's from_utf8_lossy).
   std::string decode(const std::vector<std::int32_t>& ids) const;
   const std::vector<std::int32_t>& stop_ids() const { return stop_ids_; }
-  bool byte_level() const { return !tokenizer_.has_value(); }
 
  private:
   TextCodec() = default;

@@ -224,4 +224,33 @@ inline double attention_tol(DType t) {
   return 0.0;
 }
 
+// An attention output against the host's: asserts max |got - want| <= tol max |want| and
+// ||got - want|| <= tol ||want||, the scales at least min_scale per element (see the callers), and
+// no NaN; prints both ratios.
+inline void expect_attention_close(const std::string& what, const std::vector<float>& got,
+                                   const std::vector<float>& want, double tol, double min_scale) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double max_abs = 0, max_w = 0, d2 = 0, w2 = 0;
+  bool nan = false;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double d = std::fabs(static_cast<double>(got[i]) - want[i]);
+    if (std::isnan(d)) {
+      nan = true;
+    } else {
+      max_abs = std::max(max_abs, d);
+      d2 += d * d;
+    }
+    max_w = std::max(max_w, std::fabs(static_cast<double>(want[i])));
+    w2 += static_cast<double>(want[i]) * want[i];
+  }
+  const double rel_max = max_abs / std::max(max_w, min_scale);
+  const double rel_norm =
+      std::sqrt(d2) / std::max(std::sqrt(w2), min_scale * std::sqrt(static_cast<double>(got.size())));
+  std::printf("  %-64s max_abs/max %.2e  norm_rel %.2e  tol %.0e%s\n", what.c_str(), rel_max, rel_norm, tol,
+              rel_max <= tol && rel_norm <= tol && !nan ? "" : "  FAIL");
+  EXPECT_FALSE(nan) << what << ": NaN";
+  EXPECT_LE(rel_max, tol) << what;
+  EXPECT_LE(rel_norm, tol) << what;
+}
+
 }  // namespace strata::test

@@ -82,34 +82,13 @@ std::vector<float> columns(const std::vector<float>& x, std::size_t row, std::si
   return out;
 }
 
-// Asserts max |got - want| <= tol max |want| and ||got - want|| <= tol ||want||; prints both.
 // The scale is at least kMinScale per element: where the host's output is all zeros (dq and dk
 // at T = 1, where dS = P (dP - D) is exactly 0 on the host and ~1e-8 on the device, whose dP and
 // D sum in different orders) the comparison is absolute, against the O(1) values of the test.
 constexpr double kMinScale = 1e-2;
-void expect_close(const std::string& what, const std::vector<float>& got,
-                  const std::vector<float>& want, double tol) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  double max_abs = 0, max_w = 0, d2 = 0, w2 = 0;
-  bool nan = false;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    const double d = std::fabs(static_cast<double>(got[i]) - want[i]);
-    if (std::isnan(d)) nan = true;
-    if (!std::isnan(d)) {
-      max_abs = std::max(max_abs, d);
-      d2 += d * d;
-    }
-    max_w = std::max(max_w, std::fabs(static_cast<double>(want[i])));
-    w2 += static_cast<double>(want[i]) * want[i];
-  }
-  const double rel_max = max_abs / std::max(max_w, kMinScale);
-  const double rel_norm =
-      std::sqrt(d2) / std::max(std::sqrt(w2), kMinScale * std::sqrt(static_cast<double>(got.size())));
-  std::printf("  %-58s max_abs/max %.2e  norm_rel %.2e  tol %.0e%s\n", what.c_str(), rel_max,
-              rel_norm, tol, rel_max <= tol && rel_norm <= tol && !nan ? "" : "  FAIL");
-  EXPECT_FALSE(nan) << what << ": NaN";
-  EXPECT_LE(rel_max, tol) << what;
-  EXPECT_LE(rel_norm, tol) << what;
+void expect_close(const std::string& what, const std::vector<float>& got, const std::vector<float>& want,
+                  double tol) {
+  expect_attention_close(what, got, want, tol, kMinScale);
 }
 
 // One case: forward (out, lse) and backward (dq, dk, dv) against the host; each twice on the

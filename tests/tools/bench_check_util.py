@@ -1,6 +1,6 @@
 """What the check_bench_*.py scripts share: failing with the run's output, comparing derived
 numbers, and running a bench with --json into rows (exit 77 where the scratch folder's disk
-cannot do O_DIRECT)."""
+cannot do O_DIRECT), and a machine profile for the estimate and chart checks."""
 import json
 import os
 import subprocess
@@ -47,3 +47,16 @@ def refused(args, flag):
     bad = subprocess.run(args, capture_output=True, text=True, timeout=30)
     if bad.returncode == 0 or flag not in bad.stderr:
         fail(f"{' '.join(args)} was not refused naming {flag}", bad)
+
+
+def write_profile(path):
+    """A machine profile as `strata bench machine` writes it (rates of a modest host)."""
+    with open(path, "w") as f:
+        json.dump({"strata_machine_profile": 1, "device": {"backend": "host", "name": "host"}, "dtype": "fp32",
+                   "threads": 2, "cpu_adam_elements_per_s": 1e9, "memory_bytes_per_s": 2e10,
+                   "h2d_bytes_per_s": 1e10, "d2h_bytes_per_s": 1e10, "disk_read_bytes_per_s": 2e9,
+                   "disk_write_bytes_per_s": 2e9, "disk_block_bytes": 1048576, "disk_queue_depth": 8,
+                   "disk_dir": "/var/tmp", "gemm_flops_per_s": 2e11, "step_flops_per_s": 1e11,
+                   "step_points": [{"hidden": 128, "layers": 2, "batch": 4, "seq_len": 128, "flops_per_s": 5e10},
+                                   {"hidden": 512, "layers": 2, "batch": 4, "seq_len": 128, "flops_per_s": 1e11}]},
+                  f)

@@ -39,6 +39,7 @@ import xml.etree.ElementTree as ET
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import chart_pixels as cp  # noqa: E402
+from bench_check_util import fail, write_profile  # noqa: E402
 
 NS = "{http://www.w3.org/2000/svg}"
 SKIP = 77
@@ -56,26 +57,7 @@ def problem(chart, what):
     problems.append(f"{chart}: {what}")
 
 
-def die(message, run=None):
-    print(f"FAIL: {message}", file=sys.stderr)
-    if run is not None:
-        print(f"--- stdout\n{run.stdout[-3000:]}--- stderr\n{run.stderr[-3000:]}", file=sys.stderr)
-    sys.exit(1)
-
-
 # ---- Drawing the charts --------------------------------------------------------------------------
-
-def write_profile(path):
-    """A machine profile as `strata bench machine` writes it (rates of a modest host)."""
-    with open(path, "w") as f:
-        json.dump({"strata_machine_profile": 1, "device": {"backend": "host", "name": "host"}, "dtype": "fp32",
-                   "threads": 2, "cpu_adam_elements_per_s": 1e9, "memory_bytes_per_s": 2e10,
-                   "h2d_bytes_per_s": 1e10, "d2h_bytes_per_s": 1e10, "disk_read_bytes_per_s": 2e9,
-                   "disk_write_bytes_per_s": 2e9, "disk_block_bytes": 1048576, "disk_queue_depth": 8,
-                   "disk_dir": "/var/tmp", "gemm_flops_per_s": 2e11, "step_flops_per_s": 1e11,
-                   "step_points": [{"hidden": 128, "layers": 2, "batch": 4, "seq_len": 128, "flops_per_s": 5e10},
-                                   {"hidden": 512, "layers": 2, "batch": 4, "seq_len": 128, "flops_per_s": 1e11}]},
-                  f)
 
 
 def write_crafted_metrics(path):
@@ -95,7 +77,7 @@ def run(args, timeout):
     env.setdefault("OMP_NUM_THREADS", "2")
     r = subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env)
     if r.returncode != 0:
-        die(f"{' '.join(args)} exited {r.returncode}", r)
+        fail(f"{' '.join(args)} exited {r.returncode}", r)
     return r
 
 
@@ -124,7 +106,7 @@ def draw_charts(strata, folder):
     run([strata, "chart", "--metrics", crafted, "--svg", out["crafted"]], 60)
     for name, path in out.items():
         if not any(f.endswith(".svg") for f in os.listdir(path)):
-            die(f"{name}: no SVG in {path}")
+            fail(f"{name}: no SVG in {path}")
     return list(out.values())
 
 
@@ -312,7 +294,7 @@ def check_folders(folders, scratch):
             png = os.path.join(scratch, f"{os.path.basename(folder)}-{svg[:-4]}.png")
             r = subprocess.run(["rsvg-convert", path, "-o", png], capture_output=True, text=True, timeout=60)
             if r.returncode != 0:
-                die(f"rsvg-convert {path} exited {r.returncode}: {r.stderr}")
+                fail(f"rsvg-convert {path} exited {r.returncode}: {r.stderr}")
             c = Chart(path, png, fonts)
             count += 1
             check_size(c)
@@ -343,7 +325,7 @@ def main():
         strata, work = sys.argv[1], sys.argv[2]
         folders = None
     else:
-        die(__doc__.split("Usage: ")[1])
+        fail(__doc__.split("Usage: ")[1])
     os.makedirs(work, exist_ok=True)
     scratch = tempfile.mkdtemp(prefix="chart-render-", dir=work)
     try:

@@ -54,6 +54,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "train"))
 from train_util import (GPL, MPI_ENV, SKIP, Failure, Run, check, ds_config, run_cases, tail)  # noqa: E402
+from bench_check_util import write_profile  # noqa: E402
 
 TOL = 0.05
 TIERS = ("device", "pinned", "nvme")
@@ -290,19 +291,6 @@ def case_cli(strata, root):
             continue  # a machine with a GPU estimates for it
         check(r.returncode == 1 and word in r.stderr, f"estimate {' '.join(args)}: exit {r.returncode}, "
                                                       f"wanted 1 naming {word}:\n{r.stderr}")
-
-
-def write_profile(path):
-    """A machine profile as `strata bench machine` writes it (rates of a modest host)."""
-    with open(path, "w") as f:
-        json.dump({"strata_machine_profile": 1, "device": {"backend": "host", "name": "host"}, "dtype": "fp32",
-                   "threads": 2, "cpu_adam_elements_per_s": 1e9, "memory_bytes_per_s": 2e10,
-                   "h2d_bytes_per_s": 1e10, "d2h_bytes_per_s": 1e10, "disk_read_bytes_per_s": 2e9,
-                   "disk_write_bytes_per_s": 2e9, "disk_block_bytes": 1048576, "disk_queue_depth": 8,
-                   "disk_dir": "/var/tmp", "gemm_flops_per_s": 2e11, "step_flops_per_s": 1e11,
-                   "step_points": [{"hidden": 128, "layers": 2, "batch": 4, "seq_len": 128, "flops_per_s": 5e10},
-                                   {"hidden": 512, "layers": 2, "batch": 4, "seq_len": 128, "flops_per_s": 1e11}]},
-                  f)
 
 
 def case_recommend(strata, root):
