@@ -32,4 +32,15 @@ void accumulate_grads(SimdLevel simd, int threads, float* acc, const void* grads
 void store_first_grads(SimdLevel simd, int threads, float* acc, const void* grads, DType dtype,
                        std::size_t numel);
 
+// The same two into an accumulator of any dtype (DeepSpeed's data_types.grad_accum_dtype):
+//   acc[i] = acc_dtype(float(acc[i]) + float(grads[i]))
+// one fp32 addition, then one rounding to acc_dtype (round to nearest even; none for fp32, where
+// these are exactly the functions above). With `first`, float(acc[i]) is replaced by +0.0f and acc
+// is not read. A bf16 / fp16 accumulator is widened, added to and narrowed in blocks that stay in
+// L1, with the conversions of core/dtype.h: the bits do not depend on the SIMD variant or threads.
+void accumulate_grads(SimdLevel simd, int threads, void* acc, DType acc_dtype, const void* grads, DType dtype,
+                      std::size_t numel);
+void store_first_grads(SimdLevel simd, int threads, void* acc, DType acc_dtype, const void* grads,
+                       DType dtype, std::size_t numel);
+
 }  // namespace strata::cpu_adam

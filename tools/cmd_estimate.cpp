@@ -122,13 +122,22 @@ void print_table(const EstimateInputs& in, const Estimate& e) {
                    "parameters and gradients grown into the free device memory, up to every module's at once,\n"
                    "so fetches run further ahead."
                  : "");
+  // The accumulators' dtype decides how far strata's model states are from the paper's.
+  const DType grad_dtype = runtime::config::to_dtype(in.config.data_types.grad_accum_dtype);
+  const std::string accumulators =
+      grad_dtype == DType::f32
+          ? "an fp32 gradient accumulator shard (4Ψ/N) where the paper keeps a d-byte gradient (dΨ at stage 1,\n"
+            "dΨ/N at 2-3; data_types.grad_accum_dtype \"bf16\" gives the paper's 2 bytes)"
+          : fmt::format("a {} gradient accumulator shard (2Ψ/N, data_types.grad_accum_dtype) where the paper keeps\n"
+                        "a d-byte gradient (dΨ at stage 1, dΨ/N at 2-3)",
+                        dtype_name(grad_dtype));
   std::printf(
       "model states are parameters, gradients and optimizer states over all tiers. The ZeRO paper counts\n"
       "(2d + 12) bytes a parameter (d: the compute dtype's bytes; 12: fp32 master, exp_avg, exp_avg_sq) split\n"
       "as its stages split them, over Ψ = %llu: the parameters padded to %d equal shards a module. strata keeps\n"
-      "an fp32 gradient accumulator shard (4Ψ/N) where the paper keeps a d-byte gradient (dΨ at stage 1,\n"
-      "dΨ/N at 2-3), rounds pinned buffers to 4 KiB pages and NVMe extents to aio.block_size.\n",
-      static_cast<unsigned long long>(e.rows.empty() ? 0 : e.rows.front().psi_padded), in.world);
+      "%s, rounds pinned buffers to 4 KiB pages and NVMe extents to aio.block_size.\n",
+      static_cast<unsigned long long>(e.rows.empty() ? 0 : e.rows.front().psi_padded), in.world,
+      accumulators.c_str());
 }
 
 // The pick, what it changes in a config, and the runners-up.

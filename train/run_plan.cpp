@@ -34,6 +34,7 @@ runtime::tiers::PlanInputs run_plan_inputs(const runtime::config::Config& config
   in.module_names = setup.module_names;
   in.world = world;
   in.dtype = setup.dtype;
+  in.grad_dtype = runtime::config::to_dtype(config.data_types.grad_accum_dtype);
   in.activation_bytes = setup.activation_bytes;
   in.kv_cache_pinned_bytes = setup.kv_cache_pinned_bytes;
   in.nvme_block_bytes = config.aio.block_size;

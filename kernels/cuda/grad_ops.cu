@@ -29,20 +29,39 @@ __device__ __forceinline__ float load_as_f32(const void* x, std::size_t i) {
   else return fp16_to_fp32(static_cast<const std::uint16_t*>(x)[i]);
 }
 
+// acc[i] = v rounded to kDType (round to nearest even: core/dtype.h's functions).
 template <DType kDType>
-__global__ void accumulate_kernel(float* __restrict__ acc, const void* __restrict__ x,
+__device__ __forceinline__ void store_from_f32(void* acc, std::size_t i, float v) {
+  if constexpr (kDType == DType::f32) static_cast<float*>(acc)[i] = v;
+  else if constexpr (kDType == DType::bf16) static_cast<std::uint16_t*>(acc)[i] = fp32_to_bf16(v);
+  else static_cast<std::uint16_t*>(acc)[i] = fp32_to_fp16(v);
+}
+
+template <DType kAcc, DType kDType>
+__global__ void accumulate_kernel(void* __restrict__ acc, const void* __restrict__ x,
                                   std::size_t n) {
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
   for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride)
-    acc[i] = __fadd_rn(acc[i], load_as_f32<kDType>(x, i));
+    store_from_f32<kAcc>(acc, i, __fadd_rn(load_as_f32<kAcc>(acc, i), load_as_f32<kDType>(x, i)));
 }
 
-template <DType kDType>
-void launch_accumulate(float* acc, const void* x, std::size_t n, cudaStream_t stream) {
+template <DType kAcc, DType kDType>
+void launch_accumulate(void* acc, const void* x, std::size_t n, cudaStream_t stream) {
   const unsigned blocks = detail::grid_stride_blocks(static_cast<std::int64_t>(n), kThreads);
-  accumulate_kernel<kDType><<<blocks, kThreads, 0, stream>>>(acc, x, n);
+  accumulate_kernel<kAcc, kDType><<<blocks, kThreads, 0, stream>>>(acc, x, n);
   CUDA_CHECK_LAUNCH();
+}
+
+template <DType kAcc>
+void launch_accumulate_from(void* acc, const void* x, DType dtype, std::size_t n, cudaStream_t stream) {
+  if (dtype == DType::f32) return launch_accumulate<kAcc, DType::f32>(acc, x, n, stream);
+  if (dtype == DType::bf16) return launch_accumulate<kAcc, DType::bf16>(acc, x, n, stream);
+  return launch_accumulate<kAcc, DType::f16>(acc, x, n, stream);
+}
+
+bool is_dtype(DType dtype) {
+  return dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16;
 }
 
 // ---- squared norm -----------------------------------------------------------------------------
@@ -56,7 +75,8 @@ static_assert(kThreads % kLanes == 0 && 32 % kLanes == 0, "a lane group must sit
 // reads two chunks' 64-byte rows per step. Then lanes combine as cpu_adam's tree does:
 //   s[j] = l[j] + l[j+8]; t[j] = s[j] + s[j+4]; u[j] = t[j] + t[j+2]; sum = u[0] + u[1]
 // which is a shuffle-down by 8, 4, 2, 1 within the 16-lane group.
-__global__ void sq_sum_chunks_kernel(const float* __restrict__ x, std::size_t n, double scale,
+template <DType kDType>
+__global__ void sq_sum_chunks_kernel(const void* __restrict__ x, std::size_t n, double scale,
                                      double* __restrict__ partials, std::size_t chunks) {
   const std::size_t chunk =
       static_cast<std::size_t>(blockIdx.x) * kChunksPerBlock + threadIdx.x / kLanes;
@@ -67,7 +87,7 @@ __global__ void sq_sum_chunks_kernel(const float* __restrict__ x, std::size_t n,
     const std::size_t end = begin + kNormChunkNumel < n ? begin + kNormChunkNumel : n;
 #pragma unroll 8
     for (std::size_t i = begin + lane; i < end; i += kLanes) {
-      const double d = __dmul_rn(static_cast<double>(x[i]), scale);
+      const double d = __dmul_rn(static_cast<double>(load_as_f32<kDType>(x, i)), scale);
       l = __dadd_rn(l, __dmul_rn(d, d));
     }
   }
@@ -104,33 +124,46 @@ __global__ void sum_in_order_kernel(const double* __restrict__ partials, std::si
 
 __global__ void set_flag_kernel(int* flag, int value) { *flag = value; }
 
-// A float is Inf or NaN exactly when its exponent bits are all ones (cpu_adam's test).
-__global__ void all_finite_kernel(const float* __restrict__ x, std::size_t n, int* flag) {
+// A float is Inf or NaN exactly when its exponent bits are all ones (cpu_adam's test); widening
+// from bf16 / fp16 keeps Inf and NaN.
+template <DType kDType>
+__global__ void all_finite_kernel(const void* __restrict__ x, std::size_t n, int* flag) {
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
   int bad = 0;
   for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride)
-    bad |= (__float_as_uint(x[i]) & 0x7F800000u) == 0x7F800000u;
+    bad |= (__float_as_uint(load_as_f32<kDType>(x, i)) & 0x7F800000u) == 0x7F800000u;
   if (__syncthreads_or(bad) && threadIdx.x == 0) atomicExch(flag, 0);
 }
 
 }  // namespace
 
 void accumulate_grads(float* acc, const void* x, DType dtype, std::size_t n, cudaStream_t stream) {
-  if (dtype != DType::f32 && dtype != DType::bf16 && dtype != DType::f16)
-    throw Error("accumulate_grads: the grad dtype is not a DType",
+  accumulate_grads(acc, DType::f32, x, dtype, n, stream);
+}
+
+void accumulate_grads(void* acc, DType acc_dtype, const void* x, DType dtype, std::size_t n,
+                      cudaStream_t stream) {
+  if (!is_dtype(dtype) || !is_dtype(acc_dtype))
+    throw Error("accumulate_grads: the grad or accumulator dtype is not a DType",
                 "kernels::cuda::accumulate_grads, dtype");
   if (n == 0) return;
   STRATA_ASSERT(acc != nullptr && x != nullptr,
                 "kernels::cuda::accumulate_grads: null pointer with n > 0");
-  if (dtype == DType::f32) return launch_accumulate<DType::f32>(acc, x, n, stream);
-  if (dtype == DType::bf16) return launch_accumulate<DType::bf16>(acc, x, n, stream);
-  return launch_accumulate<DType::f16>(acc, x, n, stream);
+  if (acc_dtype == DType::f32) return launch_accumulate_from<DType::f32>(acc, x, dtype, n, stream);
+  if (acc_dtype == DType::bf16) return launch_accumulate_from<DType::bf16>(acc, x, dtype, n, stream);
+  return launch_accumulate_from<DType::f16>(acc, x, dtype, n, stream);
 }
 
 void grad_sq_norm(const float* x, std::size_t n, float scale, double* out_device,
                   double* partials_device, cudaStream_t stream) {
+  grad_sq_norm(x, DType::f32, n, scale, out_device, partials_device, stream);
+}
+
+void grad_sq_norm(const void* x, DType dtype, std::size_t n, float scale, double* out_device,
+                  double* partials_device, cudaStream_t stream) {
   STRATA_ASSERT(out_device != nullptr, "kernels::cuda::grad_sq_norm: null out_device");
+  STRATA_ASSERT(is_dtype(dtype), "kernels::cuda::grad_sq_norm: not a DType");
   const std::size_t chunks = grad_sq_norm_partials(n);
   if (chunks > 0) {
     STRATA_ASSERT(x != nullptr && partials_device != nullptr,
@@ -138,8 +171,14 @@ void grad_sq_norm(const float* x, std::size_t n, float scale, double* out_device
     const std::int64_t blocks =
         detail::ceil_div(static_cast<std::int64_t>(chunks), kChunksPerBlock);
     STRATA_ASSERT(blocks <= detail::kMaxGridX, "kernels::cuda::grad_sq_norm: n too large");
-    sq_sum_chunks_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-        x, n, static_cast<double>(scale), partials_device, chunks);
+    const auto grid = static_cast<unsigned>(blocks);
+    const double s = static_cast<double>(scale);
+    if (dtype == DType::f32)
+      sq_sum_chunks_kernel<DType::f32><<<grid, kThreads, 0, stream>>>(x, n, s, partials_device, chunks);
+    else if (dtype == DType::bf16)
+      sq_sum_chunks_kernel<DType::bf16><<<grid, kThreads, 0, stream>>>(x, n, s, partials_device, chunks);
+    else
+      sq_sum_chunks_kernel<DType::f16><<<grid, kThreads, 0, stream>>>(x, n, s, partials_device, chunks);
     CUDA_CHECK_LAUNCH();
   }
   // Also for n == 0: writes +0, as the CPU returns.
@@ -148,13 +187,23 @@ void grad_sq_norm(const float* x, std::size_t n, float scale, double* out_device
 }
 
 void all_finite(const float* x, std::size_t n, int* out_device_flag, cudaStream_t stream) {
+  all_finite(x, DType::f32, n, out_device_flag, stream);
+}
+
+void all_finite(const void* x, DType dtype, std::size_t n, int* out_device_flag, cudaStream_t stream) {
   STRATA_ASSERT(out_device_flag != nullptr, "kernels::cuda::all_finite: null out_device_flag");
+  STRATA_ASSERT(is_dtype(dtype), "kernels::cuda::all_finite: not a DType");
   set_flag_kernel<<<1, 1, 0, stream>>>(out_device_flag, 1);
   CUDA_CHECK_LAUNCH();
   if (n == 0) return;
   STRATA_ASSERT(x != nullptr, "kernels::cuda::all_finite: null x with n > 0");
   const unsigned blocks = detail::grid_stride_blocks(static_cast<std::int64_t>(n), kThreads);
-  all_finite_kernel<<<blocks, kThreads, 0, stream>>>(x, n, out_device_flag);
+  if (dtype == DType::f32)
+    all_finite_kernel<DType::f32><<<blocks, kThreads, 0, stream>>>(x, n, out_device_flag);
+  else if (dtype == DType::bf16)
+    all_finite_kernel<DType::bf16><<<blocks, kThreads, 0, stream>>>(x, n, out_device_flag);
+  else
+    all_finite_kernel<DType::f16><<<blocks, kThreads, 0, stream>>>(x, n, out_device_flag);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -29,6 +29,11 @@ constexpr std::size_t grad_sq_norm_partials(std::size_t n) {
 
 // acc[i] = acc[i] + float(x[i]) (one fp32 rounding); x in dtype (f32, bf16, f16); acc is fp32.
 void accumulate_grads(float* acc, const void* x, DType dtype, std::size_t n, cudaStream_t stream);
+// The same into an accumulator of acc_dtype (data_types.grad_accum_dtype):
+// acc[i] = acc_dtype(float(acc[i]) + float(x[i])), one fp32 addition then one rounding to
+// nearest even with core/dtype.h's conversions (the CPU's bits).
+void accumulate_grads(void* acc, DType acc_dtype, const void* x, DType dtype, std::size_t n,
+                      cudaStream_t stream);
 
 // *out_device = sum of (x[i] * scale)^2, in double. Two kernels, no atomics:
 //   1. one 16-lane group per chunk of kNormChunkNumel elements: element j of the chunk goes to
@@ -41,9 +46,14 @@ void accumulate_grads(float* acc, const void* x, DType dtype, std::size_t n, cud
 // elements), the price of the CPU's bits.
 void grad_sq_norm(const float* x, std::size_t n, float scale, double* out_device,
                   double* partials_device, cudaStream_t stream);
+// The same over x in dtype (f32, bf16, f16), each element widened to fp32 (exact) first.
+void grad_sq_norm(const void* x, DType dtype, std::size_t n, float scale, double* out_device,
+                  double* partials_device, cudaStream_t stream);
 
 // *out_device_flag = 1 when every x[i] is finite (no Inf or NaN), else 0. Two kernels: one sets
 // the flag to 1, the next clears it (an integer atomic) from any block that sees a non-finite.
 void all_finite(const float* x, std::size_t n, int* out_device_flag, cudaStream_t stream);
+// The same over x in dtype (f32, bf16, f16).
+void all_finite(const void* x, DType dtype, std::size_t n, int* out_device_flag, cudaStream_t stream);
 
 }  // namespace strata::kernels::cuda

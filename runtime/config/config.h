@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/error.h"
 #include "core/units.h"
 
@@ -169,13 +170,23 @@ struct AioConfig {
   bool operator==(const AioConfig&) const = default;
 };
 
-// data_types: DeepSpeed's grad_accum_dtype. strata accumulates gradients in fp32 (4 bytes an
-// element of each rank's gradient shard); bf16 and fp16 are read so that the error can say so
-// (validate_config refuses them rather than run something other than what the file asks).
+// data_types: DeepSpeed's grad_accum_dtype, the dtype of each rank's gradient accumulator (the
+// shard the micro-batches of a step are summed into and the optimizer reads): fp32 (4 bytes an
+// element, strata's default) or bf16 / fp16 (2: the ZeRO paper's 16 bytes of model states a
+// parameter in mixed precision). fp16 needs fp16 training (validate_config says why).
 struct DataTypesConfig {
   GradAccumDtype grad_accum_dtype = GradAccumDtype::kFp32;
   bool operator==(const DataTypesConfig&) const = default;
 };
+
+inline DType to_dtype(GradAccumDtype value) {
+  switch (value) {
+    case GradAccumDtype::kFp32: return DType::f32;
+    case GradAccumDtype::kBf16: return DType::bf16;
+    case GradAccumDtype::kFp16: return DType::f16;
+  }
+  return DType::f32;
+}
 
 // ---- strata's own section ----------------------------------------------------------------
 

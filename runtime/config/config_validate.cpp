@@ -109,20 +109,18 @@ void validate_precision(const Config& c) {
   }
 }
 
-// DeepSpeed's data_types.grad_accum_dtype. strata's engine keeps every gradient accumulator in
-// fp32 (the device op, the CPU accumulator, the norm, the clip and the CPU Adam all read fp32);
-// a bf16/fp16 accumulator is refused, not accepted and ignored: the plan would count bytes the
-// run does not use, and the user would believe in a precision the run does not have.
-void validate_data_types(const DataTypesConfig& d) {
-  if (d.grad_accum_dtype == GradAccumDtype::kFp32) return;
-  throw Error(fmt::format("data_types.grad_accum_dtype \"{}\" is not supported: strata accumulates "
-                          "gradients in fp32",
-                          to_string(d.grad_accum_dtype)),
+// DeepSpeed's data_types.grad_accum_dtype. fp32 and bf16 go with any training dtype. An fp16
+// accumulator goes only with fp16 training: there the loss scaler checks the accumulated
+// gradients for overflow and skips the step; with bf16 or fp32 nothing would, and a gradient past
+// fp16's 65504 (or under its 6e-8) would reach the optimizer as Inf (or 0) unnoticed.
+void validate_data_types(const Config& config) {
+  const DataTypesConfig& d = config.data_types;
+  // An "auto" fp16.enabled is checked again once resolved (resolve_config validates).
+  if (d.grad_accum_dtype != GradAccumDtype::kFp16 || config.fp16.enabled.value_or(true)) return;
+  throw Error("data_types.grad_accum_dtype \"fp16\" needs fp16 training (fp16.enabled)",
               "data_types.grad_accum_dtype",
-              "remove it or set it to \"fp32\". Each rank's gradient shard is accumulated in fp32, "
-              "4 bytes an element where bf16/fp16 would take 2: 18 bytes of model states a parameter "
-              "in mixed precision against the ZeRO paper's 16 (`strata estimate` shows the bytes per "
-              "tier)");
+              "use \"bf16\" (2 bytes an element too, with fp32's range) or \"fp32\"; an fp16 accumulator "
+              "is only safe where fp16's loss scaler checks it for overflow");
 }
 
 void validate_optimizer(const OptimizerConfig& o) {
@@ -224,7 +222,7 @@ std::vector<ConfigWarning> validate_config(const Config& config) {
   if (config.scheduler) validate_scheduler(*config.scheduler, &warnings);
   validate_zero(config.zero_optimization);
   validate_aio(config.aio);
-  validate_data_types(config.data_types);
+  validate_data_types(config);
   return warnings;
 }
 

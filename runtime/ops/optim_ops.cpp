@@ -62,37 +62,51 @@ std::size_t optim_scratch_bytes(std::size_t n) {
 }
 
 void accumulate_grads(device::Stream& s, float* acc, const void* x, DType dtype, std::size_t n, int threads) {
+  accumulate_grads(s, acc, DType::f32, x, dtype, n, threads);
+}
+
+void accumulate_grads(device::Stream& s, void* acc, DType acc_dtype, const void* x, DType dtype, std::size_t n,
+                      int threads) {
   const OpScope scope(s, "accumulate_grads");
   if (cudaStream_t cs = cuda_stream(s)) {
-    CUDA_OP(kc::accumulate_grads(acc, x, dtype, n, cs));
+    CUDA_OP(kc::accumulate_grads(acc, acc_dtype, x, dtype, n, cs));
     return;
   }
-  s.host_task([=] { cpu_adam::accumulate_grads(active_simd(), threads, acc, x, dtype, n); },
+  s.host_task([=] { cpu_adam::accumulate_grads(active_simd(), threads, acc, acc_dtype, x, dtype, n); },
               "accumulate grads");
 }
 
 void grad_sq_norm(device::Stream& s, const float* x, std::size_t n, float scale, double* out,
                   void* device_scratch, int threads) {
+  grad_sq_norm(s, x, DType::f32, n, scale, out, device_scratch, threads);
+}
+
+void grad_sq_norm(device::Stream& s, const void* x, DType dtype, std::size_t n, float scale, double* out,
+                  void* device_scratch, int threads) {
   const OpScope scope(s, "grad_sq_norm");
   if (cudaStream_t cs = cuda_stream(s)) {
-    CUDA_OP(kc::grad_sq_norm(x, n, scale, scratch_at<double>(device_scratch, kNormAt),
+    CUDA_OP(kc::grad_sq_norm(x, dtype, n, scale, scratch_at<double>(device_scratch, kNormAt),
                              scratch_at<double>(device_scratch, kPartialsAt), cs));
     s.copy_async(out, scratch_at<double>(device_scratch, kNormAt), sizeof(double));
     return;
   }
-  s.host_task([=] { *out = cpu_adam::grad_sq_norm(active_simd(), threads, x, DType::f32, n, scale); },
-              "grad norm");
+  s.host_task([=] { *out = cpu_adam::grad_sq_norm(active_simd(), threads, x, dtype, n, scale); }, "grad norm");
 }
 
 void all_finite(device::Stream& s, const float* x, std::size_t n, int* out, void* device_scratch,
                 int threads) {
+  all_finite(s, x, DType::f32, n, out, device_scratch, threads);
+}
+
+void all_finite(device::Stream& s, const void* x, DType dtype, std::size_t n, int* out, void* device_scratch,
+                int threads) {
   const OpScope scope(s, "all_finite");
   if (cudaStream_t cs = cuda_stream(s)) {
-    CUDA_OP(kc::all_finite(x, n, scratch_at<int>(device_scratch, kFlagAt), cs));
+    CUDA_OP(kc::all_finite(x, dtype, n, scratch_at<int>(device_scratch, kFlagAt), cs));
     s.copy_async(out, scratch_at<int>(device_scratch, kFlagAt), sizeof(int));
     return;
   }
-  s.host_task([=] { *out = cpu_adam::all_finite(active_simd(), threads, x, DType::f32, n) ? 1 : 0; },
+  s.host_task([=] { *out = cpu_adam::all_finite(active_simd(), threads, x, dtype, n) ? 1 : 0; },
               "finite check");
 }
 

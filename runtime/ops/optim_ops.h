@@ -33,11 +33,19 @@ std::size_t optim_scratch_bytes(std::size_t n);
 
 // acc[i] += x[i] in fp32 (x in `dtype`).
 void accumulate_grads(device::Stream& s, float* acc, const void* x, DType dtype, std::size_t n, int threads);
-// *out (host memory) = sum of (x[i] * scale)^2, in double.
+// acc[i] = acc_dtype(float(acc[i]) + float(x[i])): an accumulator of any dtype (cpu_adam's
+// accumulate_grads into acc_dtype: one fp32 addition, one rounding).
+void accumulate_grads(device::Stream& s, void* acc, DType acc_dtype, const void* x, DType dtype, std::size_t n,
+                      int threads);
+// *out (host memory) = sum of (x[i] * scale)^2, in double; x in `dtype` (fp32 in the first form).
 void grad_sq_norm(device::Stream& s, const float* x, std::size_t n, float scale, double* out,
                   void* device_scratch, int threads);
-// *out (host memory) = 1 when every x[i] is finite, else 0.
+void grad_sq_norm(device::Stream& s, const void* x, DType dtype, std::size_t n, float scale, double* out,
+                  void* device_scratch, int threads);
+// *out (host memory) = 1 when every x[i] is finite, else 0; x in `dtype` (fp32 in the first form).
 void all_finite(device::Stream& s, const float* x, std::size_t n, int* out, void* device_scratch,
+                int threads);
+void all_finite(device::Stream& s, const void* x, DType dtype, std::size_t n, int* out, void* device_scratch,
                 int threads);
 // One Adam / AdamW step on device-resident states (cpu_adam::adam_step's contract; the shard's
 // pointers are device memory, params_out / out_dtype included).

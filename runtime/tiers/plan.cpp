@@ -177,8 +177,9 @@ ZeroPlan compute_plan(const config::Config& config, const PlanInputs& in) {
 
   // Sums per kind of state.
   std::uint64_t resident_full = 0, dev_shards = 0, pin_shards = 0, nvme_shards = 0;
-  // Optimizer states (fp32 master, exp_avg, exp_avg_sq) and the fp32 gradient accumulators,
-  // per tier.
+  // Optimizer states (fp32 master, exp_avg, exp_avg_sq) and the gradient accumulators (fp32, or
+  // data_types.grad_accum_dtype), per tier.
+  const std::uint64_t gs = dtype_size(in.grad_dtype);
   std::uint64_t opt_dev = 0, opt_pin = 0, opt_nvme = 0, acc_dev = 0, acc_pin = 0, acc_host = 0;
   std::size_t max_nvme_param_shard = 0, max_offloaded_shard = 0;
   std::uint64_t max_nvme_param_bytes = 0;
@@ -201,15 +202,15 @@ ZeroPlan compute_plan(const config::Config& config, const PlanInputs& in) {
     switch (mp.optimizer_tier) {
       case Tier::device:
         opt_dev += sh * 12;
-        acc_dev += sh * 4;
+        acc_dev += sh * gs;
         break;
       case Tier::pinned:
         opt_pin += pinned_bytes(sh * 4) * 3;
-        acc_pin += pinned_bytes(sh * 4);
+        acc_pin += pinned_bytes(sh * gs);
         break;
       case Tier::nvme:
         opt_nvme += round_up(sh * 4, in.nvme_block_bytes) * 3;
-        acc_host += pinned_bytes(sh * 4);
+        acc_host += pinned_bytes(sh * gs);
         break;
     }
     if (mp.optimizer_tier != Tier::device) max_offloaded_shard = std::max<std::size_t>(max_offloaded_shard, sh);
@@ -225,7 +226,8 @@ ZeroPlan compute_plan(const config::Config& config, const PlanInputs& in) {
   const std::string shard_format = in.quant.enabled() ? in.quant.describe() : std::string(dtype_name(in.dtype));
   line(Tier::device, SC::parameters, "parameter shards (" + shard_format + ")", dev_shards);
   line(Tier::device, SC::optimizer_states, "optimizer states: fp32 master, exp_avg, exp_avg_sq", opt_dev);
-  line(Tier::device, SC::gradients, "fp32 gradient accumulators", acc_dev);
+  const std::string accumulators = std::string(dtype_name(in.grad_dtype)) + " gradient accumulators";
+  line(Tier::device, SC::gradients, accumulators, acc_dev);
   line(Tier::device, SC::activations,
        in.optimizer                     ? "activations, logits and scratch of the micro-batch"
        : in.kv_cache_pinned_bytes > 0 ? "KV cache's 2 device slots and decoding scratch of the batch"
@@ -309,7 +311,7 @@ ZeroPlan compute_plan(const config::Config& config, const PlanInputs& in) {
          pinned_bytes(max_nvme_param_bytes) * static_cast<std::uint64_t>(plan.param_staging_buffers));
   }
   line(Tier::pinned, SC::optimizer_states, "optimizer states: fp32 master, exp_avg, exp_avg_sq", opt_pin);
-  line(Tier::pinned, SC::gradients, "fp32 gradient accumulators", acc_pin + acc_host);
+  line(Tier::pinned, SC::gradients, accumulators, acc_pin + acc_host);
   if (max_offloaded_shard > 0) {
     line(Tier::pinned, SC::buffers, "gradient D2H staging (2 buffers)", 2 * pinned_bytes(max_offloaded_shard * ds));
   }

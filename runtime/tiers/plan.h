@@ -49,6 +49,7 @@ struct PlanInputs {
   std::vector<std::string> module_names;
   int world = 1;
   DType dtype = DType::f32;
+  DType grad_dtype = DType::f32;       // the gradient accumulators' (data_types.grad_accum_dtype)
   std::uint64_t activation_bytes = 0;  // the model's reserve() for the micro-batch
   // Inference: a KV cache in pinned host memory (models/kv_cache.h), taken from the pinned pool;
   // its device slots are in activation_bytes.

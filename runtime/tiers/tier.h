@@ -13,7 +13,7 @@ enum class StateKind {
   master,      // fp32 master weights of the shard
   exp_avg,     // Adam's first moment (fp32)
   exp_avg_sq,  // Adam's second moment (fp32)
-  grad_accum,  // fp32 gradient accumulator of the shard
+  grad_accum,  // gradient accumulator of the shard (fp32, or data_types.grad_accum_dtype)
 };
 inline constexpr int kStateKinds = 5;
 const char* state_name(StateKind kind);  // "param", "master", ...

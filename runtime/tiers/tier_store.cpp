@@ -42,13 +42,13 @@ offload::StateKind extent_kind(StateKind kind) {
   return offload::StateKind::kOther;
 }
 
-std::string label(const std::string& module, StateKind kind) {
+std::string label(const std::string& module, StateKind kind, DType grad_dtype) {
   switch (kind) {
     case StateKind::param: return module + " parameter shard";
     case StateKind::master: return module + " fp32 master";
     case StateKind::exp_avg: return module + " exp_avg";
     case StateKind::exp_avg_sq: return module + " exp_avg_sq";
-    case StateKind::grad_accum: return module + " fp32 gradient";
+    case StateKind::grad_accum: return module + " " + std::string(dtype_name(grad_dtype)) + " gradient";
   }
   return module;
 }
@@ -85,6 +85,7 @@ TierStore::TierStore(const config::Config& config, const StoreSetup& setup, devi
   // are then whole blocks.
   chunk_numel_ = config.aio.block_size;
   fill_inputs(setup, device);
+  inputs_.grad_dtype = config::to_dtype(config.data_types.grad_accum_dtype);
   plan_ = setup.optimizer ? make_plan(config, inputs_) : make_inference_plan(config, inputs_);
   backing_->touch_window_numel.store(window_numel(), std::memory_order_relaxed);
   allocate(setup, device, init);
@@ -155,11 +156,12 @@ void TierStore::allocate(const StoreSetup& setup, device::Device& device, device
     auto make = [&](StateKind kind, Tier tier, std::size_t elem_bytes, std::size_t shard = 0) {
       if (shard == 0) shard = mp.part.shard_numel;
       const std::size_t bytes = shard * elem_bytes;
+      const std::string what = label(name, kind, inputs_.grad_dtype);
       switch (tier) {
         case Tier::device:
-          return TierState::on_device(device.allocate(bytes, label(name, kind)), shard, elem_bytes, 0, transfers_);
+          return TierState::on_device(device.allocate(bytes, what), shard, elem_bytes, 0, transfers_);
         case Tier::pinned:
-          return TierState::on_pinned(pinned().allocate(bytes, label(name, kind)), shard, elem_bytes, transfers_);
+          return TierState::on_pinned(pinned().allocate(bytes, what), shard, elem_bytes, transfers_);
         case Tier::nvme: {
           const offload::ExtentId extent = swap()->allocate({name, extent_kind(kind), setup.rank}, bytes);
           return TierState::on_nvme(*swap(), extent, shard, elem_bytes, transfers_);
@@ -182,7 +184,8 @@ void TierStore::allocate(const StoreSetup& setup, device::Device& device, device
     // The accumulator sits beside the optimizer states, except that NVMe-offloaded states keep
     // it in pinned memory (the CPU Adam reads it there; it is rewritten every step).
     const Tier acc_tier = mp.optimizer_tier == Tier::nvme ? Tier::pinned : mp.optimizer_tier;
-    states[static_cast<int>(StateKind::grad_accum)] = make(StateKind::grad_accum, acc_tier, 4);
+    states[static_cast<int>(StateKind::grad_accum)] =
+        make(StateKind::grad_accum, acc_tier, dtype_size(inputs_.grad_dtype));
     for (StateKind k : {StateKind::master, StateKind::exp_avg, StateKind::exp_avg_sq}) {
       states[static_cast<int>(k)] = make(k, mp.optimizer_tier, 4);
     }

@@ -11,7 +11,7 @@
 //     per-tier table when they do not, before anything is allocated);
 //  3. one TierState per module and state kind (tier_state.h): the parameter shard (or the full
 //     parameters of a resident module), and with an optimizer the fp32 master, exp_avg,
-//     exp_avg_sq and the fp32 gradient accumulator.
+//     exp_avg_sq and the gradient accumulator (fp32, or data_types.grad_accum_dtype).
 // Nothing else in the engine decides or tests where a state lives beyond asking its TierState.
 //
 // Without an optimizer (inference) only the parameters are allocated. A quantized parameter
@@ -67,6 +67,7 @@ class TierStore {
   const ModulePlan& module_plan(int module) const { return plan_.modules.at(static_cast<std::size_t>(module)); }
   int module_count() const { return static_cast<int>(modules_.size()); }
   DType dtype() const { return dtype_; }
+  DType grad_dtype() const { return inputs_.grad_dtype; }  // of the gradient accumulators
   int shard_rank() const { return shard_rank_; }  // this rank's shard (0 at stage 0)
 
   TierState& state(int module, StateKind kind);

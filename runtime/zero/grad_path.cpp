@@ -20,6 +20,7 @@ GradPath::GradPath(const config::Config& config, tiers::TierStore& store, device
       fetcher_(fetcher),
       gate_(gate),
       dtype_(store.dtype()),
+      grad_dtype_(store.grad_dtype()),
       world_(comm.world()),
       tracer_(tracer),
       accumulator_([&device] { device.bind_thread(); }) {
@@ -106,7 +107,7 @@ bool GradPath::ready(int module, const device::Event& done) {
                       mp.part.shard_offset(store_.shard_rank()) * dtype_size(dtype_);
   tiers::TierState& acc = store_.state(module, tiers::StateKind::grad_accum);
   if (acc.host_data() == nullptr) {
-    ops::accumulate_grads(comm, static_cast<float*>(acc.device_data()), shard, dtype_, mp.part.shard_numel, threads_);
+    ops::accumulate_grads(comm, acc.device_data(), grad_dtype_, shard, dtype_, mp.part.shard_numel, threads_);
     if (last) s.done->record(comm);
     fetcher_.free_after(mp.size_class, std::move(s.grad), comm);
   } else {
@@ -187,16 +188,16 @@ void GradPath::accumulate_on_host(int module, const void* shard, bool first) {
   st.copied->record(*streams_.copy_out);
   fetcher_.free_after(mp.size_class, std::move(s.grad), *streams_.copy_out);
 
-  float* acc = reinterpret_cast<float*>(store_.state(module, tiers::StateKind::grad_accum).host_data());
+  std::byte* acc = store_.state(module, tiers::StateKind::grad_accum).host_data();
   const std::size_t n = mp.part.shard_numel;
   accumulator_.post(
       [this, &st, acc, n, first] {
         st.copied->synchronize();  // a failed D2H is reported by its stream's synchronize (the step fails there)
         trace::ScopedSpan span(tracer_, first ? "store grads" : "accumulate grads", "grad accumulate");
         if (first) {
-          cpu_adam::store_first_grads(active_simd(), threads_, acc, st.buffer.data(), dtype_, n);
+          cpu_adam::store_first_grads(active_simd(), threads_, acc, grad_dtype_, st.buffer.data(), dtype_, n);
         } else {
-          cpu_adam::accumulate_grads(active_simd(), threads_, acc, st.buffer.data(), dtype_, n);
+          cpu_adam::accumulate_grads(active_simd(), threads_, acc, grad_dtype_, st.buffer.data(), dtype_, n);
         }
       },
       [this, &st, module] {
@@ -237,13 +238,13 @@ void GradPath::norm_and_overflow(bool need_norm, bool need_finite, float unscale
       if (ops_scratch.empty()) {
         ops_scratch = device_.allocate(ops::optim_scratch_bytes(store_.plan().max_shard_numel), "grad norm scratch");
       }
-      const float* g = static_cast<const float*>(acc.device_data());
-      if (need_norm) ops::grad_sq_norm(optim, g, n, unscale, &sq[m], ops_scratch.data(), threads_);
-      if (need_finite) ops::all_finite(optim, g, n, &finite[m], ops_scratch.data(), threads_);
+      const void* g = acc.device_data();
+      if (need_norm) ops::grad_sq_norm(optim, g, grad_dtype_, n, unscale, &sq[m], ops_scratch.data(), threads_);
+      if (need_finite) ops::all_finite(optim, g, grad_dtype_, n, &finite[m], ops_scratch.data(), threads_);
     } else {
-      const float* g = reinterpret_cast<const float*>(acc.host_data());
-      if (need_norm) sq[m] = cpu_adam::grad_sq_norm(active_simd(), threads_, g, DType::f32, n, unscale);
-      if (need_finite) finite[m] = cpu_adam::all_finite(active_simd(), threads_, g, DType::f32, n) ? 1 : 0;
+      const std::byte* g = acc.host_data();
+      if (need_norm) sq[m] = cpu_adam::grad_sq_norm(active_simd(), threads_, g, grad_dtype_, n, unscale);
+      if (need_finite) finite[m] = cpu_adam::all_finite(active_simd(), threads_, g, grad_dtype_, n) ? 1 : 0;
     }
   }
   optim.synchronize();

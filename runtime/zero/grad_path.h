@@ -1,8 +1,9 @@
 #pragma once
 // The gradient path: acquire_grads hands the model a zeroed device buffer (compute dtype,
 // padded); ready() reduces it over the ranks on the comm stream and accumulates this rank's
-// shard into the module's fp32 accumulator (a state of the tier store), on the device when the
-// accumulator is there, else on the host after a D2H copy:
+// shard into the module's accumulator (a state of the tier store: fp32, or bf16 / fp16 with
+// data_types.grad_accum_dtype), on the device when the accumulator is there, else on the host
+// after a D2H copy:
 //
 //   compute --done--> comm: reduce-scatter (stage >= 1) or all-reduce (stage 0), in place
 //     accumulator on the device:  comm: acc += shard                   buffer freed after comm
@@ -94,6 +95,7 @@ class GradPath {
   ParamFetcher& fetcher_;
   UpdateGate& gate_;
   DType dtype_;
+  DType grad_dtype_;  // the accumulators'
   int world_ = 1;
   int gas_ = 1;
   int threads_ = 1;

@@ -238,8 +238,8 @@ void Updater::update(int module, const UpdateArgs& args, Mode mode) {
     void* out = params_out(module, off, &staging);
     cpu_adam::AdamShard s;
     s.params = w.master;
-    s.grads = reinterpret_cast<const float*>(acc.host_data()) + off;
-    s.grad_dtype = DType::f32;
+    s.grads = acc.host_data() + off * dtype_size(store_.grad_dtype());
+    s.grad_dtype = store_.grad_dtype();
     s.exp_avg = w.exp_avg;
     s.exp_avg_sq = w.exp_avg_sq;
     s.params_in = master_in;
@@ -273,7 +273,7 @@ void Updater::update_on_device(int module, const UpdateArgs& args) {
   cpu_adam::AdamShard s;
   s.params = static_cast<float*>(master.device_data());
   s.grads = acc.device_data();
-  s.grad_dtype = DType::f32;
+  s.grad_dtype = store_.grad_dtype();
   s.exp_avg = static_cast<float*>(store_.state(module, tiers::StateKind::exp_avg).device_data());
   s.exp_avg_sq = static_cast<float*>(store_.state(module, tiers::StateKind::exp_avg_sq).device_data());
   s.numel = n;

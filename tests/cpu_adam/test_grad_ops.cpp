@@ -1,7 +1,8 @@
 // The grad helpers for every SIMD variant this CPU has: the squared norm against a long
 // double reference (and the same bits in every variant), the non-finite check at every
 // position including vector tails for every dtype, and grad accumulation exact against a
-// scalar reference, for sizes around the vector widths and misaligned starts.
+// scalar reference, for sizes around the vector widths and misaligned starts, into fp32 and into
+// bf16 / fp16 accumulators (data_types.grad_accum_dtype).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -238,4 +239,60 @@ TEST(StoreFirstGrads, EqualsAccumulatingIntoZeros) {
 }
 
 }  // namespace
+// A bf16 / fp16 accumulator (data_types.grad_accum_dtype): each element is widened, added to in
+// fp32 and rounded once to nearest even; with `first` the accumulator is not read (NaN there is
+// ignored) and -0 becomes +0. Sizes around the widening block (2048) and the thread split, every
+// variant, 1 and 3 threads: the same bits as the scalar definition, and the bytes around the range
+// untouched.
+TEST(AccumulateGrads, NarrowAccumulatorRoundsOnce) {
+  const std::size_t sizes[] = {1, 17, 2047, 2048, 2049, 70001};
+  for (SimdLevel simd : test::levels_to_test()) {
+    for (DType acc_dtype : {DType::bf16, DType::f16}) {
+      for (DType dtype : kDTypes) {
+        for (std::size_t n : sizes) {
+          for (int threads : {1, 3}) {
+            for (bool first : {false, true}) {
+              const std::size_t offset = n % 3;
+              SCOPED_TRACE(name(simd, dtype, n, offset) + " into " + std::string(dtype_name(acc_dtype)) +
+                           " threads " + std::to_string(threads) + (first ? " first" : ""));
+              Grads g(dtype, n, offset, static_cast<std::uint32_t>(7 * n + offset), 0.5f);
+              Grads acc(acc_dtype, n, offset, static_cast<std::uint32_t>(11 * n + 1), 2.0f);
+              acc.bytes.resize(acc.bytes.size() + 6, 0xAB);
+              if (n > 1) g.set(1, -0.0f);
+              if (first) acc.set_bits16(0, 0x7FC1);  // a NaN the first store must not read
+              std::vector<std::uint16_t> want(n);
+              for (std::size_t i = 0; i < n; ++i) {
+                const float sum = (first ? 0.0f : acc.get(i)) + g.get(i);
+                want[i] = acc_dtype == DType::bf16 ? fp32_to_bf16(sum) : fp32_to_fp16(sum);
+              }
+              const std::vector<unsigned char> before = acc.bytes;
+              if (first) {
+                store_first_grads(simd, threads, acc.data(), acc_dtype, g.data(), dtype, n);
+              } else {
+                accumulate_grads(simd, threads, acc.data(), acc_dtype, g.data(), dtype, n);
+              }
+              ASSERT_EQ(std::memcmp(acc.data(), want.data(), n * 2), 0);
+              ASSERT_EQ(std::memcmp(acc.bytes.data(), before.data(), offset * 2), 0);
+              const std::size_t end = (offset + n) * 2;
+              ASSERT_EQ(std::memcmp(acc.bytes.data() + end, before.data() + end, before.size() - end), 0);
+              if (first && n > 1) {
+                EXPECT_FALSE(std::signbit(acc.get(1)));
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// The fp32 form of the accumulator-dtype overload is the fp32 function, bit for bit.
+TEST(AccumulateGrads, Fp32AccumulatorOverloadIsTheFp32Function) {
+  Grads g(DType::bf16, 5000, 0, 3);
+  std::vector<float> a(5000, 1.25f), b(5000, 1.25f);
+  accumulate_grads(active_simd(), 2, a.data(), g.data(), DType::bf16, a.size());
+  accumulate_grads(active_simd(), 2, static_cast<void*>(b.data()), DType::f32, g.data(), DType::bf16, b.size());
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0);
+}
+
 }  // namespace strata::cpu_adam

@@ -1,6 +1,7 @@
 // kernels/cuda/grad_ops.h against cpu_adam/grad_ops.h (the oracle), bit for bit:
 //   accumulate_grads: f32 / bf16 / f16 inputs, odd sizes, sizes past one grid-stride sweep,
-//                     inputs misaligned by one element
+//                     inputs misaligned by one element; bf16 / fp16 accumulators
+//                     (data_types.grad_accum_dtype), and the norm and the finite check over them
 //   grad_sq_norm:     sizes around the 4096-element chunks and the 16-chunk blocks, scales,
 //                     values over 60 binades (so any other summation order shows in the bits);
 //                     every chunk sum checked on its own; a rerun (scratch refilled with
@@ -105,6 +106,48 @@ TEST(GradOpsCuda, AccumulateMatchesCpuBitForBit) {
           }
         }
         EXPECT_EQ(mismatches, 0u) << "first at " << first;
+      }
+    }
+  }
+}
+
+// bf16 / fp16 accumulators: one fp32 addition, one rounding, the CPU's bits; then the norm and
+// the finite check read the 2-byte accumulator as the engine does.
+TEST(GradOpsCuda, NarrowAccumulatorsMatchCpuBitForBit) {
+  Stream stream;
+  for (DType acc_dtype : {DType::bf16, DType::f16}) {
+    for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
+      for (std::size_t n : {std::size_t{1}, std::size_t{4097}, (std::size_t{1} << 20) + 3}) {
+        SCOPED_TRACE(testing::Message() << dtype_name(dtype) << " into " << dtype_name(acc_dtype) << " n=" << n);
+        const auto seed = static_cast<std::uint32_t>(n + 17);
+        std::vector<std::uint16_t> acc0(n);
+        const std::vector<float> accf = wide_floats(n, seed, -20, 12);
+        convert(accf.data(), DType::f32, acc0.data(), acc_dtype, n);
+        const std::vector<float> xf = wide_floats(n, seed * 5 + 3, -20, 12);
+        std::vector<unsigned char> x(n * dtype_size(dtype));
+        convert(xf.data(), DType::f32, x.data(), dtype, n);
+
+        std::vector<std::uint16_t> expected = acc0;
+        cpu_adam::accumulate_grads(active_simd(), 0, expected.data(), acc_dtype, x.data(), dtype, n);
+        const double want_norm = cpu_adam::grad_sq_norm(SimdLevel::scalar, 1, expected.data(), acc_dtype, n, 0.5f);
+
+        DeviceBuffer d_acc(n * 2), d_x(x.size()), d_scratch(8 + dev::grad_sq_norm_partials(n) * 8), d_flag(4);
+        d_acc.upload(acc0.data(), n * 2);
+        d_x.upload(x.data(), x.size());
+        dev::accumulate_grads(d_acc.get(), acc_dtype, d_x.get(), dtype, n, stream.s);
+        dev::grad_sq_norm(d_acc.get(), acc_dtype, n, 0.5f, d_scratch.as<double>(), d_scratch.as<double>(8),
+                          stream.s);
+        dev::all_finite(d_acc.get(), acc_dtype, n, d_flag.as<int>(), stream.s);
+        stream.sync();
+        std::vector<std::uint16_t> got(n);
+        d_acc.download(got.data(), n * 2);
+        EXPECT_EQ(std::memcmp(got.data(), expected.data(), n * 2), 0);
+        double norm = 0.0;
+        int flag = -1;
+        d_scratch.download(&norm, 8);
+        d_flag.download(&flag, 4);
+        EXPECT_EQ(bits(norm), bits(want_norm));
+        EXPECT_EQ(flag, cpu_adam::all_finite(SimdLevel::scalar, 1, expected.data(), acc_dtype, n) ? 1 : 0);
       }
     }
   }

@@ -128,6 +128,33 @@ TEST(Estimate, ModelStatesAreStratasLayoutExactly) {
   }
 }
 
+// data_types.grad_accum_dtype "bf16": 2 bytes an accumulator element, 14 a shard element with
+// the optimizer states, so stage 2 holds exactly the ZeRO paper's (2 + 14 / N) bytes a parameter
+// (its 16 at one rank), and every stage 2 bytes a shard element less than with fp32 accumulators.
+TEST(Estimate, Bf16AccumulatorsGiveThePapersAccounting) {
+  for (const char* name : kModels) {
+    const models::ModelSpecPtr model = models::model_preset(name);
+    for (int world : kWorlds) {
+      EstimateInputs in = inputs(*model, world);
+      const EstimateInputs fp32 = in;
+      in.config = runtime::config::parse_config(
+                      R"({"bf16": {"enabled": true}, "data_types": {"grad_accum_dtype": "bf16"}})", "test")
+                      .config;
+      for (int stage = 1; stage <= 3; ++stage) {
+        const Placement p{stage, OffloadDevice::kNone, OffloadDevice::kNone};
+        const EstimateRow r = make_estimate(in, {p}).rows[0];
+        const EstimateRow f = make_estimate(fp32, {p}).rows[0];
+        ASSERT_TRUE(r.error.empty()) << r.error;
+        EXPECT_EQ(f.model_states_bytes - r.model_states_bytes, 2 * r.psi_padded / world)
+            << name << " stage " << stage << " world " << world;
+        if (stage == 2) {
+          EXPECT_EQ(r.model_states_bytes, r.formula_bytes) << name << " world " << world;
+        }
+      }
+    }
+  }
+}
+
 // Offloaded: pinned buffers are whole 4 KiB pages (each of master, exp_avg, exp_avg_sq and the
 // accumulator, and the parameter shard); NVMe extents whole aio.block_size blocks (1 MiB).
 TEST(Estimate, OffloadedModelStatesRoundToPagesAndBlocks) {

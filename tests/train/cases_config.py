@@ -71,11 +71,11 @@ def case_hf_config(strata, root):
     check('"auto" values resolved' not in r.stderr, "a table without any auto in the file")
     check(all(abs(m["lr"] - 5e-4) < 1e-12 for m in flagged.metric_lines()), "the run did not use --lr")
 
-    # --set is checked as on strata config: an unknown key is an error; an unsupported
-    # grad_accum_dtype is refused saying why.
+    # --set is checked as on strata config: an unknown key is an error; fp16 gradient
+    # accumulators without fp16 training are refused saying why.
     bad = Run(root, "bad-set")
     bad.write_config(ds_config(1))
     for override, says in (("zero_optimization.stge=1", "sets unknown config key"),
-                           ("data_types.grad_accum_dtype=bf16", "strata accumulates gradients in fp32")):
+                           ("data_types.grad_accum_dtype=fp16", "needs fp16 training")):
         r = bad.start(strata, TINY + ["--steps", "1", "--set", override])
         check(r.returncode == 1 and says in r.stderr, f"--set {override}: exit {r.returncode}\n{tail(r.stderr)}")

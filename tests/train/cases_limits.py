@@ -186,10 +186,10 @@ def case_bad_inputs(strata, root):
     c = ds_config(1)
     c["optimizer"]["type"] = "Lamb"
     expect("optimizer-lamb", c, TINY, ["Lamb", "optimizer.type"])
-    # 8. a gradient accumulation dtype strata does not honour (it accumulates in fp32).
-    c = ds_config(1)
-    c["data_types"] = {"grad_accum_dtype": "bf16"}
-    expect("grad-accum-bf16", c, TINY, ["data_types.grad_accum_dtype", "fp32"])
+    # 8. fp16 gradient accumulators without fp16 training (no loss scaler to catch an overflow).
+    c = ds_config(1, bf16=True)
+    c["data_types"] = {"grad_accum_dtype": "fp16"}
+    expect("grad-accum-fp16-with-bf16", c, TINY, ["data_types.grad_accum_dtype", "fp16.enabled"])
     # 9. placements the engine does not have: each refused naming its key.
     for name, stage, opt, param, zero, key in (
             ("param-offload-without-optimizer", 3, "none", "cpu", None, "offload_optimizer"),

@@ -89,16 +89,20 @@ def check_placed(run, v):
 FP16 = {"fp16": {"enabled": True, "initial_scale_power": 19, "hysteresis": 1}}
 
 
-def placement(strata, root, stage, precision="fp32", only=None, steps=STEPS):
+def placement(strata, root, stage, precision="fp32", only=None, steps=STEPS, grad_accum=None):
+    """grad_accum: data_types.grad_accum_dtype (None: the default, fp32)."""
     variants = placement_variants(stage)
     if only:
         variants = [v for v in variants if v.name in only]
     runs = []
     for v in variants:
-        tag = "" if precision == "fp32" else "-" + precision
+        tag = ("" if precision == "fp32" else "-" + precision) + (f"-acc-{grad_accum}" if grad_accum else "")
         run = Run(root, f"s{stage}{tag} {v.name}".replace(" ", "_").replace("=", "-"))
+        extra = dict(FP16) if precision == "fp16" else {}
+        if grad_accum:
+            extra["data_types"] = {"grad_accum_dtype": grad_accum}
         config = ds_config(stage, v.opt, v.param, nvme=run.nvme, bf16=precision == "bf16",
-                           extra_zero=v.zero, extra=FP16 if precision == "fp16" else None)
+                           extra_zero=v.zero, extra=extra)
         config["strata"].update(v.strata or {})
         run.write_config(config)
         if "nvme" in (v.opt, v.param):
@@ -132,6 +136,28 @@ HALF_VARIANTS = {"opt=none", "opt=cpu param=cpu", "opt=nvme param=nvme", "opt=nv
 
 def case_placement_bf16(strata, root):
     placement(strata, root, 3, "bf16", only=HALF_VARIANTS)
+
+
+def accumulator_lines(run):
+    """The plan's gradient accumulator lines, {tier: the rest of the line}."""
+    out = {}
+    for tier, what in run.plan_lines():
+        if "gradient accumulators" in what:
+            out[tier] = what
+    return out
+
+
+def case_placement_bf16_accum(strata, root):
+    runs = placement(strata, root, 3, "bf16", only=HALF_VARIANTS, grad_accum="bf16")
+    fp32 = placement(strata, root, 3, "bf16", only={"opt=none"})
+    named = accumulator_lines(runs[0][1])
+    check(named and all(w.startswith("bf16 gradient accumulators") for w in named.values()),
+          f"the plan does not name bf16 accumulators: {runs[0][1].plan_lines()}")
+    check(all(w.startswith("fp32 gradient accumulators") for w in accumulator_lines(fp32[0][1]).values()),
+          f"the fp32 run's plan: {fp32[0][1].plan_lines()}")
+    a, b = runs[0][1].losses(), fp32[0][1].losses()
+    check(a != b, f"bf16 and fp32 accumulators gave the same losses {a}: the setting did nothing")
+    print(f"  bf16 accumulators: losses {a}; fp32 accumulators: {b}")
 
 
 def case_placement_fp16(strata, root):

@@ -21,6 +21,10 @@ every run in its own folder of the case's temp dir):
       checkpointing, which fetches every block again in backward). The swap
       folder is empty after each run. fp16 starts with a loss scale that overflows, so that
       skipped steps and updates both happen.
+  placement_bf16_accum
+      bf16 training with data_types.grad_accum_dtype "bf16" (2 micro-batches summed in bf16):
+      the same bits on every placement, the plan's "bf16 gradient accumulators" at half the
+      bytes of fp32 ones, and not the bits of fp32 accumulators.
   stages
       With one rank ZeRO partitions nothing: stages 0, 1, 2 and 3 give identical bits.
   ranks_2, ranks_3 (label mpi)
@@ -40,7 +44,8 @@ every run in its own folder of the case's temp dir):
       leaves no --save file and no complete --metrics file: nvme offload without nvme_path, an
       nvme_path that does not exist / is under a file / is not writable, --init weights of
       another model, --data that is not a token file / is too short, --seq-len > n_positions,
-      optimizer Lamb, data_types.grad_accum_dtype bf16, and placements the engine does not have.
+      optimizer Lamb, data_types.grad_accum_dtype fp16 with bf16 training, and placements the
+      engine does not have.
   enospc_plan, enospc_io
       NVMe swap on a 2 MiB tmpfs that cannot hold the optimizer states (one folder; two folders
       on the same file system, so that the run meets ENOSPC while it writes its states): exit 1,
@@ -82,7 +87,7 @@ every run in its own folder of the case's temp dir):
       flag (--lr, --micro-batch, --warmup-steps), --steps, the model's hidden size or HF's
       defaults, listed in the table at start with its source (and only those); --set applies
       (stage 3 -> 2); the schedule peaks at --lr. A flag over a number of the file wins and says
-      so. --set with an unknown key, or grad_accum_dtype bf16, exits 1 saying why.
+      so. --set with an unknown key, or grad_accum_dtype fp16 without fp16, exits 1 saying why.
 """
 
 import sys
@@ -94,8 +99,8 @@ from cases_limits import (case_bad_inputs, case_enospc_io, case_enospc_plan, cas
                           case_memory_minimum, case_save_path_early)
 from cases_llama import case_llama_model_folder, case_llama_placement, case_llama_resume
 from cases_outputs import case_speculation_metrics, case_trace_config
-from cases_placement import (case_determinism, case_placement_bf16, case_placement_fp16,
-                             case_placement_stage, case_stages)
+from cases_placement import (case_determinism, case_placement_bf16, case_placement_bf16_accum,
+                             case_placement_fp16, case_placement_stage, case_stages)
 from cases_ranks import case_ranks
 from train_util import run_cases
 
@@ -105,6 +110,7 @@ CASES = {
     "placement_stage3": case_placement_stage(3),
     "placement_bf16": case_placement_bf16,
     "placement_fp16": case_placement_fp16,
+    "placement_bf16_accum": case_placement_bf16_accum,
     "stages": case_stages,
     "ranks_2": case_ranks(2),
     "ranks_3": case_ranks(3),

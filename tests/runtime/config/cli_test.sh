@@ -94,14 +94,18 @@ expect_rc conflict nonzero
 expect_in conflict err 'train_batch_size (64) != train_micro_batch_size_per_gpu (8) * gradient_accumulation_steps (3)'
 expect_in conflict err 'give the other flag too'
 
-# data_types.grad_accum_dtype: fp32 is read (printed), bf16 is refused saying why.
+# data_types.grad_accum_dtype: fp32 and bf16 are read (printed); fp16 without fp16 training is
+# refused saying why.
 run fp32_accum config "$data/ds_zero_offload_cpu.json" --set data_types.grad_accum_dtype=fp32
 expect_rc fp32_accum 0
 expect_in fp32_accum out '"grad_accum_dtype": "fp32"'
 run bf16_accum config "$data/ds_zero_offload_cpu.json" --set data_types.grad_accum_dtype=bf16
-expect_rc bf16_accum nonzero
-expect_in bf16_accum err 'strata accumulates gradients in fp32'
-expect_in bf16_accum err 'data_types.grad_accum_dtype'
+expect_rc bf16_accum 0
+expect_in bf16_accum out '"grad_accum_dtype": "bf16"'
+run fp16_accum config "$data/ds_zero_offload_cpu.json" --set fp16.enabled=false --set data_types.grad_accum_dtype=fp16
+expect_rc fp16_accum nonzero
+expect_in fp16_accum err 'needs fp16 training'
+expect_in fp16_accum err 'data_types.grad_accum_dtype'
 
 # A bad value: non-zero, the message names the key path.
 run bad config "$data/bad_ratio.json"

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/units.h"
 #include "offload/aio_engine.h"
 #include "runtime/comm/comm.h"
@@ -112,11 +113,19 @@ struct EngineRun {
     }
   }
 
+  // One step of gradient_accumulation_steps micro-batches (each the same forward and backward:
+  // the parameters do not change within a step).
   // host_sync: the fake model waits for each module's compute before it acquires the next one
   // (as a model with host-side control flow would), so only a fetch issued ahead by the engine
   // can overlap with compute.
   void step(int compute_ms, bool host_sync = false) {
     engine->begin_step(1e-2);
+    const auto gas = config.gradient_accumulation_steps.value_or(std::uint64_t{1}).value_or(1);
+    for (std::uint64_t micro = 0; micro < gas; ++micro) micro_batch(compute_ms, host_sync);
+    engine->step();
+  }
+
+  void micro_batch(int compute_ms, bool host_sync) {
     for (int m = 0; m < kModules; ++m) {
       params::ModuleView v = engine->acquire(m);
       if (v.ready) compute->wait(*v.ready);
@@ -141,16 +150,19 @@ struct EngineRun {
       const float* p = static_cast<const float*>(v.data);
       float* gp = static_cast<float*>(g.data);
       const std::size_t n = v.numel;
+      const bool round = bf16_grads;
       compute->host_task(
-          [p, gp, n] {
-            for (std::size_t i = 0; i < n; ++i) gp[i] += 0.1f * p[i] + 0.001f * static_cast<float>(i % 13);
+          [p, gp, n, round] {
+            for (std::size_t i = 0; i < n; ++i) {
+              gp[i] += 0.1f * p[i] + 0.001f * static_cast<float>(i % 13);
+              if (round) gp[i] = bf16_to_fp32(fp32_to_bf16(gp[i]));
+            }
           },
           "backward");
       done->record(*compute);
       engine->release(m, *done);
       engine->grads_ready(m, *done);
     }
-    engine->step();
   }
 
   std::vector<std::vector<float>> weights() {
@@ -173,6 +185,7 @@ struct EngineRun {
   std::unique_ptr<zero::ZeroEngine> engine;
   std::unique_ptr<device::Event> done;
   std::size_t scale = 1;
+  bool bf16_grads = false;  // backward rounds each gradient to bf16 (stays fp32 in memory)
   double sink = 0;
 };
 
