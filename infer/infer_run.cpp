@@ -25,6 +25,7 @@
 #include "infer/text_io.h"
 #include "models/hf_weights.h"
 #include "models/registry.h"
+#include "runtime/device/device_config.h"
 
 namespace strata::infer {
 namespace {
@@ -140,10 +141,7 @@ int run_inference(const InferOptions& o) {
   ServerSetup setup;
   setup.spec = spec;
   setup.config = inference_config(o.config_path, *spec);
-  setup.device.kind = !o.device_kind.empty() ? o.device_kind
-                                             : std::string(runtime::config::to_string(setup.config.strata.device));
-  setup.device.memory_bytes = o.device_memory_bytes.value_or(setup.config.strata.device_memory_bytes);
-  setup.device.host_threads = static_cast<int>(setup.config.strata.cpu_threads);
+  setup.device = runtime::device::device_options(setup.config, o.device_kind, o.device_memory_bytes);
   setup.dtype = o.dtype;
   setup.batch = o.batch;
   setup.kv_cache = o.kv_cache;

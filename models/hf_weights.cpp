@@ -10,8 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "models/io/hf_checkpoint.h"
-#include "runtime/checkpoint/checkpoint_dir.h"
 
 namespace strata::models {
 namespace {
@@ -205,7 +205,7 @@ void write_hf_model(const std::string& path, const ModelSpec& spec,
     }
   }
   writer.finish();
-  runtime::checkpoint::write_file_atomic((std::filesystem::path(path) / "config.json").string(),
+  write_file_atomic((std::filesystem::path(path) / "config.json").string(),
                                         config_json(spec, out_dtype));
 }
 

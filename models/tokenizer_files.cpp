@@ -6,7 +6,7 @@
 #include <system_error>
 
 #include "core/error.h"
-#include "runtime/checkpoint/checkpoint_dir.h"
+#include "core/file_io.h"
 
 namespace strata::models {
 namespace {
@@ -65,7 +65,7 @@ std::vector<ModelFile> read_tokenizer_files(const std::string& model_path) {
 void write_tokenizer_files(const std::string& dir, const std::vector<ModelFile>& files) {
   for (const ModelFile& f : files) {
     STRATA_ASSERT(is_tokenizer_file_name(f.name), "not a tokenizer file name");
-    runtime::checkpoint::write_file_atomic((fs::path(dir) / f.name).string(), f.bytes);
+    write_file_atomic((fs::path(dir) / f.name).string(), f.bytes);
   }
 }
 

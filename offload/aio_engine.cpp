@@ -27,13 +27,12 @@ std::string_view to_string(IoOp op) { return op == IoOp::kRead ? "read" : "write
 namespace {
 
 // A piece's length must fit the u32 length of an SQE and the int result of a CQE.
-constexpr std::size_t kMaxBlockSize = std::size_t{1} << 30;
 
 void validate(const AioOptions& o) {
   const char* hint = "fix the value in the config (see docs/config.md)";
-  if (o.block_size == 0 || o.block_size % kDirectIoAlignment != 0 || o.block_size > kMaxBlockSize) {
+  if (o.block_size == 0 || o.block_size % kDirectIoAlignment != 0 || o.block_size > kMaxBlockBytes) {
     throw Error(fmt::format("aio.block_size must be a positive multiple of {} bytes, at most {}; "
-                            "got {}", kDirectIoAlignment, format_bytes(kMaxBlockSize), o.block_size),
+                            "got {}", kDirectIoAlignment, format_bytes(kMaxBlockBytes), o.block_size),
                 "aio.block_size", hint);
   }
   if (o.queue_depth == 0 || o.queue_depth > 4096) {
@@ -393,7 +392,7 @@ void AioEngine::set_emulated_write_bytes_per_s(std::uint64_t bytes_per_s) {
 
 void AioEngine::set_activity_hook(IoActivityHook hook) {
   std::lock_guard lock(impl_->shared.mutex);
-  // Note [Disk activity]: a stretch under way is reported from now on, not from its start.
+  // A stretch under way is reported from now on, not from its start (Note [Disk activity]).
   for (EngineShared::Activity& a : impl_->shared.activity) a.since_ns = EngineShared::now_ns();
   impl_->shared.activity_hook = std::move(hook);
 }

@@ -44,6 +44,7 @@
 #include <string_view>
 
 #include "offload/aio_file.h"
+#include "offload/aio_limits.h"
 #include "offload/host_buffer.h"
 
 namespace strata::offload {
@@ -86,7 +87,7 @@ struct SubmitCall {
 using SubmitHook = std::function<int(const SubmitCall& c)>;
 
 struct AioOptions {
-  std::size_t block_size = 1 << 20;  // bytes per piece (aio.block_size)
+  std::size_t block_size = kDefaultBlockBytes;  // bytes per piece (aio.block_size)
   unsigned queue_depth = 8;          // pieces in flight per engine thread (aio.queue_depth)
   unsigned parallelism = 1;          // engine threads (aio.intra_op_parallelism)
   bool single_submit = false;        // one io_uring_submit per SQE instead of batches

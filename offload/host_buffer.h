@@ -19,11 +19,9 @@
 #include <string_view>
 #include <vector>
 
-namespace strata::offload {
+#include "offload/aio_limits.h"  // kDirectIoAlignment
 
-// O_DIRECT wants the buffer address, the file offset and the length aligned to the logical
-// block size of the device; 4 KiB covers every device strata meets.
-inline constexpr std::size_t kDirectIoAlignment = 4096;
+namespace strata::offload {
 
 // Pins and unpins host memory for fast device copies. Empty functions = no pinning.
 // pin throws strata::Error on failure; unpin must not throw (it runs in destructors).

@@ -58,7 +58,7 @@ using ExtentId = std::uint64_t;
 
 struct SwapOptions {
   std::vector<std::string> paths;    // folders on the NVMe devices; at least one
-  std::size_t block_size = 1 << 20;  // extent alignment and checksum block: aio.block_size
+  std::size_t block_size = kDefaultBlockBytes;  // extent alignment and checksum block: aio.block_size
   bool checksum = false;             // strata.checksum
   DirectIo direct = DirectIo::kAuto;
   std::uint64_t reserve_bytes = 0;   // preallocated at construction (see reserve())

@@ -404,7 +404,7 @@ class Lane {
     return -rc;
   }
 
-  // Note [A failed ring]. Runs once, on the lane's thread, after submit_checked reported err.
+  // Runs once, on the lane's thread, after submit_checked reported err (Note [A failed ring]).
   void fail_lane(int err, std::deque<Piece*>& ready, unsigned& in_flight) {
     {
       std::lock_guard lock(mutex_);
@@ -471,7 +471,7 @@ class Lane {
     finish_piece(p, shared_);
   }
 
-  // Note [A failed ring]: the lane's life after fail_lane, until the engine stops.
+  // The lane's life after fail_lane, until the engine stops (Note [A failed ring]).
   void serve_broken() {
     std::vector<Command> commands;
     std::deque<Piece*> pieces;

@@ -41,7 +41,9 @@ namespace strata::tools {
 namespace {
 
 using runtime::tiers::Tier;
-constexpr const char* kTierKeys[] = {"device", "pinned", "nvme"};
+
+// Tier t's JSON key ("device", "pinned", "nvme").
+const char* tier_key(int t) { return runtime::tiers::tier_key(static_cast<Tier>(t)); }
 
 struct CompareOptions {
   EstimateFlags estimate;
@@ -117,7 +119,7 @@ Measured measure(const ChildRun& run) {
   for (auto& [k, v] : links) m.bytes_per_step[k] = median(v);
   for (auto& [k, v] : busy) m.busy_ms.emplace_back(k, median(v));
   const Json& last = run.rows.back();
-  for (int t = 0; t < 3; ++t) m.allocated[t] = last["memory"][kTierKeys[t]].value("allocated_bytes", std::uint64_t{0});
+  for (int t = 0; t < 3; ++t) m.allocated[t] = last["memory"][tier_key(t)].value("allocated_bytes", std::uint64_t{0});
   for (const auto& [k, v] : last["memory_at_phase"].items()) m.phases[k] = v.value("peak_bytes", std::uint64_t{0});
   m.collective_theory_bytes = number(last, "collective_theory_bytes");
   return m;
@@ -133,14 +135,14 @@ nlohmann::json cell_json(const Estimate& e, const EstimateInputs& in, const Esti
   } else {
     meas["step_ms"] = m.step_ms;
     meas["tokens_per_s"] = m.tokens_per_s;
-    for (int t = 0; t < 3; ++t) meas["allocated_bytes"][kTierKeys[t]] = m.allocated[t];
+    for (int t = 0; t < 3; ++t) meas["allocated_bytes"][tier_key(t)] = m.allocated[t];
     meas["peak_bytes_at_phase"] = m.phases;
     meas["bytes_per_step"] = m.bytes_per_step;
     meas["collective_theory_bytes"] = m.collective_theory_bytes;
     for (const auto& [k, v] : m.busy_ms) meas["busy_ms"][k] = v;
     nlohmann::json r;
     for (int t = 0; t < 3; ++t) {
-      r[kTierKeys[t]] = ratio(static_cast<double>(m.allocated[t]), static_cast<double>(est.bytes.tier_bytes(static_cast<Tier>(t))));
+      r[tier_key(t)] = ratio(static_cast<double>(m.allocated[t]), static_cast<double>(est.bytes.tier_bytes(static_cast<Tier>(t))));
     }
     r["collective"] = ratio(m.bytes_per_step.value("collective", 0.0), est.collective_bytes);
     if (est.step) r["step"] = ratio(m.step_ms, est.step->step_ms);
@@ -158,17 +160,17 @@ std::string vs(std::uint64_t measured, std::uint64_t estimated) {
 void print_tables(const EstimateInputs& in, const Estimate& e, const std::vector<Measured>& ms) {
   std::printf("strata compare: %s, micro-batch %d x %d, %d rank(s): measured (rank 0) / estimated\n\n",
               in.model->describe().c_str(), e.batch, e.seq_len, in.world);
-  std::printf("%-42s %23s %23s %23s %22s %10s %10s %7s  %s\n", "stage, placement", "device", "pinned", "nvme",
+  std::printf("%-45s %23s %23s %23s %22s %10s %10s %7s  %s\n", "stage, placement", "device", "pinned", "nvme",
               "collective/step", "step ms", "predicted", "ratio", "bottleneck (predicted)");
   for (std::size_t i = 0; i < e.rows.size(); ++i) {
     const EstimateRow& r = e.rows[i];
     const Measured& m = ms[i];
     if (!r.error.empty() || !m.error.empty()) {
-      std::printf("%-42s error: %s\n", r.placement.label().c_str(), (r.error.empty() ? m.error : r.error).c_str());
+      std::printf("%-45s error: %s\n", r.placement.label().c_str(), (r.error.empty() ? m.error : r.error).c_str());
       continue;
     }
     const double coll = m.bytes_per_step.value("collective", 0.0);
-    std::printf("%-42s %23s %23s %23s %22s %10.1f %10s %7s  %s\n", r.placement.label().c_str(),
+    std::printf("%-45s %23s %23s %23s %22s %10.1f %10s %7s  %s\n", r.placement.label().c_str(),
                 vs(m.allocated[0], r.bytes.tier_bytes(Tier::device)).c_str(),
                 vs(m.allocated[1], r.bytes.tier_bytes(Tier::pinned)).c_str(),
                 vs(m.allocated[2], r.bytes.tier_bytes(Tier::nvme)).c_str(),
@@ -181,7 +183,7 @@ void print_tables(const EstimateInputs& in, const Estimate& e, const std::vector
   std::printf("\npeak bytes in use per phase (rank 0, the last step):\n");
   for (std::size_t i = 0; i < e.rows.size(); ++i) {
     if (!ms[i].error.empty() || !e.rows[i].error.empty()) continue;
-    std::string line = fmt::format("  {:<40}", e.rows[i].placement.label());
+    std::string line = fmt::format("  {:<43}", e.rows[i].placement.label());
     for (const auto& [k, v] : ms[i].phases.items()) line += fmt::format("  {} {}", k, format_bytes(v.get<std::uint64_t>()));
     std::printf("%s\n", line.c_str());
   }

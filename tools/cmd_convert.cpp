@@ -46,7 +46,7 @@ std::vector<models::ModelFile> checkpoint_tokenizer_files(const runtime::checkpo
     if (!models::is_tokenizer_file_name(f.name)) continue;
     const std::string path = files.path + "/" + f.name;
     runtime::checkpoint::verify_file(path, f);
-    out.push_back({f.name, runtime::checkpoint::read_text_file(path)});
+    out.push_back({f.name, read_text_file(path)});
   }
   return out;
 }

@@ -66,20 +66,20 @@ void print_table(const EstimateInputs& in, const Estimate& e) {
               format_bytes(in.budgets.nvme).c_str(), in.budgets.nvme_source.c_str());
   // Each tier's column is what the plan needs (fits is decided on it); "grows to" is what the run
   // allocates on the device when the budget has room for more transient buffers.
-  std::string head = fmt::format("{:<42} {:>10} {:>10} {:>10} {:>10} {:>13} {:>13} {:>12}  {}", "stage, placement",
+  std::string head = fmt::format("{:<45} {:>10} {:>10} {:>10} {:>10} {:>13} {:>13} {:>12}  {}", "stage, placement",
                                  "device", "grows to", "pinned", "nvme", "model states", "ZeRO paper", "comm/step", "fits");
   if (in.profile) head += fmt::format("   {:>9} {:>10}  {}", "step", "tokens/s", "bottleneck");
   std::printf("%s\n", head.c_str());
   bool any_growth = false;
   for (const EstimateRow& r : e.rows) {
     if (!r.error.empty()) {
-      std::printf("%-42s refused: %s\n", r.placement.label().c_str(), r.error.c_str());
+      std::printf("%-45s refused: %s\n", r.placement.label().c_str(), r.error.c_str());
       continue;
     }
     const std::uint64_t use = r.device_use_bytes();
     any_growth = any_growth || use > r.need[0];
     std::string line = fmt::format(
-        "{:<42} {:>10} {:>10} {:>10} {:>10} {:>13} {:>13} {:>12}  {}", r.placement.label(), cell_bytes(r.need[0]),
+        "{:<45} {:>10} {:>10} {:>10} {:>10} {:>13} {:>13} {:>12}  {}", r.placement.label(), cell_bytes(r.need[0]),
         use > r.need[0] ? format_bytes(use) : "", cell_bytes(r.need[1]), cell_bytes(r.need[2]),
         format_bytes(r.model_states_bytes), format_bytes(r.formula_bytes),
         r.collective_bytes > 0 ? format_bytes(static_cast<std::uint64_t>(r.collective_bytes)) : "-",
@@ -94,10 +94,10 @@ void print_table(const EstimateInputs& in, const Estimate& e) {
   std::printf("\nby kind, what the plan needs (parameters / gradients / optimizer states / activations / buffers):\n");
   for (const EstimateRow& r : e.rows) {
     if (!r.error.empty()) continue;
-    std::string line = fmt::format("  {:<40}", r.placement.label());
+    std::string line = fmt::format("  {:<43}", r.placement.label());
     for (Tier t : {Tier::device, Tier::pinned, Tier::nvme}) {
       if (r.minimum.tier_bytes(t) == 0) continue;
-      line += fmt::format(" {}:", t == Tier::pinned ? "pinned" : runtime::tiers::tier_name(t));
+      line += fmt::format(" {}:", runtime::tiers::tier_key(t));
       for (int c = 0; c < runtime::tiers::kStateClasses; ++c) {
         line += (c == 0 ? " " : " / ") + cell_bytes(r.minimum.at(t, static_cast<StateClass>(c)));
       }
@@ -109,7 +109,7 @@ void print_table(const EstimateInputs& in, const Estimate& e) {
     if (r.error.empty() && !r.fits) {
       if (!any_short) std::printf("\nwhat does not fit, and what to change:\n");
       any_short = true;
-      std::printf("  %-40s %s\n", r.placement.label().c_str(), r.advice.c_str());
+      std::printf("  %-43s %s\n", r.placement.label().c_str(), r.advice.c_str());
     }
   }
   std::printf(

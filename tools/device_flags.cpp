@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "core/units.h"
 #include "runtime/config/config.h"
+#include "runtime/device/device_config.h"
 
 namespace strata::tools {
 
@@ -15,15 +16,11 @@ void add_device_flags(CLI::App& command, DeviceFlags& flags) {
 }
 
 runtime::device::DeviceOptions resolve_device_options(const DeviceFlags& flags) {
-  runtime::device::DeviceOptions options;
-  if (!flags.config_path.empty()) {
-    const runtime::config::Config config = runtime::config::load_config_file(flags.config_path).config;
-    options.kind = std::string(runtime::config::to_string(config.strata.device));
-    options.memory_bytes = config.strata.device_memory_bytes;
-  }
-  if (!flags.device.empty()) options.kind = flags.device;
-  if (const std::optional<std::uint64_t> bytes = device_memory_bytes(flags)) options.memory_bytes = *bytes;
-  return options;
+  // The config file's strata.device / strata.device_memory as read (no file: the defaults).
+  const runtime::config::Config config = flags.config_path.empty()
+                                             ? runtime::config::Config{}
+                                             : runtime::config::load_config_file(flags.config_path).config;
+  return runtime::device::device_options(config, flags.device, device_memory_bytes(flags));
 }
 
 std::optional<std::uint64_t> device_memory_bytes(const DeviceFlags& flags) {

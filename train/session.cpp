@@ -19,6 +19,7 @@
 #include "models/text_tokens.h"
 #include "models/tokenizer_files.h"
 #include "offload/fault_injection.h"
+#include "runtime/device/device_config.h"
 #include "train/run_plan.h"
 
 namespace strata::train {
@@ -76,17 +77,6 @@ void check_resolved(const runtime::config::Config& config) {
     throw Error("these config values are still \"auto\": " + keys, unresolved.front(),
                 "give numbers for them (in the file or with --set)");
   }
-}
-
-// The flags over the config file's strata.device / strata.device_memory (as read from the file,
-// before resolution), over the backend's defaults.
-runtime::device::DeviceOptions device_options(const TrainOptions& o, const runtime::config::Config& file_config) {
-  runtime::device::DeviceOptions options;
-  options.kind = std::string(runtime::config::to_string(file_config.strata.device));
-  options.memory_bytes = file_config.strata.device_memory_bytes;
-  if (!o.device_kind.empty()) options.kind = o.device_kind;
-  if (o.device_memory_bytes) options.memory_bytes = *o.device_memory_bytes;
-  return options;
 }
 
 // The resolved config: on the console with --verbose; else in the run's folder (a quiet start:
@@ -149,9 +139,12 @@ std::unique_ptr<Session> make_session(const TrainOptions& o) {
   if (o.trace_path.empty()) check_output_path(s.trace_path, "strata.trace");
   s.tracer = std::make_unique<runtime::trace::Tracer>(s.trace_path, "rank " + std::to_string(s.launch.rank),
                                                /*account_busy=*/true);
-  runtime::device::DeviceOptions options = device_options(o, parsed.config);
+  // The flags over the config file's strata.device / strata.device_memory (as read from the file,
+  // before resolution), over the backend's defaults.
+  runtime::device::DeviceOptions options =
+      runtime::device::device_options(parsed.config, o.device_kind, o.device_memory_bytes);
   options.tracer = s.tracer.get();
-  options.host_threads = static_cast<int>(config.strata.cpu_threads);  // the host kernels' OpenMP team
+  options.host_threads = static_cast<int>(config.strata.cpu_threads);  // the host kernels' OpenMP team (resolved)
   s.device = runtime::device::Device::create(options);
   if (config.strata.device_memory_bytes == 0 || o.device_memory_bytes) {
     config.strata.device_memory_bytes = s.device->memory_stats().budget_bytes;

@@ -6,8 +6,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include <fcntl.h>
 #include <stdio.h>  // renameat2
@@ -24,11 +22,6 @@ namespace {
 constexpr const char* kPrefix = "step-";
 constexpr const char* kPartialSuffix = ".partial";
 constexpr const char* kDeletingSuffix = ".deleting";
-
-std::string parent_of(const std::string& path) {
-  fs::path p = fs::path(path).parent_path();
-  return p.empty() ? std::string(".") : p.string();
-}
 
 void rename_or_throw(const std::string& from, const std::string& to) {
   if (::rename(from.c_str(), to.c_str()) != 0) {
@@ -59,59 +52,9 @@ std::optional<std::uint64_t> checkpoint_step(const std::string& name) {
   return step;
 }
 
-void fsync_path(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int e = errno;
-    throw system_error(e, "open (to fsync)", path);
-  }
-  const int rc = ::fsync(fd);
-  const int e = errno;
-  ::close(fd);
-  if (rc != 0 && e != EINVAL) throw system_error(e, "fsync", path, "the disk may be failing or full");
-}
-
-void write_file(const std::string& path, const std::string& text, bool sync) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    const int e = errno;
-    throw system_error(e, "open", path, "check that the folder exists and is writable");
-  }
-  auto fail = [&](const char* call) {
-    const int e = errno;
-    ::close(fd);
-    ::unlink(path.c_str());
-    return system_error(e, call, path, e == ENOSPC ? "free space on that disk" : "");
-  };
-  std::size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw fail("write");
-    done += static_cast<std::size_t>(n);
-  }
-  if (sync && ::fsync(fd) != 0) throw fail("fsync");
-  ::close(fd);
-}
-
 void write_file_atomic(const std::string& path, const std::string& text, CrashPoints* crash) {
-  const std::string tmp = parent_of(path) + "/." + fs::path(path).filename().string() + ".tmp";
-  write_file(tmp, text, /*sync=*/true);
-  if (crash) crash->hit("write " + tmp);
-  rename_or_throw(tmp, path);
-  fsync_path(parent_of(path));
-  if (crash) crash->hit("rename " + tmp + " -> " + path);
-}
-
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw Error("cannot read " + path + ": " + std::strerror(errno), path,
-                "check that the checkpoint is complete and readable");
-  }
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+  if (crash == nullptr) return strata::write_file_atomic(path, text);
+  strata::write_file_atomic(path, text, [crash](const std::string& step) { crash->hit(step); });
 }
 
 CheckpointDir::CheckpointDir(std::string path) : path_(std::move(path)) {

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "core/file_io.h"
 #include "runtime/checkpoint/crash_points.h"
 
 namespace strata::runtime::checkpoint {
@@ -30,18 +31,9 @@ std::string checkpoint_name(std::uint64_t step);
 // The step of a folder named like checkpoint_name(), or nullopt.
 std::optional<std::uint64_t> checkpoint_step(const std::string& name);
 
-// fsync of a file or folder by path; throws strata::Error naming the path. File systems that
-// cannot fsync a folder (EINVAL) are accepted.
-void fsync_path(const std::string& path);
-
-// Writes `text` to `path` (created or truncated), fsynced when `sync`. Throws strata::Error
-// (ENOSPC included) naming the path, and removes the file then.
-void write_file(const std::string& path, const std::string& text, bool sync);
-// Writes `text` to `path` through a temporary file next to it: write, fsync, rename, fsync the
-// folder. Throws strata::Error (ENOSPC included) naming the path; `path` keeps its old content.
+// core/file_io.h's write_file_atomic with the checkpoint's crash points (tests: a crash after
+// each step of the replace).
 void write_file_atomic(const std::string& path, const std::string& text, CrashPoints* crash = nullptr);
-// The whole file; throws strata::Error naming the path when it is missing or unreadable.
-std::string read_text_file(const std::string& path);
 
 class CheckpointDir {
  public:

@@ -28,6 +28,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/units.h"
+#include "offload/aio_limits.h"
 
 namespace strata::runtime::config {
 
@@ -162,7 +163,7 @@ struct ZeroConfig {
 };
 
 struct AioConfig {
-  std::uint64_t block_size = 1'048'576;  // bytes per I/O request
+  std::uint64_t block_size = offload::kDefaultBlockBytes;  // bytes per I/O request
   std::uint32_t queue_depth = 8;
   std::uint32_t intra_op_parallelism = 1;  // I/O workers per request (old name: thread_count)
   bool single_submit = false;
@@ -178,6 +179,16 @@ struct DataTypesConfig {
   GradAccumDtype grad_accum_dtype = GradAccumDtype::kFp32;
   bool operator==(const DataTypesConfig&) const = default;
 };
+
+// What an engine part reads of an "auto"-able key: its value, or, when it is still "auto" (a
+// resolution without what its rule needs, e.g. no model hidden size for the bucket sizes), the
+// key's default: the member initializer of a default-constructed section. So a default is
+// written once, in the struct, and never again as a literal where it is read.
+template <typename S, typename T>
+T value_or_default(const S& section, AutoOr<T> S::*member) {
+  const AutoOr<T>& v = section.*member;
+  return v.is_auto() ? (S{}.*member).value() : v.value();
+}
 
 inline DType to_dtype(GradAccumDtype value) {
   switch (value) {

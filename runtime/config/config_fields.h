@@ -192,9 +192,11 @@ inline constexpr auto kZeroFields = std::tuple{
     field("contiguous_gradients", &ZeroConfig::contiguous_gradients),
 };
 
-// block_size must also be a multiple of 4096 (direct I/O): config_validate.cpp.
+// block_size must also be a multiple of offload::kDirectIoAlignment (direct I/O):
+// config_validate.cpp. Its default and its upper limit are the I/O engine's (offload/aio_limits.h).
 inline constexpr auto kAioFields = std::tuple{
-    field("block_size", &AioConfig::block_size, kPositive),
+    field("block_size", &AioConfig::block_size,
+          positive_up_to(static_cast<std::int64_t>(offload::kMaxBlockBytes), "1 to 1 GiB (1073741824)")),
     field("queue_depth", &AioConfig::queue_depth, positive_up_to(4096, "1 to 4096")),
     // Older DeepSpeed's name, read with a warning (config_parse.cpp).
     field("intra_op_parallelism", &AioConfig::intra_op_parallelism, positive_up_to(64, "1 to 64"))

@@ -203,12 +203,13 @@ void validate_aio(const AioConfig& a) {
   // per worker thread, each with queue_depth entries (at most 4096, and at most 64 workers:
   // the field list's ranges).
   check_fields("aio", a);
-  constexpr std::uint64_t kDirectIoAlignment = 4096;
+  constexpr std::uint64_t kDirectIoAlignment = offload::kDirectIoAlignment;
   if (a.block_size % kDirectIoAlignment != 0) {
     throw Error(fmt::format("aio.block_size ({}) is not a multiple of {} bytes, which direct I/O "
                             "needs",
                             a.block_size, kDirectIoAlignment),
-                "aio.block_size", "use a power of two from 128K up, e.g. 1048576 (the default)");
+                "aio.block_size",
+                fmt::format("use a power of two from 128K up, e.g. {} (the default)", offload::kDefaultBlockBytes));
   }
 }
 

@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "runtime/checkpoint/checkpoint_dir.h"  // write_file_atomic
+#include "core/file_io.h"
 
 namespace strata::runtime::estimate {
 namespace {
@@ -175,7 +175,7 @@ double model_step_flops(double params, int layers, int hidden, int seq_len, doub
 }
 
 void write_machine_profile(const MachineProfile& profile, const std::string& path) {
-  checkpoint::write_file_atomic(path, machine_profile_json(profile));
+  write_file_atomic(path, machine_profile_json(profile));
 }
 
 }  // namespace strata::runtime::estimate

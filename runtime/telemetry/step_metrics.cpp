@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "runtime/tiers/tier.h"
 
 namespace strata::runtime::telemetry {
 namespace {
@@ -48,9 +49,10 @@ std::string to_json_line(const StepMetrics& m) {
   j["bytes"] = std::move(bytes);
   j["collective_theory_bytes"] = m.collective_theory_bytes;
   Json memory = Json::object();
-  memory["device"] = tier_json(m.device);
-  memory["pinned"] = tier_json(m.pinned);
-  memory["nvme"] = tier_json(m.nvme);
+  using tiers::Tier;
+  memory[tiers::tier_key(Tier::device)] = tier_json(m.device);
+  memory[tiers::tier_key(Tier::pinned)] = tier_json(m.pinned);
+  memory[tiers::tier_key(Tier::nvme)] = tier_json(m.nvme);
   j["memory"] = std::move(memory);
   Json at_phase = Json::object();
   for (const auto& [name, tier] : m.memory_at_phase) at_phase[name] = tier_json(tier);

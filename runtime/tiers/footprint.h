@@ -12,7 +12,6 @@
 
 namespace strata::runtime::tiers {
 
-inline constexpr int kTiers = 3;
 
 struct Footprint {
   std::uint64_t bytes[kTiers][kStateClasses] = {};  // [Tier][StateClass]

@@ -11,15 +11,6 @@
 namespace strata::runtime::tiers {
 namespace {
 
-Tier tier_of(config::OffloadDevice d) {
-  switch (d) {
-    case config::OffloadDevice::kNone: return Tier::device;
-    case config::OffloadDevice::kCpu: return Tier::pinned;
-    case config::OffloadDevice::kNvme: return Tier::nvme;
-  }
-  return Tier::device;
-}
-
 std::uint64_t round_up(std::uint64_t v, std::uint64_t a) { return (v + a - 1) / a * a; }
 
 // Pinned buffers are whole pages (offload/host_buffer.h).
@@ -27,36 +18,6 @@ std::uint64_t pinned_bytes(std::uint64_t v) { return round_up(v, 4096); }
 
 }  // namespace
 
-const char* tier_name(Tier tier) {
-  switch (tier) {
-    case Tier::device: return "device";
-    case Tier::pinned: return "pinned host";
-    case Tier::nvme: return "nvme";
-  }
-  return "?";
-}
-
-const char* state_class_name(StateClass c) {
-  switch (c) {
-    case StateClass::parameters: return "parameters";
-    case StateClass::gradients: return "gradients";
-    case StateClass::optimizer_states: return "optimizer states";
-    case StateClass::activations: return "activations";
-    case StateClass::buffers: return "buffers";
-  }
-  return "?";
-}
-
-const char* state_name(StateKind kind) {
-  switch (kind) {
-    case StateKind::param: return "param";
-    case StateKind::master: return "master";
-    case StateKind::exp_avg: return "exp_avg";
-    case StateKind::exp_avg_sq: return "exp_avg_sq";
-    case StateKind::grad_accum: return "grad_accum";
-  }
-  return "?";
-}
 
 std::vector<std::string> nvme_paths(const config::Config& config) {
   const config::ZeroConfig& z = config.zero_optimization;
@@ -123,9 +84,10 @@ ZeroPlan compute_plan(const config::Config& config, const PlanInputs& in) {
   plan.shards = z.stage >= 1 ? in.world : 1;
   const std::size_t ds = dtype_size(in.dtype);
   // Inference streams parameters at any stage: there is nothing else to shard.
-  const Tier param_tier = z.stage == 3 || !in.optimizer ? tier_of(z.offload_param.device) : Tier::device;
-  const Tier opt_tier = in.optimizer ? tier_of(z.offload_optimizer.device) : Tier::device;
-  const std::uint64_t persistence = z.stage3_param_persistence_threshold.value_or(100'000);
+  const Tier param_tier = z.stage == 3 || !in.optimizer ? placement_tier(z.offload_param.device) : Tier::device;
+  const Tier opt_tier = in.optimizer ? placement_tier(z.offload_optimizer.device) : Tier::device;
+  using config::ZeroConfig;
+  const std::uint64_t persistence = config::value_or_default(z, &ZeroConfig::stage3_param_persistence_threshold);
   if (in.quant.enabled()) {
     if (in.optimizer) throw Error("weight quantization is for inference only", "--quantize");
     if (!kernels::host::quant_format_valid(in.quant.bits, in.quant.group)) {
@@ -261,8 +223,9 @@ ZeroPlan compute_plan(const config::Config& config, const PlanInputs& in) {
   const int c0 = plan.modules[0].size_class;
   // With several ranks at stage >= 1, a module over reduce_bucket_size elements is reduced
   // through a bucket buffer of that size next to its gradient.
-  const std::uint64_t bucket_numel = std::max<std::uint64_t>(z.reduce_bucket_size.value_or(500'000'000),
-                                                             static_cast<std::uint64_t>(in.world));
+  const std::uint64_t bucket_numel =
+      std::max<std::uint64_t>(config::value_or_default(z, &config::ZeroConfig::reduce_bucket_size),
+                              static_cast<std::uint64_t>(in.world));
   auto bucket = [&](std::size_t m) -> std::uint64_t {
     const ModulePartition& p = plan.modules[m].part;
     if (plan.shards == 1 || p.padded_numel <= bucket_numel) return 0;

@@ -61,7 +61,7 @@ struct PlanInputs {
   std::uint64_t pinned_budget_bytes = 0;
   std::uint64_t nvme_free_bytes = 0;   // over the nvme_path folders' file systems (each once)
   std::vector<std::string> nvme_paths; // named in the error when NVMe does not fit
-  std::size_t nvme_block_bytes = 1 << 20;
+  std::size_t nvme_block_bytes = offload::kDefaultBlockBytes;  // aio.block_size
   // Inference (make_inference_plan): no optimizer states, no gradients; `keep_resident[m]` keeps
   // module m's full parameters on the device whatever the config offloads (empty: none).
   bool optimizer = true;

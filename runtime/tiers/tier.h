@@ -1,11 +1,28 @@
 #pragma once
-// The tiers a model state can live in, and the states the tier store keeps per module.
+// The tiers a model state can live in, the states the tier store keeps per module, and the one
+// place their names are spelled.
 #include <cstdint>
+#include <string>
+
+#include "runtime/config/config.h"
 
 namespace strata::runtime::tiers {
 
 enum class Tier { device, pinned, nvme };
-const char* tier_name(Tier tier);  // "device" | "pinned host" | "nvme"
+inline constexpr int kTiers = 3;
+
+// Names (docs/config.md, "Names of tiers and placements"). Tiers are strata's vocabulary;
+// placements, what a config's offload_param / offload_optimizer device says, DeepSpeed's.
+//   tier_key(t)   "device" | "pinned" | "nvme"         JSON keys, chart series, narrow columns
+//   tier_name(t)  "device" | "pinned host" | "nvme"    tables and messages
+//   a placement   config::to_string(d): "none" | "cpu" | "nvme", in JSON and in placement_label()
+const char* tier_key(Tier tier);
+const char* tier_name(Tier tier);
+// Where a placement puts the states: none -> device, cpu -> pinned, nvme -> nvme.
+Tier placement_tier(config::OffloadDevice device);
+// "stage 3, offload params nvme, optimizer none"; "stage 1, offload optimizer cpu" (no
+// parameter offload below stage 3).
+std::string placement_label(int stage, config::OffloadDevice params, config::OffloadDevice optimizer);
 
 // The states of one module on one rank, each owned by the tier store (tier_store.h).
 enum class StateKind {

@@ -67,7 +67,7 @@ offload::AioOptions with_hook(offload::AioOptions o, const offload::CompletionHo
 TierStore::Backing::Backing(const config::Config& config, device::Device& device,
                             const offload::CompletionHook& io_hook)
     : cpu_threads(static_cast<int>(config.strata.cpu_threads)),
-      pinned(config.strata.pinned_memory_bytes, pin_hook(device, cpu_threads, touch_window_numel), "pinned host",
+      pinned(config.strata.pinned_memory_bytes, pin_hook(device, cpu_threads, touch_window_numel), tier_name(Tier::pinned),
              "strata.pinned_memory"),
       io(with_hook(aio_options(config), io_hook), &pinned) {
   STRATA_ASSERT(config.strata.pinned_memory_bytes > 0,
@@ -96,22 +96,22 @@ TierStore::~TierStore() = default;
 void TierStore::register_usage(device::Device& device) {
   std::weak_ptr<Backing> weak = backing_;
   device.add_tier([weak] {
-    device::TierUsage usage{"pinned host", 0, 0, 0};
+    device::TierUsage usage{tier_name(Tier::pinned), 0, 0, 0};
     if (auto s = weak.lock()) {
       offload::HostPoolStats stats = s->pinned.stats();
-      usage = {"pinned host", stats.current_bytes, stats.peak_bytes, stats.budget_bytes};
+      usage = {tier_name(Tier::pinned), stats.current_bytes, stats.peak_bytes, stats.budget_bytes};
     }
     return usage;
   });
   if (!backing_->swap) return;
   device.add_tier([weak] {
-    device::TierUsage usage{"nvme", 0, 0, 0};
+    device::TierUsage usage{tier_name(Tier::nvme), 0, 0, 0};
     if (auto s = weak.lock()) {
       offload::SwapStats stats = s->swap->stats();
       std::uint64_t free_bytes = 0;
       for (const offload::SwapPathStats& p : stats.paths) free_bytes += p.free_bytes;
       // The NVMe budget is what the files hold plus what the file systems have left.
-      usage = {"nvme", stats.used_bytes, stats.peak_bytes, stats.file_bytes + free_bytes};
+      usage = {tier_name(Tier::nvme), stats.used_bytes, stats.peak_bytes, stats.file_bytes + free_bytes};
     }
     return usage;
   });

@@ -47,39 +47,9 @@
 #include "runtime/tiers/tier.h"
 #include "runtime/tiers/tier_store.h"
 #include "runtime/trace/trace.h"
+#include "runtime/zero/engine_setup.h"
 
 namespace strata::runtime::zero {
-
-
-struct EngineSetup {
-  std::vector<std::size_t> module_numels;
-  std::vector<std::string> module_names;
-  DType dtype = DType::f32;              // compute dtype of parameters and gradients
-  std::uint64_t activation_bytes = 0;    // the model's reserve() for the micro-batch (for the plan)
-  std::uint64_t kv_cache_pinned_bytes = 0;  // inference: a KV cache in pinned host memory (for the plan)
-  std::string activation_flags;  // inference: the flags that shrink activation_bytes (for a fit error)
-  offload::CompletionHook io_completion_hook;  // tests only: the tier I/O engine's (aio_engine.h)
-  // Inference only (InferenceEngine): the streamed modules' weights quantized (tiers/plan.h);
-  // the training engine refuses it.
-  tiers::WeightQuant quant;
-};
-
-// Bytes moved and fetch statistics since the engine was made (this rank).
-struct EngineCounters {
-  std::uint64_t h2d_bytes = 0;
-  std::uint64_t d2h_bytes = 0;
-  std::uint64_t collective_bytes = 0;  // per-rank bus volume: (W-1)/W of an all-gather or
-                                       // reduce-scatter's full size, 2(W-1)/W of an all-reduce's
-  std::uint64_t nvme_read_bytes = 0;
-  std::uint64_t nvme_write_bytes = 0;
-  std::uint64_t fetches = 0;           // gathers of a non-resident module
-  std::uint64_t prefetched = 0;        // of which issued ahead of their acquire
-  std::uint64_t reused = 0;            // acquires served by a module kept gathered
-  std::uint64_t trace_divergences = 0;
-  std::uint64_t skipped_steps = 0;     // fp16 overflow
-  std::uint64_t speculative_updates = 0;  // module updates run before the norm was known
-  std::uint64_t speculative_redone = 0;   // of which redone (the norm was over the threshold)
-};
 
 struct StepOutcome {
   bool skipped = false;     // fp16 overflow: no update

@@ -26,7 +26,8 @@ GradPath::GradPath(const config::Config& config, tiers::TierStore& store, device
       accumulator_([&device] { device.bind_thread(); }) {
   gas_ = static_cast<int>(config.gradient_accumulation_steps.value_or(std::uint64_t{1}).value_or(1));
   threads_ = static_cast<int>(config.strata.cpu_threads);
-  reduce_bucket_ = static_cast<std::size_t>(config.zero_optimization.reduce_bucket_size.value_or(500'000'000));
+  reduce_bucket_ = static_cast<std::size_t>(
+      config::value_or_default(config.zero_optimization, &config::ZeroConfig::reduce_bucket_size));
   modules_.resize(static_cast<std::size_t>(store.module_count()));
   std::size_t max_host_shard = 0;
   for (int m = 0; m < store.module_count(); ++m) {

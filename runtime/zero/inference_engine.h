@@ -36,7 +36,7 @@
 #include "runtime/tiers/plan.h"
 #include "runtime/tiers/tier_store.h"
 #include "runtime/trace/trace.h"
-#include "runtime/zero/engine.h"
+#include "runtime/zero/engine_setup.h"
 
 namespace strata::runtime::zero {
 

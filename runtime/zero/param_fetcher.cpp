@@ -42,7 +42,7 @@ ParamFetcher::ParamFetcher(const config::Config& config, tiers::TierStore& store
       dtype_(store.dtype()),
       shards_(store.plan().shards) {
   const config::ZeroConfig& z = config.zero_optimization;
-  prefetch_bucket_ = z.stage3_prefetch_bucket_size.value_or(50'000'000);
+  prefetch_bucket_ = config::value_or_default(z, &config::ZeroConfig::stage3_prefetch_bucket_size);
   max_live_ = z.stage3_max_live_parameters;
   max_reuse_distance_ = z.stage3_max_reuse_distance;
   modules_.resize(static_cast<std::size_t>(store.module_count()));

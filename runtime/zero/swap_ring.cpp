@@ -132,8 +132,8 @@ void SwapRing::release(const Window& window) {
 }
 
 void SwapRing::flush() {
-  // Every read and write is waited for, even after one of them failed (Note [Drain everything,
-  // then report] in core/shutdown.h): the sets' buffers must outlive all of them. The first
+  // Every read and write is waited for, even after one of them failed
+  // (Note [Drain everything, then report] in core/shutdown.h): the sets' buffers must outlive all of them. The first
   // failure is thrown at the end.
   std::exception_ptr first;
   for (Set& set : sets_) {

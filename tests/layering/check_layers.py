@@ -21,6 +21,11 @@ A file in runtime/X/ may include runtime/X/ and the subfolders before X, never o
 only the engine's facade, runtime/zero/engine.h, not the engine's internals. A subfolder of
 runtime/ that is not in the list is itself reported: place it in RUNTIME_ORDER.
 
+Models and the runtime. models/ reaches the runtime only through the ParamProvider
+(runtime/params/), the device (runtime/device/) and the ops (runtime/ops/): a model never sees
+where its parameters live (tiers/), the engine (zero/) or checkpoints (checkpoint/), so a new
+family or a new tier is a change on one side only.
+
 CUDA. CUDA headers (cuda*.h, cublas*.h, nccl.h, nvml.h, curand*.h, <cuda/...>, cub, thrust)
 may be included only in runtime/device/, runtime/comm/ and kernels/cuda/ (and tests):
 everything else builds without a GPU stack.
@@ -51,6 +56,8 @@ RUNTIME_RANK = {name: i for i, name in enumerate(RUNTIME_ORDER)}
 # (including subfolder, included subfolder) -> the only headers of the latter it may include,
 # on top of what the order allows.
 RUNTIME_ONLY = {("checkpoint", "zero"): {"runtime/zero/engine.h"}}
+# The runtime subfolders models/ may include.
+MODELS_RUNTIME = {"params", "device", "ops"}
 CUDA_DIRS = ("runtime/device/", "runtime/comm/", "kernels/cuda/")
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
 CUDA_HEADER = re.compile(r'^(cuda[^/]*\.h|cublas[^/]*\.h|nccl\.h|nvml\.h|curand[^/]*\.h|cuda/.*|cub/.*|thrust/.*)$')
@@ -112,6 +119,12 @@ def check(root):
                         if m.group(1) == '"' and top in ALLOWED and top not in ALLOWED[layer]:
                             problems.append(f"{rel}:{lineno}: {layer}/ includes \"{header}\" from "
                                             f"{top}/, which it does not depend on")
+                        if m.group(1) == '"' and layer == "models" and top == "runtime":
+                            sub = header.split("/")[1] if header.count("/") >= 2 else ""
+                            if sub not in MODELS_RUNTIME:
+                                allowed = ", ".join(f"runtime/{s}/" for s in sorted(MODELS_RUNTIME))
+                                problems.append(f"{rel}:{lineno}: models/ includes \"{header}\": a model "
+                                                f"reaches the runtime only through {allowed}")
                         if m.group(1) == '"' and layer == "runtime" and top == "runtime":
                             problems += check_runtime_include(rel, lineno, header)
                         if CUDA_HEADER.match(header) and not cuda_allowed(rel):

@@ -183,9 +183,10 @@ def format_bytes(n):
 
 def table_cells(stdout, label):
     """The device, grows-to, pinned and nvme cells of a table row (cmd_estimate.cpp's widths)."""
+    w = 45  # the label column
     for line in stdout.splitlines():
-        if line[:42].rstrip() == label:
-            return [line[43 + 11 * i:53 + 11 * i].strip() for i in range(4)]
+        if line[:w].rstrip() == label:
+            return [line[w + 1 + 11 * i:w + 11 + 11 * i].strip() for i in range(4)]
     raise Failure(f"no table row {label!r} in:\n{stdout}")
 
 
@@ -199,10 +200,11 @@ def case_planning(strata, root):
     for r in rows:
         if r["offload_param"] == "none":
             continue
-        label = f"stage 3, params {r['offload_param']}, optimizer {r['offload_optimizer']}"
+        # The table's label names the placement as the JSON does (runtime/tiers/tier.h).
+        label = f"stage 3, offload params {r['offload_param']}, optimizer {r['offload_optimizer']}"
         device, grows, pinned, nvme = table_cells(text.stdout, label)
         need, used = r["needed_bytes"], r["bytes"]["device"]
-        print(f"  {label:40} device {device:>10} (needed {need['device']}, allocates {used}) grows to {grows!r}")
+        print(f"  {label:45} device {device:>10} (needed {need['device']}, allocates {used}) grows to {grows!r}")
         check(device == format_bytes(need["device"]),
               f"{label}: the device column says {device}, the plan needs {format_bytes(need['device'])}")
         check(device != format_bytes(r["budget_bytes"]["device"]), f"{label}: the device column is the budget")
@@ -274,7 +276,7 @@ def case_cli(strata, root):
             check("short by" in r.get("advice", ""), f"a row that does not fit says nothing: {r}")
     text = subprocess.run([strata, "estimate", "--preset", "gpt2", "--device-memory", "80GB"],
                           capture_output=True, text=True, timeout=60)
-    check(text.returncode == 0 and "ZeRO paper" in text.stdout and "stage 3, params nvme, optimizer nvme"
+    check(text.returncode == 0 and "ZeRO paper" in text.stdout and "stage 3, offload params nvme, optimizer nvme"
           in text.stdout, f"the table:\n{text.stdout}\n{text.stderr}")
     bad_profile = os.path.join(root, "profile.json")
     with open(bad_profile, "w") as f:

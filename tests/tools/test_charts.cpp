@@ -320,7 +320,7 @@ TEST(MemoryChart, OneSeriesPerTierStackedByKind) {
 TEST(MemoryChart, BudgetFarAboveTheDataKeepsTheBarsTall) {
   const std::uint64_t mib = 1 << 20;
   std::vector<MemoryCell> cells;
-  for (const char* label : {"stage 0, optimizer device", "stage 3, params nvme, optimizer nvme"}) {
+  for (const char* label : {"stage 0, offload optimizer none", "stage 3, offload params nvme, optimizer nvme"}) {
     cells.push_back({label, {{"device", {{"parameters", 20 * mib}}, 80ull << 30}, {"nvme", {{"buffers", 30 * mib}}, 1ull << 40}}});
   }
   const std::unique_ptr<Node> root = parse_svg(memory_chart_svg(cells, "far budgets"));
@@ -365,7 +365,7 @@ TEST(StepTimeChart, OneSeriesPerResourceAndStepMarkers) {
 TEST(StepTimeChart, WideDataStaysNarrowAndVisible) {
   std::vector<StepTimeCell> cells;
   for (int i = 0; i < 20; ++i) {
-    StepTimeCell c{"stage 3, params nvme, optimizer nvme #" + std::to_string(i), {}, 200.0, 40.0};
+    StepTimeCell c{"stage 3, offload params nvme, optimizer nvme #" + std::to_string(i), {}, 200.0, 40.0};
     for (const char* r : {"compute", "h2d", "d2h", "comm", "cpu optimizer", "nvme read", "nvme write"}) {
       c.busy_ms.emplace_back(r, std::string(r) == "compute" ? 190.0 : 0.01);
     }

@@ -9,8 +9,8 @@
 //      computes, and published at the end of step N+1 (runtime/checkpoint/checkpoint_saver.h);
 //   3. the limit: the I/O engine with the runs' aio options writing as many bytes as the shard
 //      file into a new file in the same folder (O_DIRECT where allowed, as the shard file),
-//      from one buffer of random bytes, all requests at once, then fdatasync (Note [The write
-//      limit]).
+//      from one buffer of random bytes, all requests at once, then fdatasync
+//      (Note [The write limit]).
 // The timed steps are 3 .. --steps - 1 in both runs: the first kWarmupSteps warm up, and the last
 // is left out because `strata train` saves at the end of every run that has --checkpoint-dir and
 // waits there for that save, which a step in the middle of training never does.
@@ -171,8 +171,8 @@ Json row_json(const Row& r) {
 // The runs' I/O engine options: aio.* of the resolved config (the cell configs set none, so
 // DeepSpeed's defaults).
 
-// The bench; returns early, without the table, when `stop` caught a signal (Note [Stopping on a
-// signal], bench_children.h).
+// The bench; returns early, without the table, when `stop` caught a signal
+// (Note [Stopping on a signal], bench_children.h).
 void run_bench(const CheckpointBenchOptions& o, const train::StopSignals& stop) {
   const std::vector<std::string> placements = parse_placements(o.placements);
   const int last_timed = o.steps - 1;

@@ -10,7 +10,7 @@
 #include <numbers>
 #include <string>
 
-#include "runtime/checkpoint/checkpoint_dir.h"
+#include "core/file_io.h"
 #include "tools/charts/charts.h"
 #include "tools/charts/palette.h"
 #include "tools/charts/plot.h"
@@ -309,7 +309,7 @@ std::string memory_chart_svg(const std::vector<MemoryCell>& cells, std::string_v
 }
 
 void write_memory_chart(const std::string& path, const std::vector<MemoryCell>& cells, std::string_view title) {
-  runtime::checkpoint::write_file(path, memory_chart_svg(cells, title), false);
+  write_file(path, memory_chart_svg(cells, title), false);
 }
 
 // ---- Step time per resource ----
@@ -409,7 +409,7 @@ std::string step_time_chart_svg(const std::vector<StepTimeCell>& cells, std::str
 
 void write_step_time_chart(const std::string& path, const std::vector<StepTimeCell>& cells,
                            std::string_view title) {
-  runtime::checkpoint::write_file(path, step_time_chart_svg(cells, title), false);
+  write_file(path, step_time_chart_svg(cells, title), false);
 }
 
 }  // namespace strata::tools::charts

@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <string>
 
-#include "runtime/checkpoint/checkpoint_dir.h"
+#include "core/file_io.h"
 #include "tools/charts/charts.h"
 #include "tools/charts/palette.h"
 #include "tools/charts/plot.h"
@@ -173,7 +173,7 @@ std::string line_chart_svg(const LineChart& chart) {
 }
 
 void write_line_chart(const std::string& path, const LineChart& chart) {
-  runtime::checkpoint::write_file(path, line_chart_svg(chart), false);
+  write_file(path, line_chart_svg(chart), false);
 }
 
 }  // namespace strata::tools::charts

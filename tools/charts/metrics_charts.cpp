@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "runtime/tiers/tier.h"
 #include "tools/charts/charts.h"
 
 namespace strata::tools::charts {
@@ -25,7 +26,8 @@ namespace {
 // ordered_json keeps the tracks in the order the run wrote them (series and colors follow it).
 using Json = nlohmann::ordered_json;
 
-constexpr const char* kTiers[] = {"device", "pinned", "nvme"};
+// The tiers in index order, named by their JSON keys (runtime/tiers/tier.h).
+const char* tier_key(std::size_t t) { return runtime::tiers::tier_key(static_cast<runtime::tiers::Tier>(t)); }
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // What the charts use of one step.
@@ -34,7 +36,7 @@ struct StepRow {
   double loss = kNaN;          // null when the loss was not finite
   double tokens_per_s = kNaN;
   double step_ms = kNaN;
-  double peak_bytes[3] = {0, 0, 0};    // kTiers order
+  double peak_bytes[3] = {0, 0, 0};    // Tier order
   double budget_bytes[3] = {0, 0, 0};
   std::vector<std::pair<std::string, double>> busy_ms;
 };
@@ -57,7 +59,7 @@ StepRow parse_row(const Json& j) {
   r.step_ms = number_or_nan(j, "step_ms");
   if (const auto mem = j.find("memory"); mem != j.end() && mem->is_object()) {
     for (std::size_t t = 0; t < 3; ++t) {
-      const auto tier = mem->find(kTiers[t]);
+      const auto tier = mem->find(tier_key(t));
       if (tier == mem->end() || !tier->is_object()) continue;
       const double peak = number_or_nan(*tier, "peak_bytes"), budget = number_or_nan(*tier, "budget_bytes");
       r.peak_bytes[t] = std::isfinite(peak) ? peak : 0;
@@ -167,7 +169,7 @@ std::vector<std::string> write_metrics_charts(const std::string& metrics_jsonl, 
   // A tier is charted when the run used it: a budget or a peak above 0 at some step.
   for (std::size_t t = 0; t < 3; ++t) {
     double budget = 0, peak = 0;
-    Series s{kTiers[t], {}};
+    Series s{tier_key(t), {}};
     for (const StepRow& r : rows) {
       s.points.emplace_back(r.step, r.peak_bytes[t]);
       budget = std::max(budget, r.budget_bytes[t]);
@@ -175,7 +177,7 @@ std::vector<std::string> write_metrics_charts(const std::string& metrics_jsonl, 
     }
     if (budget <= 0 && peak <= 0) continue;
     memory.series.push_back(std::move(s));
-    if (budget > 0) memory.ref_lines.push_back({std::string(kTiers[t]) + " budget", budget, kTiers[t]});
+    if (budget > 0) memory.ref_lines.push_back({std::string(tier_key(t)) + " budget", budget, tier_key(t)});
   }
   write_line_chart(path("loss.svg"), loss);
   write_line_chart(path("throughput.svg"), speed);

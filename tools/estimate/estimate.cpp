@@ -17,15 +17,6 @@ namespace {
 using runtime::config::OffloadDevice;
 using runtime::tiers::Tier;
 
-std::string device_word(OffloadDevice d) {
-  switch (d) {
-    case OffloadDevice::kNone: return "device";
-    case OffloadDevice::kCpu: return "cpu";
-    case OffloadDevice::kNvme: return "nvme";
-  }
-  return "?";
-}
-
 // "device: short by 1.2 GiB (needs 3.2 GiB, has 2 GiB)" for each tier that does not fit, and
 // what would make it fit.
 std::string advice_for(const EstimateRow& row, const Budgets& b) {
@@ -56,12 +47,7 @@ std::string advice_for(const EstimateRow& row, const Budgets& b) {
 
 }  // namespace
 
-std::string Placement::label() const {
-  std::string s = "stage " + std::to_string(stage);
-  if (stage == 3) s += ", params " + device_word(param);
-  s += ", optimizer " + device_word(optimizer);
-  return s;
-}
+std::string Placement::label() const { return runtime::tiers::placement_label(stage, param, optimizer); }
 
 std::vector<Placement> all_placements() {
   std::vector<Placement> out;

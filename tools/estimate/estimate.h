@@ -56,7 +56,7 @@ struct Placement {
   int stage = 0;
   runtime::config::OffloadDevice param = runtime::config::OffloadDevice::kNone;
   runtime::config::OffloadDevice optimizer = runtime::config::OffloadDevice::kNone;
-  std::string label() const;  // "stage 3, params cpu, optimizer nvme"
+  std::string label() const;  // "stage 3, offload params cpu, optimizer nvme" (tiers::placement_label)
 };
 std::vector<Placement> all_placements();  // 0; 1-2 x optimizer none/cpu/nvme; 3 x 7 valid pairs
 

@@ -10,6 +10,7 @@ using runtime::tiers::StateClass;
 using runtime::tiers::Tier;
 
 nlohmann::json estimate_row_json(const EstimateInputs& in, const Estimate& e, const EstimateRow& r) {
+  // Placements in DeepSpeed's words, as the config says them (and placement_label() prints them).
   auto word = [](runtime::config::OffloadDevice d) { return std::string(runtime::config::to_string(d)); };
   nlohmann::json j = {{"stage", r.placement.stage},
                       {"world", r.world},
@@ -24,15 +25,15 @@ nlohmann::json estimate_row_json(const EstimateInputs& in, const Estimate& e, co
     j["fits"] = false;
     return j;
   }
-  const char* tier_keys[] = {"device", "pinned", "nvme"};
   const char* kind_keys[] = {"parameters", "gradients", "optimizer_states", "activations", "buffers"};
   nlohmann::json bytes, by_kind, need;
   for (int t = 0; t < runtime::tiers::kTiers; ++t) {
-    bytes[tier_keys[t]] = r.bytes.tier_bytes(static_cast<Tier>(t));
-    need[tier_keys[t]] = r.need[t];
+    const char* key = runtime::tiers::tier_key(static_cast<Tier>(t));
+    bytes[key] = r.bytes.tier_bytes(static_cast<Tier>(t));
+    need[key] = r.need[t];
     nlohmann::json kinds;
     for (int c = 0; c < runtime::tiers::kStateClasses; ++c) kinds[kind_keys[c]] = r.bytes.bytes[t][c];
-    by_kind[tier_keys[t]] = kinds;
+    by_kind[key] = kinds;
   }
   j["model_states_bytes"] = r.model_states_bytes;
   j["formula_bytes"] = r.formula_bytes;
@@ -40,8 +41,12 @@ nlohmann::json estimate_row_json(const EstimateInputs& in, const Estimate& e, co
   j["bytes"] = bytes;
   j["bytes_by_kind"] = by_kind;
   j["needed_bytes"] = need;
-  j["budget_bytes"] = {{"device", in.budgets.device}, {"pinned", in.budgets.pinned}, {"nvme", in.budgets.nvme}};
-  j["node_budget_bytes"] = {{"pinned", in.budgets.node_pinned}, {"nvme", in.budgets.node_nvme}};
+  using runtime::tiers::tier_key;
+  j["budget_bytes"] = {{tier_key(Tier::device), in.budgets.device},
+                       {tier_key(Tier::pinned), in.budgets.pinned},
+                       {tier_key(Tier::nvme), in.budgets.nvme}};
+  j["node_budget_bytes"] = {{tier_key(Tier::pinned), in.budgets.node_pinned},
+                            {tier_key(Tier::nvme), in.budgets.node_nvme}};
   j["collective_bytes"] = r.collective_bytes;
   j["fits"] = r.fits;
   if (!r.fits) j["advice"] = r.advice;
@@ -64,7 +69,7 @@ charts::MemoryCell memory_cell(const EstimateRow& row, const Budgets& budgets, b
   const std::uint64_t budget[] = {budgets.device, budgets.pinned, budgets.nvme};
   for (Tier t : {Tier::device, Tier::pinned, Tier::nvme}) {
     charts::TierBytes tb;
-    tb.tier = t == Tier::pinned ? "pinned" : runtime::tiers::tier_name(t);
+    tb.tier = runtime::tiers::tier_key(t);
     for (int c = 0; c < runtime::tiers::kStateClasses; ++c) {
       tb.bytes_by_kind.emplace_back(runtime::tiers::state_class_name(static_cast<StateClass>(c)),
                                     bytes.at(t, static_cast<StateClass>(c)));

@@ -34,7 +34,7 @@ void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary) << bytes;
 }
 
-std::string read_bytes(const std::string& path) { return checkpoint::read_text_file(path); }
+std::string read_bytes(const std::string& path) { return strata::read_text_file(path); }
 
 void flip_byte(const std::string& path, std::uint64_t at) {
   std::string b = read_bytes(path);

@@ -182,8 +182,8 @@ WriteSpans read_write_spans(const std::string& path) {
 
 // With clipping (and no speculation) the updates run back to back in forward order once the norm
 // is known. Module m's new parameters leave for NVMe as one write from a staging buffer, and the
-// optimizer worker goes on to module m+1's Adam without waiting for it (Note [Parameter writes
-// behind], updater.h): m+1's Adam starts while m's write is still in flight. An updater that
+// optimizer worker goes on to module m+1's Adam without waiting for it
+// (Note [Parameter writes behind], updater.h): m+1's Adam starts while m's write is still in flight. An updater that
 // waited for the write at the end of module m would start m+1's Adam only after the write's
 // completion, which ends its span on the disk's track before any waiter wakes (finish_piece).
 TEST(UpdatePipeline, AnUpdateStartsWhileThePreviousModulesParameterWriteIsInFlight) {
