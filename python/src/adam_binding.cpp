@@ -5,6 +5,8 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
 
+#include <cmath>
+
 #include <fmt/format.h>
 
 #include "core/cpu_features.h"
@@ -18,9 +20,51 @@ namespace nb = nanobind;
 namespace strata::py {
 namespace {
 
+// The per-step scalars from double hyper-parameters, as torch.optim.Adam / AdamW computes
+// them (Python floats are doubles; each scalar reaches the fp32 kernel rounded once): 1 - beta2
+// from the double beta2, not from its float (which would differ by 1.3e-5 relative at 0.999).
+cpu_adam::AdamScalars torch_scalars(double lr, double beta1, double beta2, double eps,
+                                    double weight_decay, bool adamw, bool bias_correction,
+                                    std::int64_t step, double grad_scale) {
+  auto bad = [](const char* field, double value, const char* rule) {
+    return Error(fmt::format("Adam hyper-parameter {} = {} is invalid: it must be {}", field,
+                             value, rule),
+                 fmt::format("optimizer hyper-parameter '{}'", field),
+                 "fix the optimizer's arguments or its param group");
+  };
+  if (!(std::isfinite(lr) && lr >= 0)) throw bad("lr", lr, "finite and >= 0");
+  if (!(beta1 >= 0 && beta1 < 1)) throw bad("beta1", beta1, "in [0, 1)");
+  if (!(beta2 >= 0 && beta2 < 1)) throw bad("beta2", beta2, "in [0, 1)");
+  if (!(std::isfinite(eps) && eps > 0)) throw bad("eps", eps, "finite and > 0");
+  if (!(std::isfinite(weight_decay) && weight_decay >= 0))
+    throw bad("weight_decay", weight_decay, "finite and >= 0");
+  if (step < 1) throw Error(fmt::format("step {} is below 1", step), "adam_step", "steps count from 1");
+  double step_size = lr;
+  double bc2_sqrt = 1.0;
+  if (bias_correction) {
+    const auto t = static_cast<double>(step);
+    step_size = lr / (1.0 - std::pow(beta1, t));
+    bc2_sqrt = std::sqrt(1.0 - std::pow(beta2, t));
+  }
+  cpu_adam::AdamScalars s{};
+  s.grad_scale = static_cast<float>(grad_scale);
+  s.beta1 = static_cast<float>(beta1);
+  s.one_minus_beta1 = static_cast<float>(1.0 - beta1);
+  s.beta2 = static_cast<float>(beta2);
+  s.one_minus_beta2 = static_cast<float>(1.0 - beta2);
+  s.step_size = static_cast<float>(step_size);
+  s.bc2_sqrt = static_cast<float>(bc2_sqrt);
+  s.eps = static_cast<float>(eps);
+  s.has_l2 = !adamw && weight_decay != 0.0;
+  s.l2 = s.has_l2 ? static_cast<float>(weight_decay) : 0.0f;
+  s.has_decay = adamw && weight_decay != 0.0;
+  s.decay = s.has_decay ? static_cast<float>(1.0 - lr * weight_decay) : 1.0f;
+  return s;
+}
+
 void adam_step_py(MutArray params, AnyArray grads, MutArray exp_avg, MutArray exp_avg_sq,
-                  std::int64_t step, float lr, float beta1, float beta2, float eps,
-                  float weight_decay, bool adamw, bool bias_correction, float grad_scale,
+                  std::int64_t step, double lr, double beta1, double beta2, double eps,
+                  double weight_decay, bool adamw, bool bias_correction, double grad_scale,
                   int threads, std::optional<MutArray> params_out) {
   const TensorView p = float_view(params, "params");
   const TensorView g = float_view(grads, "grads");
@@ -32,17 +76,10 @@ void adam_step_py(MutArray params, AnyArray grads, MutArray exp_avg, MutArray ex
   require_same_numel(g, p, "grads", "params");
   require_same_numel(m, p, "exp_avg", "params");
   require_same_numel(v, p, "exp_avg_sq", "params");
-  if (step < 1) throw Error(fmt::format("step {} is below 1", step), "adam_step", "steps count from 1");
   if (threads < 0) throw Error("threads is negative", "adam_step", "pass 0 for every CPU");
-  cpu_adam::AdamHyper hyper;
-  hyper.lr = lr;
-  hyper.beta1 = beta1;
-  hyper.beta2 = beta2;
-  hyper.eps = eps;
-  hyper.weight_decay = weight_decay;
-  hyper.mode = adamw ? cpu_adam::AdamMode::adamw : cpu_adam::AdamMode::adam;
-  hyper.bias_correction = bias_correction;
-  cpu_adam::check_hyper(hyper);  // before anything is written: nothing half-updated
+  // Before anything is written: nothing half-updated.
+  const cpu_adam::AdamScalars scalars = torch_scalars(lr, beta1, beta2, eps, weight_decay, adamw,
+                                                      bias_correction, step, grad_scale);
   cpu_adam::AdamShard shard;
   shard.params = reinterpret_cast<float*>(p.data);
   shard.grads = g.data;
@@ -62,7 +99,7 @@ void adam_step_py(MutArray params, AnyArray grads, MutArray exp_avg, MutArray ex
   }
   if (p.numel == 0) return;
   nb::gil_scoped_release release;
-  cpu_adam::adam_step(active_simd(), threads, hyper, step, shard, grad_scale);
+  cpu_adam::adam_step(active_simd(), threads, scalars, shard);
 }
 
 double grad_sq_norm_py(AnyArray grads, float scale, int threads) {
@@ -107,7 +144,7 @@ void bind_adam(nb::module_& m) {
   m.def("adam_step", &adam_step_py, nb::arg("params"), nb::arg("grads"), nb::arg("exp_avg"),
         nb::arg("exp_avg_sq"), nb::arg("step"), nb::arg("lr"), nb::arg("beta1"),
         nb::arg("beta2"), nb::arg("eps"), nb::arg("weight_decay"), nb::arg("adamw"),
-        nb::arg("bias_correction"), nb::arg("grad_scale") = 1.0f, nb::arg("threads") = 0,
+        nb::arg("bias_correction"), nb::arg("grad_scale") = 1.0, nb::arg("threads") = 0,
         nb::arg("params_out") = nb::none(),
         "One Adam/AdamW step of cpu_adam on contiguous host tensors (fp32 params and states; "
         "grads fp32/bf16/fp16; optional bf16/fp16 copy of the new params). Releases the GIL.");
