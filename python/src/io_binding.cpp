@@ -178,8 +178,11 @@ IoRequest::~IoRequest() {
 
 void IoRequest::wait() {
   if (!handle_) return;
+  // Taken out first: a failed request is reported once, here, not again by the destructor.
+  const offload::AioHandle handle = std::move(handle_);
+  handle_ = {};
   nb::gil_scoped_release release;
-  engine_->engine.wait(handle_);
+  engine_->engine.wait(handle);
 }
 
 bool IoRequest::done() const { return !handle_ || engine_->engine.poll(handle_); }
