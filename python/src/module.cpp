@@ -11,6 +11,7 @@ namespace nb = nanobind;
 
 namespace strata::py {
 void bind_adam(nb::module_& m);
+void bind_bench(nb::module_& m);
 }
 
 NB_MODULE(_strata, m) {
@@ -35,4 +36,5 @@ NB_MODULE(_strata, m) {
   strata::py::bind_adam(m);
   strata::py::bind_io(m);
   strata::py::bind_swap(m);
+  strata::py::bind_bench(m);
 }
