@@ -54,5 +54,9 @@ if [[ -f $reqs ]] && ! cmp -s "$reqs" "$venv/.requirements"; then
   mkdir -p build
   [[ -x $venv/bin/python ]] || /usr/bin/python3 -m venv --system-site-packages "$venv"
   "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$reqs"
+  # The build backend's wheels, for the pip-install test (python/tests/test_install.py): it
+  # installs into a fresh venv with pip's build isolation from these, offline.
+  "$venv/bin/python" -m pip download -q --disable-pip-version-check -d "$venv/wheelhouse" \
+    $(grep -E '^(nanobind|scikit-build-core)==' "$reqs")
   cp "$reqs" "$venv/.requirements"
 fi
