@@ -17,7 +17,11 @@ hooks) so that `p.grad` stays None. Without clipping, a parameter's Adam starts 
 thread as soon as its last micro-batch's gradient is in (gradient_accumulation_steps), while
 backward goes on; with clip_grad_norm it waits for the global norm, computed at step() from
 the host gradients. step() waits for the updates and copies each new master weight into its
-parameter (rounded to its dtype) before it returns.
+parameter (rounded to its dtype) before it returns; with overlap_next_forward=True (and
+model=) it returns once the parameters outside the model's blocks (the modules of its
+nn.ModuleList / nn.Sequential: a transformer's layers) are updated, and each block's next
+forward waits for its own parameters only, so the updates overlap the next forward as the
+engine's speculative path does.
 
 Clipping is torch.nn.utils.clip_grad_norm_'s math (coef = max_norm / (norm + 1e-6), clamped to
 1, applied to the gradient), then Adam(W) as torch computes it; the gradients are summed over
@@ -55,7 +59,8 @@ class OffloadOptimizer(torch.optim.Optimizer):
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01,
                  adamw_mode=True, bias_correction=True, states="cpu", nvme_path=None,
                  clip_grad_norm=None, gradient_accumulation_steps=1, threads=None,
-                 block_size=1 << 20, queue_depth=32, checksum=True):
+                 block_size=1 << 20, queue_depth=32, checksum=True, overlap_next_forward=False,
+                 model=None):
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
                         bias_correction=bias_correction)
         super().__init__(params, defaults)
@@ -65,6 +70,11 @@ class OffloadOptimizer(torch.optim.Optimizer):
         if not isinstance(gradient_accumulation_steps, int) or gradient_accumulation_steps < 1:
             raise error(f"gradient_accumulation_steps={gradient_accumulation_steps!r} is not a "
                         "count >= 1", "OffloadOptimizer", "pass 1 or more")
+        if overlap_next_forward and not isinstance(model, torch.nn.Module):
+            raise error("overlap_next_forward=True needs the model", "OffloadOptimizer",
+                        "pass model=<the nn.Module>: each module's next forward waits for its "
+                        "own parameters' update")
+        self.overlap = bool(overlap_next_forward)
         self.adamw_mode = bool(adamw_mode)
         self.clip_grad_norm = clip_grad_norm
         self.accumulation = gradient_accumulation_steps
@@ -94,6 +104,35 @@ class OffloadOptimizer(torch.optim.Optimizer):
         for s in self._slots:
             if s.param.requires_grad:
                 self._install_hook(s)
+        self._forward_hooks = []
+        self._jobs = []           # the worker's jobs in flight (their writes may outlast futures)
+        self._at_step = []        # overlap: slots step() still waits for (outside every block)
+        if self.overlap:
+            self._hook_blocks(model)
+
+    def _hook_blocks(self, model):
+        # The blocks: the modules held by an nn.ModuleList / nn.Sequential (a transformer's
+        # layers), outermost only. A block's forward waits for every parameter in it, however
+        # deep (nn.MultiheadAttention reads out_proj's weight without calling out_proj); the
+        # parameters outside every block (embeddings, head, final norm) are waited for by
+        # step(), and updated first.
+        blocks, inside = [], set()
+        for parent in model.modules():
+            if id(parent) in inside or not isinstance(parent, (torch.nn.ModuleList,
+                                                               torch.nn.Sequential)):
+                continue
+            for child in parent.children():
+                if id(child) not in inside:
+                    blocks.append(child)
+                    inside.update(id(m) for m in child.modules())
+        in_block = set()
+        for block in blocks:
+            own = [self._by_param[p] for p in block.parameters() if p in self._by_param]
+            in_block.update(s.index for s in own)
+            if own:
+                self._forward_hooks.append(block.register_forward_pre_hook(
+                    lambda mod, inputs, own=own: self._await(own)))
+        self._at_step = [s for s in self._slots if s.index not in in_block]
 
     # --- gradients ---------------------------------------------------------------------------
     def _install_hook(self, slot):
@@ -119,6 +158,8 @@ class OffloadOptimizer(torch.optim.Optimizer):
                         f"gradient_accumulation_steps={self.accumulation}; its update had "
                         "already started", where,
                         "pass gradient_accumulation_steps=<backward passes per step>")
+        if slot.micro == 0 and slot.future is not None:
+            self._await([slot])  # the last step's update (overlap_next_forward) reads slot.grad
         grad = grad.detach()
         if grad.is_sparse:
             raise error("the gradient is sparse", where, "use dense gradients")
@@ -137,19 +178,51 @@ class OffloadOptimizer(torch.optim.Optimizer):
                            threads=self.threads)
         slot.micro += 1
         if self._eager and slot.micro == self.accumulation:
-            slot.future = self._worker.submit(self._update, [slot], 1.0)
+            self._submit([slot], 1.0)
 
     # --- the update --------------------------------------------------------------------------
-    def _update(self, slots, coef):
+    def _submit(self, slots, coef):
+        """Runs _update(slots, coef) on the worker; each slot's future completes when its
+        parameter holds its new value (so a module's forward may wait for its own only)."""
+        # The worker gets the futures themselves: the main thread clears slot.future when it
+        # takes one to wait on.
+        futures = {}
+        for s in slots:
+            s.future = futures[s.index] = concurrent.futures.Future()
+        # The hyper-parameters as of now: a scheduler may change lr before the worker is done.
+        self._jobs.append(self._worker.submit(self._update_and_signal, slots, coef,
+                                              self._hyper(), futures))
+
+    def _hyper(self):
+        return [{k: g[k] for k in ("lr", "betas", "eps", "weight_decay", "bias_correction")}
+                for g in self.param_groups]
+
+    def _update_and_signal(self, slots, coef, hyper, futures):
+        try:
+            self._update(slots, coef, hyper, futures)
+        except BaseException as e:  # noqa: BLE001 - handed to whoever waits
+            for f in futures.values():
+                if not f.done():
+                    f.set_exception(e)
+
+    def _await(self, slots):
+        for s in slots:
+            if s.future is not None:
+                future, s.future = s.future, None
+                future.result()
+
+    def _update(self, slots, coef, hyper, futures=None):
         """Adam on the host states of `slots` (grads scaled by coef), on the worker thread or
-        the caller's; returns nothing, the new master weights are in the store."""
+        the caller's; the new master weights are in the store and in the parameters."""
         def one(i, states):
             slot = self._slots[i]
             slot.step += 1
             if slot.numel == 0:
+                if futures:
+                    futures[i].set_result(None)
                 return
             states = {k: v[:slot.numel] for k, v in states.items()}
-            group = self.param_groups[slot.group_index]
+            group = hyper[slot.group_index]
             beta1, beta2 = group["betas"]
             _strata.adam_step(states["master"], slot.grad, states["exp_avg"],
                               states["exp_avg_sq"], step=slot.step, lr=float(group["lr"]),
@@ -158,6 +231,8 @@ class OffloadOptimizer(torch.optim.Optimizer):
                               bias_correction=bool(group["bias_correction"]), grad_scale=coef,
                               threads=self.threads)
             self._publish(slot, states["master"])
+            if futures:
+                futures[i].set_result(None)
         self._store.update([s.index for s in slots], one)
 
     def _publish(self, slot, master):
@@ -193,36 +268,53 @@ class OffloadOptimizer(torch.optim.Optimizer):
         if self._eager:
             if any(s.micro != self.accumulation for s in ready):
                 bad = next(s for s in ready if s.micro != self.accumulation)
+                got = bad.micro
                 self._drain()
-                raise error(f"step() after {bad.micro} of {self.accumulation} micro-batches",
+                for s in ready:
+                    s.micro = 0
+                raise error(f"step() after {got} of {self.accumulation} micro-batches",
                             param_name(bad.group_index, bad.index),
                             "run gradient_accumulation_steps backward passes per step")
-            self._drain(raise_errors=True)
+            if not self.overlap:
+                self._drain(raise_errors=True)
+            else:
+                self._await(self._at_step)
         else:
             norm = self._global_norm(ready)
             self.last_grad_norm = norm
             # torch.nn.utils.clip_grad_norm_: fp32 norm, coef = max / (norm + 1e-6), clamped.
             norm32 = torch.tensor(norm, dtype=torch.float32)
             coef = float(torch.clamp(self.clip_grad_norm / (norm32 + 1e-6), max=1.0))
-            self._update(ready, coef)
+            if self.overlap:
+                # Outside-block parameters first: step() waits for them; each block's next
+                # forward waits for its own.
+                first = {s.index for s in self._at_step}
+                self._submit(sorted(ready, key=lambda s: s.index not in first), coef)
+                self._await(self._at_step)
+            else:
+                self._update(ready, coef, self._hyper())
+        self._jobs = [j for j in self._jobs if not j.done()]
         for s in self._slots:
             s.micro = 0
-            s.future = None
             if not _HAS_POST_ACC_HOOK:
                 s.param.grad = None
-        if any(s.param.device.type == "cuda" for s in self._slots):
+        if not self.overlap and any(s.param.device.type == "cuda" for s in self._slots):
             torch.cuda.synchronize()
         return loss
 
     def _drain(self, raise_errors=False):
+        """Waits for every update in flight (the first error is raised if asked)."""
         first = None
         for s in self._slots:
             if s.future is not None:
+                future, s.future = s.future, None
                 try:
-                    s.future.result()
+                    future.result()
                 except Exception as e:  # noqa: BLE001 - the first is re-raised below
                     first = first or e
-                s.future = None
+        for job in self._jobs:  # a job's last writes land after its last future is set
+            job.result()
+        self._jobs = []
         if first is not None and raise_errors:
             raise first
 
@@ -301,6 +393,9 @@ class OffloadOptimizer(torch.optim.Optimizer):
     def close(self):
         """Removes the hooks, stops the worker and frees the states (NVMe files removed)."""
         self._drain()
+        for h in getattr(self, "_forward_hooks", []):
+            h.remove()
+        self._forward_hooks = []
         for s in self._slots:
             if s.hook is not None:
                 s.hook.remove()

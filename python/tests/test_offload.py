@@ -268,3 +268,34 @@ def test_errors(nvme_dir, monkeypatch):
     # Integer parameters are refused by name.
     with pytest.raises(strata.StrataError, match="dtype"):
         OffloadOptimizer([torch.zeros(3, dtype=torch.int32)])
+
+
+@pytest.mark.parametrize("clip,accum", [(None, 1), (0.05, 2)])
+@pytest.mark.parametrize("states", ["cpu", "nvme"])
+def test_overlap_next_forward_same_bits(nvme_dir, clip, accum, states):
+    # Updates that overlap the next forward (each module waits for its own parameters) give
+    # the bits of the updates step() waits for, with a scheduler changing lr every step.
+    results = []
+    for overlap in (False, True):
+        model = lm()
+        opt = OffloadOptimizer(model.parameters(), lr=3e-3, clip_grad_norm=clip,
+                               gradient_accumulation_steps=accum if clip is None else 1,
+                               states=states, nvme_path=nvme_dir, overlap_next_forward=overlap,
+                               model=model if overlap else None)
+        sched = torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.7)
+        for step in range(6):
+            for micro in range(accum):
+                (lm_loss(model, lm_batch(step, micro)) / accum).backward()
+            opt.step()
+            sched.step()
+            opt.zero_grad()
+        opt.state_dict()  # waits for the last updates
+        results.append([p.detach().clone() for p in model.parameters()])
+        opt.close()
+    for a, b in zip(*results):
+        assert torch.equal(a, b)
+
+
+def test_overlap_needs_model():
+    with pytest.raises(strata.StrataError, match="model="):
+        OffloadOptimizer(mlp().parameters(), overlap_next_forward=True)
