@@ -87,12 +87,16 @@ class CPUAdam(torch.optim.Optimizer):
                         "parameters must keep their shape; build a new optimizer after resizing")
 
     @torch.no_grad()
-    def step(self, closure=None):
+    def step(self, closure=None, fp16_param_groups=None):
+        """One Adam(W) step of every parameter with a gradient. fp16_param_groups
+        (DeepSpeedCPUAdam's): a tensor or list of tensors per group, in the group's parameter
+        order, that receive the updated parameters converted to their dtype."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
         # Every parameter is checked before any is updated: nothing half-updated on an error.
+        copy_out = self._copy_out_targets(fp16_param_groups)
         work = []
         for gi, group in enumerate(self.param_groups):
             self._check_group(gi, group)
@@ -120,7 +124,30 @@ class CPUAdam(torch.optim.Optimizer):
                 adamw=self.adamw_mode, bias_correction=bool(group["bias_correction"]),
                 threads=self.threads,
                 params_out=p.detach() if master is not None else None)
+        for outs, group in zip(copy_out, self.param_groups):
+            for p, out in zip(group["params"], outs):
+                out.data.copy_(p.detach().view(out.shape))
         return loss
+
+    def _copy_out_targets(self, fp16_param_groups):
+        """fp16_param_groups as one list of tensors per group, checked (before any update)."""
+        if fp16_param_groups is None:
+            return []
+        if isinstance(fp16_param_groups, torch.Tensor):
+            fp16_param_groups = [fp16_param_groups]
+        if len(fp16_param_groups) != len(self.param_groups):
+            raise error(f"fp16_param_groups has {len(fp16_param_groups)} groups, the optimizer "
+                        f"{len(self.param_groups)}", "step(fp16_param_groups=...)",
+                        "pass one tensor or list of tensors per param group")
+        result = []
+        for gi, (group, outs) in enumerate(zip(self.param_groups, fp16_param_groups)):
+            outs = [outs] if isinstance(outs, torch.Tensor) else list(outs)
+            if len(outs) != len(group["params"]):
+                raise error(f"group {gi} of fp16_param_groups has {len(outs)} tensors, the "
+                            f"group {len(group['params'])} parameters",
+                            "step(fp16_param_groups=...)", "pass one tensor per parameter")
+            result.append(outs)
+        return result
 
     def load_state_dict(self, state_dict):
         """Loads a CPUAdam's or a torch Adam / AdamW's state_dict. torch's loader would cast

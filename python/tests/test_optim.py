@@ -199,3 +199,18 @@ def test_errors():
     ip.grad = torch.zeros(3, dtype=torch.int32)
     with pytest.raises(strata.StrataError, match=r"param_groups\[0\]\['params'\]\[0\]"):
         opt.step()
+
+
+def test_fp16_param_groups_receive_the_update():
+    # DeepSpeedCPUAdam's step(fp16_param_groups=...): the updated fp32 params, converted.
+    params = make_params(torch.float32, seed=8)
+    halves = [p.to(torch.float16) for p in params]
+    opt = CPUAdam(params, lr=1e-2)
+    for p, g in zip(params, grads_for(0, params)):
+        p.grad = g
+    opt.step(fp16_param_groups=[halves])
+    assert all(torch.equal(h, p.to(torch.float16)) for h, p in zip(halves, params))
+    before = [p.clone() for p in params]
+    with pytest.raises(strata.StrataError, match="fp16_param_groups"):
+        opt.step(fp16_param_groups=[halves[:1]])
+    assert all(torch.equal(a, b) for a, b in zip(before, params))  # refused before updating
