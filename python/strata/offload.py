@@ -26,7 +26,9 @@ engine's speculative path does.
 Clipping is torch.nn.utils.clip_grad_norm_'s math (coef = max_norm / (norm + 1e-6), clamped to
 1, applied to the gradient), then Adam(W) as torch computes it; the gradients are summed over
 micro-batches in fp32 in backward's order, as .grad accumulates. States on NVMe give the same
-bits as states in pinned memory: the same step on the same values.
+bits as states in pinned memory: the same step on the same values. Clip with
+clip_grad_norm=, not torch.nn.utils.clip_grad_norm_: the gradients are on the host (and
+`p.grad` is None where post-accumulate-grad hooks exist) by the time backward returns.
 """
 import concurrent.futures
 import math
@@ -109,6 +111,14 @@ class OffloadOptimizer(torch.optim.Optimizer):
         self._at_step = []        # overlap: slots step() still waits for (outside every block)
         if self.overlap:
             self._hook_blocks(model)
+        self._constructed = True
+
+    def add_param_group(self, param_group):
+        if getattr(self, "_constructed", False):
+            raise error("OffloadOptimizer's parameters are fixed when it is made (their states "
+                        "and hooks are set up then)", "add_param_group",
+                        "give every parameter group to the constructor")
+        super().add_param_group(param_group)
 
     def _hook_blocks(self, model):
         # The blocks: the modules held by an nn.ModuleList / nn.Sequential (a transformer's

@@ -299,3 +299,10 @@ def test_overlap_next_forward_same_bits(nvme_dir, clip, accum, states):
 def test_overlap_needs_model():
     with pytest.raises(strata.StrataError, match="model="):
         OffloadOptimizer(mlp().parameters(), overlap_next_forward=True)
+
+
+def test_param_groups_fixed_after_construction():
+    opt = OffloadOptimizer(mlp().parameters())
+    with pytest.raises(strata.StrataError, match="add_param_group"):
+        opt.add_param_group({"params": [torch.nn.Parameter(torch.zeros(3))]})
+    opt.close()
