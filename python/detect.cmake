@@ -23,7 +23,13 @@ else()
   execute_process(COMMAND "${STRATA_PYTHON_VENV}/bin/python" -m nanobind --cmake_dir
                   OUTPUT_VARIABLE strata_nanobind_dir OUTPUT_STRIP_TRAILING_WHITESPACE
                   RESULT_VARIABLE strata_nanobind_rc ERROR_QUIET)
-  if(strata_nanobind_rc EQUAL 0 AND EXISTS "${strata_nanobind_dir}")
+  # Python.h (python3-dev): without it AUTO skips the extension instead of failing configure.
+  execute_process(COMMAND "${STRATA_PYTHON_VENV}/bin/python" -c
+                          "import os, sysconfig; print(os.path.join(sysconfig.get_paths()['include'], 'Python.h'))"
+                  OUTPUT_VARIABLE strata_python_h OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+  if(NOT EXISTS "${strata_python_h}")
+    set(strata_python_why "no Python.h for ${STRATA_PYTHON_VENV}/bin/python (install python3-dev)")
+  elseif(strata_nanobind_rc EQUAL 0 AND EXISTS "${strata_nanobind_dir}")
     set(STRATA_HAVE_PYTHON ON)
     set(Python_EXECUTABLE "${STRATA_PYTHON_VENV}/bin/python" CACHE FILEPATH "" FORCE)
     set(nanobind_DIR "${strata_nanobind_dir}" CACHE PATH "" FORCE)
