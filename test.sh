@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up a fresh Debian 12 machine, builds strata and runs every test through ctest:
-#   1. release preset: every test (unit, concurrency, mpi; cuda tests skip without a GPU);
+#   1. release preset: every test (unit, concurrency, mpi; cuda tests skip without a GPU; the
+#      Python package's extension and its pytest suite, label python: docs/python.md);
 #   2. asan preset (ASan + UBSan, -O1 -g1): builds and runs the unit tests;
 #   3. tsan preset (clang + its OpenMP runtime): builds and runs the concurrency tests;
 #   4. fuzz preset (clang, libFuzzer + ASan + UBSan): builds only the parser fuzz targets

@@ -140,7 +140,10 @@ void adam_step(SimdLevel simd, int threads, const AdamHyper& hyper, std::int64_t
                const AdamShard& shard, float grad_scale) {
   check_hyper(hyper);
   STRATA_ASSERT(step >= 1, "adam_step: the step is 1-based");
-  const AdamScalars scalars = adam_scalars(hyper, step, grad_scale);
+  adam_step(simd, threads, adam_scalars(hyper, step, grad_scale), shard);
+}
+
+void adam_step(SimdLevel simd, int threads, const AdamScalars& scalars, const AdamShard& shard) {
   const detail::AdamSpanFn fn = span_fn(simd);
   const GradKind grad = grad_kind(shard.grad_dtype);
   const OutKind out = out_kind(shard);

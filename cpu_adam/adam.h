@@ -73,6 +73,11 @@ struct AdamShard {
 void adam_step(SimdLevel simd, int threads, const AdamHyper& hyper, std::int64_t step,
                const AdamShard& shard, float grad_scale);
 
+// The same step with the per-step scalars given instead of computed from an AdamHyper: for a
+// caller whose hyper-parameters are doubles (the Python package computes them as torch does,
+// 1 - beta2 in double from the double beta2, which AdamHyper's floats cannot express).
+void adam_step(SimdLevel simd, int threads, const AdamScalars& scalars, const AdamShard& shard);
+
 // The per-step scalars of step `step` (1-based), in double and rounded to float once, in the
 // order of torch.optim.Adam(W)'s step: step_size = lr / (1 - beta1^t), bc2_sqrt =
 // sqrt(1 - beta2^t). The one place they are computed: adam_step uses them, and runtime/ops
