@@ -23,6 +23,8 @@ import os
 import re
 import sys
 
+import checker_main
+
 FOLDERS = ["core", "cpu_adam", "offload", "kernels", "runtime", "models", "infer", "train", "tools",
            "python", "scripts", "tests", "docs"]
 SELF = "tests/layering"
@@ -83,38 +85,11 @@ def check(root):
     return problems, definitions, citations
 
 
-def read_expected(path):
-    with open(path, encoding="utf-8") as f:
-        return {line.strip() for line in f if line.strip() and not line.startswith("#")}
-
-
 def main():
-    args = sys.argv[1:]
-    expect = None
-    if len(args) == 3 and args[0] == "--expect":
-        expect, args = args[1], args[2:]
-    if len(args) != 1:
-        print(__doc__)
-        return 2
-    problems, definitions, citations = check(args[0])
-    for p in problems:
-        print(p)
-    if expect is not None:
-        found = {p.split(": ", 1)[0] for p in problems}
-        wanted = read_expected(expect)
-        for missed in sorted(wanted - found):
-            print(f"NOT CAUGHT: {missed} (planted in the fixture, not reported)")
-        for extra in sorted(found - wanted):
-            print(f"UNEXPECTED: {extra} (reported, but not a planted violation)")
-        ok = found == wanted
-        print(f"notes checker: {'catches exactly' if ok else 'does not catch exactly'} the "
-              f"{len(wanted)} planted violations")
-        return 0 if ok else 1
-    if problems:
-        print(f"{len(problems)} Note problem(s)")
-        return 1
-    print(f"notes: ok ({len(definitions)} defined, {len(citations)} cited)")
-    return 0
+    def ok_line(root):
+        _, definitions, citations = check(root)
+        return f"notes: ok ({len(definitions)} defined, {len(citations)} cited)"
+    return checker_main.run(sys.argv, __doc__, "notes", lambda root: check(root)[0], ok_line)
 
 
 if __name__ == "__main__":
