@@ -112,15 +112,18 @@ BlockStack::~BlockStack() {
   }
 }
 
+// Sizing comes before a device exists: Backend::cuda counts the larger vocabulary padding.
 std::uint64_t BlockStack::activation_bytes(StackParts& parts, const ModelOptions& options, int B, int T) {
-  return Activations::carve(nullptr, nullptr, parts, options, B, T);
+  const ModelOptions counted = resolved_options(options, runtime::device::Backend::cuda);
+  return Activations::carve(nullptr, nullptr, parts, counted, B, T);
 }
 
 std::uint64_t BlockStack::inference_bytes(StackParts& parts, const ModelOptions& options, int batch, int prompt_T,
                                           int max_T, KvPlacement kv) {
+  const ModelOptions counted = resolved_options(options, runtime::device::Backend::cuda);
   return generation_bytes(parts.kv_shape(), options.dtype, batch, max_T, kv,
-                          DecodeBuffers::bytes(parts, options, batch, prompt_T, true),
-                          DecodeBuffers::bytes(parts, options, batch, 1, false));
+                          DecodeBuffers::bytes(parts, counted, batch, prompt_T, true),
+                          DecodeBuffers::bytes(parts, counted, batch, 1, false));
 }
 
 LmHeadGeometry BlockStack::head_geometry(std::int64_t rows) const {

@@ -142,7 +142,7 @@ class BlockStack : public Model {
   const ModelLayout& layout() const override { return parts_->layout(); }
   const ModelOptions& options() const override { return options_; }
 
-  // Device bytes that reserve(B, T) allocates for `parts` (built with `options`): activations
+  // Device bytes that reserve(B, T) allocates for `parts` (in options.dtype): activations
   // saved for backward (all blocks, or only block inputs plus one block with checkpointing),
   // the LM head's logits chunk and padded weights, per-token losses, gradient scratch and the
   // token ids. With options.vocab_multiple 0 (the device decides) it counts the larger, 128.

@@ -64,7 +64,7 @@ class GptParts final : public StackParts {
   int layers() const override { return config_.n_layer; }
   bool tied_head() const override { return true; }
   const TensorSlot& head_weight_slot() const override { return layout_.modules.front().tensors[kWte]; }
-  KvShape kv_shape() const override { return GptModel::kv_shape(config_); }
+  KvShape kv_shape() const override { return {config_.n_layer, config_.n_embd}; }
 
   void check_length(int T) const override {
     if (T > config_.n_positions) {
@@ -260,25 +260,8 @@ class GptParts final : public StackParts {
 
 }  // namespace
 
-GptModel::GptModel(const GptConfig& config, ModelOptions options, runtime::device::Device& device,
-                   runtime::device::Stream& compute, runtime::params::ParamProvider& params)
-    : BlockStack(std::make_unique<GptParts>(config, options.dtype), options, device, compute, params),
-      config_(config) {}
-
-std::uint64_t GptModel::activation_bytes(const GptConfig& config, const ModelOptions& options, int B, int T) {
-  config.validate();
-  const ModelOptions counted = resolved_options(options, runtime::device::Backend::cuda);
-  GptParts parts(config, counted.dtype);
-  return BlockStack::activation_bytes(parts, counted, B, T);
+std::unique_ptr<StackParts> GptSpec::make_parts(const GptConfig& config, DType dtype) {
+  return std::make_unique<GptParts>(config, dtype);
 }
-
-std::uint64_t GptModel::inference_bytes(const GptConfig& config, const ModelOptions& options, int batch, int prompt_T,
-                                        int max_T, KvPlacement kv) {
-  const ModelOptions counted = resolved_options(options, runtime::device::Backend::cuda);
-  GptParts parts(config, counted.dtype);
-  return BlockStack::inference_bytes(parts, counted, batch, prompt_T, max_T, kv);
-}
-
-KvShape GptModel::kv_shape(const GptConfig& config) { return {config.n_layer, config.n_embd}; }
 
 }  // namespace strata::models

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "models/presets.h"
 
 // Defaults of absent keys: those of transformers' LlamaConfig, MistralConfig and Qwen2Config
 // (transformers 4.4x), so that a config.json means here what it means there:
@@ -49,10 +50,7 @@ const char* model_type_of(const std::string& architecture) {
   return nullptr;
 }
 
-struct Preset {
-  const char* name;
-  LlamaConfig config;
-};
+using Preset = NamedConfig<LlamaConfig>;
 
 const std::vector<Preset>& presets() {
   static const std::vector<Preset> kPresets = [] {
@@ -574,20 +572,8 @@ std::string LlamaConfig::to_json() const {
   return j.dump(2) + "\n";
 }
 
-LlamaConfig LlamaConfig::preset(std::string_view name) {
-  for (const Preset& p : presets()) {
-    if (name == p.name) return p.config;
-  }
-  std::string names;
-  for (const Preset& p : presets()) names += fmt::format("{}{}", names.empty() ? "" : ", ", p.name);
-  throw Error(fmt::format("unknown model preset \"{}\"", name), "",
-              fmt::format("use one of: {}; or give a config.json", names));
-}
+LlamaConfig LlamaConfig::preset(std::string_view name) { return preset_of(presets(), name); }
 
-std::vector<std::string> LlamaConfig::preset_names() {
-  std::vector<std::string> names;
-  for (const Preset& p : presets()) names.emplace_back(p.name);
-  return names;
-}
+std::vector<std::string> LlamaConfig::preset_names() { return preset_names_of(presets()); }
 
 }  // namespace strata::models

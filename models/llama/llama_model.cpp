@@ -74,7 +74,9 @@ class LlamaParts final : public StackParts {
     // The embedding's only tensor, or the head's second (after model.norm.weight).
     return config_.tie_word_embeddings ? layout_.modules.front().tensors[0] : layout_.modules.back().tensors[1];
   }
-  KvShape kv_shape() const override { return LlamaModel::kv_shape(config_); }
+  KvShape kv_shape() const override {
+    return {config_.num_hidden_layers, config_.num_key_value_heads * config_.head_dim};
+  }
 
   void check_length(int T) const override {
     if (T > config_.max_position_embeddings) {
@@ -293,27 +295,8 @@ class LlamaParts final : public StackParts {
 
 }  // namespace
 
-LlamaModel::LlamaModel(const LlamaConfig& config, ModelOptions options, runtime::device::Device& device,
-                       runtime::device::Stream& compute, runtime::params::ParamProvider& params)
-    : BlockStack(std::make_unique<LlamaParts>(config, options.dtype), options, device, compute, params),
-      config_(config) {}
-
-std::uint64_t LlamaModel::activation_bytes(const LlamaConfig& config, const ModelOptions& options, int B, int T) {
-  config.validate();
-  const ModelOptions counted = resolved_options(options, runtime::device::Backend::cuda);
-  LlamaParts parts(config, counted.dtype);
-  return BlockStack::activation_bytes(parts, counted, B, T);
-}
-
-std::uint64_t LlamaModel::inference_bytes(const LlamaConfig& config, const ModelOptions& options, int batch,
-                                          int prompt_T, int max_T, KvPlacement kv) {
-  const ModelOptions counted = resolved_options(options, runtime::device::Backend::cuda);
-  LlamaParts parts(config, counted.dtype);
-  return BlockStack::inference_bytes(parts, counted, batch, prompt_T, max_T, kv);
-}
-
-KvShape LlamaModel::kv_shape(const LlamaConfig& config) {
-  return {config.num_hidden_layers, config.num_key_value_heads * config.head_dim};
+std::unique_ptr<StackParts> LlamaSpec::make_parts(const LlamaConfig& config, DType dtype) {
+  return std::make_unique<LlamaParts>(config, dtype);
 }
 
 }  // namespace strata::models
