@@ -160,9 +160,7 @@ class LlamaParts final : public StackParts {
     const DType dt = dtype_;
     const int B = call.B, T = call.T;
     const std::int64_t BT = static_cast<std::int64_t>(B) * T;
-    const int C = config_.hidden_size, F = config_.intermediate_size;
-    const int NH = config_.num_attention_heads, NKV = config_.num_key_value_heads, hs = config_.head_dim;
-    const int A = NH * hs, QKV = (NH + 2 * NKV) * hs;
+    const auto [C, F, NH, NKV, hs, A, QKV] = dims();
     const float eps = config_.rms_norm_eps;
     ops::rmsnorm_fwd(s, a.n1, a.rstd1, res_in, p.attn_norm, BT, C, eps, dt);
     ops::matmul_fwd(s, a.qkv, a.n1, p.qkv, p.qkv_bias, BT, C, QKV, dt);
@@ -185,9 +183,7 @@ class LlamaParts final : public StackParts {
     const DType dt = dtype_;
     const int B = call.B, T = call.T;
     const std::int64_t BT = static_cast<std::int64_t>(B) * T;
-    const int C = config_.hidden_size, F = config_.intermediate_size;
-    const int NH = config_.num_attention_heads, NKV = config_.num_key_value_heads, hs = config_.head_dim;
-    const int A = NH * hs, QKV = (NH + 2 * NKV) * hs;
+    const auto [C, F, NH, NKV, hs, A, QKV] = dims();
     auto gw = [](const std::byte* x) { return const_cast<std::byte*>(x); };
     // MLP: out = res2 + down(swiglu(gate_up(n2))); dres is d(out) and becomes d(res2).
     ops::matmul_bwd(s, train_.dh, gw(g.down), nullptr, dres, a.h, p.down, BT, F, C, dt);
@@ -210,9 +206,7 @@ class LlamaParts final : public StackParts {
     const DecodeScratch& d = decode_;
     const DType dt = dtype_;
     const int l = call.layer, B = call.B, T_new = call.T;
-    const int C = config_.hidden_size, F = config_.intermediate_size;
-    const int NH = config_.num_attention_heads, NKV = config_.num_key_value_heads, hs = config_.head_dim;
-    const int A = NH * hs, QKV = (NH + 2 * NKV) * hs;
+    const auto [C, F, NH, NKV, hs, A, QKV] = dims();
     const std::size_t es = dtype_size(dt);
     const auto N = static_cast<std::int64_t>(B) * T_new;
     const float eps = config_.rms_norm_eps;
@@ -265,6 +259,15 @@ class LlamaParts final : public StackParts {
   std::size_t qkv_width() const {
     return a_width() + 2 * static_cast<std::size_t>(config_.num_key_value_heads) *
                            static_cast<std::size_t>(config_.head_dim);
+  }
+  // The block's widths: C, F (the MLP's), NH, NKV, hs, A = NH hs (attention's output), QKV =
+  // (NH + 2 NKV) hs (the packed q/k/v).
+  struct Dims {
+    int C, F, NH, NKV, hs, A, QKV;
+  };
+  Dims dims() const {
+    const int NH = config_.num_attention_heads, NKV = config_.num_key_value_heads, hs = config_.head_dim;
+    return {config_.hidden_size, config_.intermediate_size, NH, NKV, hs, NH * hs, (NH + 2 * NKV) * hs};
   }
   const float* inv_freq() const { return static_cast<const float*>(inv_freq_.data()); }
   void* act(Carver& c, std::size_t n) const { return c.take(n * dtype_size(dtype_)); }
