@@ -15,8 +15,8 @@
 //
 // How a family plugs in. A family is a folder (models/gpt/, models/llama/) with its config,
 // its layout (models/model_layout.h: 0 embedding, 1..L blocks, L + 1 head), a StackParts
-// implementation and a ModelSpec whose make_model builds a BlockStack over those parts; then
-// one line in models/registry.cpp. The driver never names a tensor: the parts turn a module's
+// implementation and a StackSpec (models/stack_spec.h) that makes them; then one line in
+// models/registry.cpp (stack_family<Spec>). The driver never names a tensor: the parts turn a module's
 // view into the family's own named parameter struct, and carve their own named activation and
 // scratch structs when the driver hands them the Carver (the order is fixed below, so that
 // activation_bytes / inference_bytes are the same sum the allocations make).
@@ -25,7 +25,12 @@
 // expert). The driver acquires the block's module (ModelLayout::block_module(l)) around each
 // block call and passes the call's ModuleAccess in BlockCall: a block that needs more modules
 // (the experts its router picked) acquires, releases and reports them itself through it, in
-// the order it computes, with the same protocol (ModuleAccess, models/model_parts.h).
+// the order it computes, with the same protocol (ModuleAccess, models/model_parts.h). The one
+// place that assumes a module per block is ModelLayout::block_module(l) = 1 + l: a layout with
+// expert modules between the blocks changes that index, not the driver.
+//
+// Decoding with a tied head releases the head module as soon as the final norm has read it,
+// before a prefill gathers each row's last token: the module goes back as early as it can.
 //
 // Threading: one thread at a time, as every Model.
 #include <cstddef>
