@@ -57,8 +57,7 @@ class Server {
   DType dtype() const { return dtype_; }
   int batch() const { return batch_; }
   int max_T() const { return setup_.max_T; }
-  // Where the plan put the KV cache, and the options to make it with (Model::make_kv_cache).
-  models::KvPlacement kv_placement() const { return kv_placement_; }
+  // The options to make the KV cache with (Model::make_kv_cache): where the plan put it.
   models::KvCacheOptions kv_cache_options();
   // begin_pass / end_pass of the engine, for a Generator.
   PassHooks hooks();

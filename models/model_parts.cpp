@@ -98,17 +98,10 @@ void gather_last_tokens(runtime::device::Stream& stream, void* out, const void* 
   }
 }
 
-std::uint64_t carved_bytes(const std::vector<std::size_t>& sizes) {
-  Carver c(nullptr);
-  for (std::size_t b : sizes) c.take(b);
-  return c.bytes();
-}
-
 std::uint64_t generation_bytes(const KvShape& kv, DType dtype, int batch, int max_T, KvPlacement placement,
-                               const std::vector<std::size_t>& prefill_scratch,
-                               const std::vector<std::size_t>& step_scratch) {
+                               std::uint64_t prefill_scratch_bytes, std::uint64_t step_scratch_bytes) {
   return KvCache::device_bytes(kv, dtype, batch, max_T, placement) +
-         std::max(carved_bytes(prefill_scratch), carved_bytes(step_scratch)) +
+         std::max(prefill_scratch_bytes, step_scratch_bytes) +
          kCarveAlign * (2 * static_cast<std::uint64_t>(kv.layers) + 2);
 }
 

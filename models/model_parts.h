@@ -68,14 +68,11 @@ void upload_tokens(runtime::device::Stream& stream, std::vector<std::int32_t>& h
                    std::int32_t* targets, const std::int32_t* host_inputs, const std::int32_t* host_targets,
                    std::size_t n);
 
-// Bytes of one allocation carved into `sizes` (Carver's alignment).
-std::uint64_t carved_bytes(const std::vector<std::size_t>& sizes);
-
 // Device bytes of generation (ModelSpec::inference_bytes): the KV cache's device part and the
-// larger of the prefill's and a decoding step's scratch (carving orders), with alignment slack.
+// larger of the prefill's and a decoding step's scratch (each one carved allocation), with
+// alignment slack.
 std::uint64_t generation_bytes(const KvShape& kv, DType dtype, int batch, int max_T, KvPlacement placement,
-                               const std::vector<std::size_t>& prefill_scratch,
-                               const std::vector<std::size_t>& step_scratch);
+                               std::uint64_t prefill_scratch_bytes, std::uint64_t step_scratch_bytes);
 
 // The mean of per-token losses, summed in token order in double (the same bits on every run).
 float mean_loss(const std::vector<float>& losses);

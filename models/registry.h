@@ -1,7 +1,8 @@
 #pragma once
 // The model families strata knows, and how a model is named on the command line: a Hugging Face
 // config.json (or the directory holding it) or a preset. Adding a family is a folder under
-// models/ with a ModelSpec and a Family, and one line in registry.cpp.
+// models/ (its StackParts and StackSpec: models/block_stack.h, models/stack_spec.h; CMake
+// finds its sources) and one line in registry.cpp's list (with its #include).
 #include <string>
 #include <string_view>
 #include <vector>

@@ -9,14 +9,12 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "models/presets.h"
 
 namespace strata::models {
 namespace {
 
-struct Preset {
-  const char* name;
-  GptConfig config;
-};
+using Preset = NamedConfig<GptConfig>;
 
 const std::vector<Preset>& presets() {
   static const std::vector<Preset> kPresets = {
@@ -158,20 +156,8 @@ std::string GptConfig::to_json() const {
   return j.dump(2);
 }
 
-GptConfig GptConfig::preset(std::string_view name) {
-  for (const Preset& p : presets()) {
-    if (name == p.name) return p.config;
-  }
-  std::string names;
-  for (const Preset& p : presets()) names += fmt::format("{}{}", names.empty() ? "" : ", ", p.name);
-  throw Error(fmt::format("unknown model preset \"{}\"", name), "",
-              fmt::format("use one of: {}; or give a config.json", names));
-}
+GptConfig GptConfig::preset(std::string_view name) { return preset_of(presets(), name); }
 
-std::vector<std::string> GptConfig::preset_names() {
-  std::vector<std::string> names;
-  for (const Preset& p : presets()) names.emplace_back(p.name);
-  return names;
-}
+std::vector<std::string> GptConfig::preset_names() { return preset_names_of(presets()); }
 
 }  // namespace strata::models

@@ -3,19 +3,29 @@
 #include <fmt/format.h>
 
 #include "models/gpt/gpt_init.h"
-#include "models/gpt/gpt_layout.h"
-#include "models/gpt/gpt_model.h"
 
 namespace strata::models {
+namespace {
 
-GptSpec::GptSpec(const GptConfig& config) : config_(config) {
-  config_.validate();
-  naming_.optional_prefix = "transformer.";
-  naming_.embedding = "wte.weight";
-  naming_.tied_head = "lm_head.weight";
+HfNaming gpt_naming() {
+  HfNaming n;
+  n.optional_prefix = "transformer.";
+  n.embedding = "wte.weight";
+  n.tied_head = "lm_head.weight";
   // Old GPT-2 checkpoints carry the causal mask as buffers.
-  naming_.ignored_suffixes = {".attn.bias", ".attn.masked_bias"};
+  n.ignored_suffixes = {".attn.bias", ".attn.masked_bias"};
+  return n;
 }
+
+// Validates first: the facts of an unusable shape would mean nothing.
+StackSpec::Facts gpt_facts(const GptConfig& c) {
+  c.validate();
+  return {"gpt2", c.vocab_size, c.n_embd, c.n_positions, "n_positions", c.num_params()};
+}
+
+}  // namespace
+
+GptSpec::GptSpec(const GptConfig& config) : StackSpec(gpt_facts(config), gpt_naming()), config_(config) {}
 
 std::string GptSpec::describe() const {
   return fmt::format("GPT-2: {} layers, {} channels, {} heads, vocabulary {}, {} positions, {:.3f} B parameters",
@@ -23,41 +33,13 @@ std::string GptSpec::describe() const {
                      static_cast<double>(config_.num_params()) / 1e9);
 }
 
-ModelLayout GptSpec::layout() const { return gpt_layout(config_); }
-
-std::uint64_t GptSpec::activation_bytes(const ModelOptions& options, int B, int T) const {
-  return GptModel::activation_bytes(config_, options, B, T);
-}
-
-std::uint64_t GptSpec::inference_bytes(const ModelOptions& options, int batch, int prompt_T, int max_T,
-                                  KvPlacement kv) const {
-  return GptModel::inference_bytes(config_, options, batch, prompt_T, max_T, kv);
-}
-
-std::unique_ptr<Model> GptSpec::make_model(const ModelOptions& options, runtime::device::Device& device,
-                                           runtime::device::Stream& compute,
-                                           runtime::params::ParamProvider& params) const {
-  return std::make_unique<GptModel>(config_, options, device, compute, params);
-}
-
 void GptSpec::init_module(const ModuleLayout& module, std::uint64_t seed, float* out) const {
   models::init_module(config_, module, seed, out);
 }
 
 const Family& gpt_family() {
-  static const Family kFamily{
-      "gpt2",
-      {"GPT2LMHeadModel", "GPT2Model"},
-      {"gpt2"},
-      [](std::string_view text, std::string_view where) -> ModelSpecPtr {
-        return std::make_shared<GptSpec>(GptConfig::from_json(text, where));
-      },
-      [] { return GptConfig::preset_names(); },
-      [](std::string_view name) -> ModelSpecPtr { return std::make_shared<GptSpec>(GptConfig::preset(name)); },
-  };
+  static const Family kFamily = stack_family<GptSpec>("gpt2", {"GPT2LMHeadModel", "GPT2Model"}, {"gpt2"});
   return kFamily;
 }
-
-KvShape GptSpec::kv_shape() const { return GptModel::kv_shape(config_); }
 
 }  // namespace strata::models
