@@ -281,7 +281,7 @@ struct Cell {
   Json cpu_adam_busy_ms;
   // Every timed step's global gradient norm (with clipping), and over the timed steps the module
   // updates speculated and redone: speculation pays only in steps whose norm stays under the
-  // threshold (Note [Speculative updates], runtime/zero/updater.h).
+  // threshold (Note [Speculative updates], runtime/zero/speculation.h).
   std::vector<double> grad_norms;
   std::uint64_t speculative_updates = 0, speculative_redone = 0;
   Json losses = Json::array();  // every timed step's loss (null where it was not finite)
