@@ -8,6 +8,7 @@
 // machine, and the test fails naming the dependency. Nothing compares the times of spans, so a
 // thread descheduled at the wrong moment slows such a test down but cannot fail it (the tests
 // that compared spans failed on a loaded 2-core machine although the pipeline was right).
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -90,12 +91,12 @@ class SpanWatch {
   std::vector<SeenSpan> seen_;
 };
 
-// The dependencies a test found (a hold that ran out), to report after the run.
+// The dependencies a test found (a hold that ran out), each once, to report after the run.
 class Waits {
  public:
   void add(std::string what) {
     std::lock_guard lock(mutex_);
-    found_.push_back(std::move(what));
+    if (std::find(found_.begin(), found_.end(), what) == found_.end()) found_.push_back(std::move(what));
   }
   std::vector<std::string> found() const {
     std::lock_guard lock(mutex_);
