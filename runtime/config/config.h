@@ -224,7 +224,7 @@ struct StrataConfig {
   CheckpointOnError checkpoint_on_error = CheckpointOnError::kContinue;
   // With gradient clipping (and no fp16): update pinned-tier modules as their gradients land,
   // out of place, and keep or redo each once the norm is known (Note [Speculative updates] in
-  // runtime/zero/updater.h). The second set of optimizer states it needs (12 bytes a parameter,
+  // runtime/zero/speculation.h). The second set of optimizer states it needs (12 bytes a parameter,
   // pageable) stays under speculative_update_memory; 0 = a quarter of physical memory.
   bool speculative_updates = true;
   std::uint64_t speculative_update_memory_bytes = 0;

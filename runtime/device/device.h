@@ -46,6 +46,11 @@ struct DeviceOptions {
   // seconds (the stream's worker sleeps out the rest), standing for a PCIe link in tests that
   // need copies slower than the host work around them. 0 = as fast as memcpy. cuda ignores it.
   std::uint64_t host_link_bytes_per_s = 0;
+  // Host backend, tests only: called on a stream's worker just before each copy between host
+  // memory and the arena runs, with the stream's name and the copy's bytes. It may block: the
+  // copy, and the work behind it on that stream, wait for it, so that a test can hold a copy
+  // open and prove that other work does not wait for it. cuda ignores it.
+  std::function<void(const std::string& stream, std::size_t bytes)> host_copy_hook = {};
   // Borrowed; must outlive the device. When enabled, every piece of stream work becomes a span
   // on the track named after its stream ("compute", "h2d", "d2h", "comm", ...): copies and
   // memsets with their bytes, named host tasks, and the StreamSpans below (runtime/ops' compute

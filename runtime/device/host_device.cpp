@@ -23,6 +23,7 @@
 #include <map>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <utility>
 #include <thread>
@@ -44,14 +45,18 @@ class HostStream final : public Stream {
  public:
   // host_threads > 0: the OpenMP team size of the host ops this stream runs (its worker's).
   // link: when set, the time a copy of `bytes` between host memory and the arena must take at
-  // least (DeviceOptions::host_link_bytes_per_s).
-  using LinkTime = std::function<std::chrono::nanoseconds(const void* dst, const void* src, std::size_t bytes)>;
+  // least (DeviceOptions::host_link_bytes_per_s), or nullopt when the copy does not cross the
+  // link. copy_hook: DeviceOptions::host_copy_hook, run before each copy over the link.
+  using LinkTime =
+      std::function<std::optional<std::chrono::nanoseconds>(const void* dst, const void* src, std::size_t bytes)>;
+  using CopyHook = std::function<void(const std::string& stream, std::size_t bytes)>;
   HostStream(std::string name, trace::Tracer* tracer, int host_threads,
-             std::function<void(HostStream*, bool)> registry, LinkTime link = {})
+             std::function<void(HostStream*, bool)> registry, LinkTime link = {}, CopyHook copy_hook = {})
       : name_(std::move(name)),
         tracer_(tracer != nullptr && tracer->enabled() ? tracer : nullptr),
         registry_(std::move(registry)),
-        link_(std::move(link)) {
+        link_(std::move(link)),
+        copy_hook_(std::move(copy_hook)) {
     worker_ = std::thread([this, host_threads] {
       if (host_threads > 0) kernels::host::set_openmp_threads(host_threads);
       run();
@@ -80,16 +85,17 @@ class HostStream final : public Stream {
 
   void copy_async(void* dst, const void* src, std::size_t bytes) override {
     if (bytes == 0) return;
-    const std::chrono::nanoseconds at_least = link_ ? link_(dst, src, bytes) : std::chrono::nanoseconds{0};
-    if (at_least.count() == 0) {
+    const std::optional<std::chrono::nanoseconds> at_least = link_ ? link_(dst, src, bytes) : std::nullopt;
+    if (!at_least || (at_least->count() == 0 && !copy_hook_)) {
       enqueue([dst, src, bytes] { std::memcpy(dst, src, bytes); }, /*control=*/false, "copy", bytes);
       return;
     }
     enqueue(
-        [dst, src, bytes, at_least] {
+        [this, dst, src, bytes, at_least = *at_least] {
+          if (copy_hook_) copy_hook_(name_, bytes);  // may hold the copy (tests)
           const auto start = std::chrono::steady_clock::now();
           std::memcpy(dst, src, bytes);
-          std::this_thread::sleep_until(start + at_least);
+          if (at_least.count() > 0) std::this_thread::sleep_until(start + at_least);
         },
         /*control=*/false, "copy", bytes);
   }
@@ -197,6 +203,7 @@ class HostStream final : public Stream {
   trace::Tracer* const tracer_;  // null when tracing is off
   std::function<void(HostStream*, bool)> registry_;
   LinkTime link_;
+  CopyHook copy_hook_;
   std::mutex mutex_;
   std::condition_variable work_ready_;
   std::condition_variable drained_;
@@ -367,13 +374,15 @@ class HostMapping {
 
 class HostDevice final : public Device {
  public:
-  HostDevice(std::uint64_t budget_bytes, trace::Tracer* tracer, int host_threads, std::uint64_t link_bytes_per_s)
+  HostDevice(std::uint64_t budget_bytes, trace::Tracer* tracer, int host_threads, std::uint64_t link_bytes_per_s,
+             HostStream::CopyHook copy_hook)
       : mapping_(budget_bytes),
         arena_(mapping_.data(), budget_bytes, "device"),
         tracer_(tracer),
         host_threads_(host_threads),
         budget_bytes_(budget_bytes),
-        link_bytes_per_s_(link_bytes_per_s) {}
+        link_bytes_per_s_(link_bytes_per_s),
+        copy_hook_(std::move(copy_hook)) {}
 
   ~HostDevice() override { STRATA_ASSERT(streams_.empty(), "streams outlive their device"); }
 
@@ -382,14 +391,17 @@ class HostDevice final : public Device {
 
   std::unique_ptr<Stream> create_stream(std::string name) override {
     HostStream::LinkTime link;
-    if (link_bytes_per_s_ > 0) {
-      link = [this](const void* dst, const void* src, std::size_t bytes) {
-        if (in_arena(dst) == in_arena(src)) return std::chrono::nanoseconds{0};  // not over the link
+    if (link_bytes_per_s_ > 0 || copy_hook_) {
+      link = [this](const void* dst, const void* src,
+                    std::size_t bytes) -> std::optional<std::chrono::nanoseconds> {
+        if (in_arena(dst) == in_arena(src)) return std::nullopt;  // not over the link
+        if (link_bytes_per_s_ == 0) return std::chrono::nanoseconds{0};
         return std::chrono::nanoseconds{static_cast<std::int64_t>(static_cast<double>(bytes) * 1e9 /
                                                                   static_cast<double>(link_bytes_per_s_))};
       };
     }
-    return std::make_unique<HostStream>(std::move(name), tracer_, host_threads_, streams_.hook(), std::move(link));
+    return std::make_unique<HostStream>(std::move(name), tracer_, host_threads_, streams_.hook(), std::move(link),
+                                        copy_hook_);
   }
 
   std::unique_ptr<Event> create_event() override { return std::make_unique<HostEvent>(); }
@@ -424,6 +436,7 @@ class HostDevice final : public Device {
   int host_threads_;  // DeviceOptions::host_threads
   std::uint64_t budget_bytes_;
   std::uint64_t link_bytes_per_s_;  // DeviceOptions::host_link_bytes_per_s
+  HostStream::CopyHook copy_hook_;  // DeviceOptions::host_copy_hook
   StreamRegistry<HostStream> streams_;
 };
 
@@ -434,7 +447,8 @@ std::unique_ptr<Device> create_host_device(const DeviceOptions& options) {
   if (options.host_threads < 0)
     throw Error(fmt::format("host thread count {} is negative", options.host_threads),
                 "DeviceOptions::host_threads", "use 0 for the default, or strata.cpu_threads");
-  return std::make_unique<HostDevice>(budget, options.tracer, options.host_threads, options.host_link_bytes_per_s);
+  return std::make_unique<HostDevice>(budget, options.tracer, options.host_threads, options.host_link_bytes_per_s,
+                                      options.host_copy_hook);
 }
 
 }  // namespace strata::runtime::device

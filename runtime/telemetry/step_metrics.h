@@ -73,7 +73,7 @@ struct StepMetrics {
   std::vector<std::pair<std::string, double>> busy_ms;  // every track's busy time in this step
   std::vector<CheckpointMetrics> checkpoints;  // finished at the end of this step (0, 1 or 2)
   // Module updates run before the global norm was known (Note [Speculative updates],
-  // runtime/zero/updater.h), and of those, redone because the norm was over the threshold.
+  // runtime/zero/speculation.h), and of those, redone because the norm was over the threshold.
   std::uint64_t speculative_updates = 0;
   std::uint64_t speculative_redone = 0;
 };

@@ -75,32 +75,63 @@ std::string ZeroPlan::table(const PlanInputs& in) const {
   return out;
 }
 
-ZeroPlan compute_plan(const config::Config& config, const PlanInputs& in) {
+namespace {
+
+// compute_plan's passes, numbered in the order they run. Each decides one thing and writes it
+// into the plan (or hands its sums on to the later passes); the plan's lines come out in the
+// order the tables print them: device, pinned host, NVMe.
+
+// What pass 3 sums over the modules for the tier lines: bytes, unless named otherwise.
+struct StateBytes {
+  std::uint64_t resident_full = 0, dev_shards = 0, pin_shards = 0, nvme_shards = 0;
+  // Optimizer states (fp32 master, exp_avg, exp_avg_sq) and the gradient accumulators (fp32, or
+  // data_types.grad_accum_dtype), per tier.
+  std::uint64_t opt_dev = 0, opt_pin = 0, opt_nvme = 0, acc_dev = 0, acc_pin = 0, acc_host = 0;
+  std::size_t max_nvme_param_shard = 0, max_offloaded_shard = 0;  // elements
+  std::uint64_t max_nvme_param_bytes = 0;
+  int nvme_param_modules = 0;
+};
+
+void add_line(ZeroPlan& plan, Tier t, StateClass kind, std::string what, std::uint64_t bytes) {
+  if (bytes > 0) plan.lines.push_back({t, kind, std::move(what), bytes, false});
+}
+
+// The streamed shards' format: the compute dtype, or the quantized one.
+std::string shard_format(const PlanInputs& in) {
+  return in.quant.enabled() ? in.quant.describe() : std::string(dtype_name(in.dtype));
+}
+
+std::string accumulators_name(const PlanInputs& in) {
+  return std::string(dtype_name(in.grad_dtype)) + " gradient accumulators";
+}
+
+// Pass 1 decides nothing: it refuses weight quantization where no budget makes it work (in
+// training, in a format the kernels lack, over several ranks).
+void check_quantization(const PlanInputs& in) {
+  if (!in.quant.enabled()) return;
+  if (in.optimizer) throw Error("weight quantization is for inference only", "--quantize");
+  if (!kernels::host::quant_format_valid(in.quant.bits, in.quant.group)) {
+    throw Error("weight quantization int" + std::to_string(in.quant.bits) + " with group size " +
+                    std::to_string(in.quant.group) + " is not supported",
+                "--quantize", "use int8 or int4, with --quantize-group 64 or 128");
+  }
+  if (in.world > 1) {
+    throw Error("weight quantization with " + std::to_string(in.world) + " ranks is not supported",
+                "--quantize", "serve a quantized model on one rank, or unquantized on several");
+  }
+}
+
+// Pass 2 decides where each module lives: resident on the device or its shard's tier, the tier
+// of its optimizer states (offload_optimizer.ratio of the elements, whole modules from the
+// first), whether its shard is quantized, and its shard's and gathered bytes.
+void place_modules(const config::Config& config, const PlanInputs& in, ZeroPlan& plan) {
   const config::ZeroConfig& z = config.zero_optimization;
-  STRATA_ASSERT(in.module_numels.size() == in.module_names.size() && !in.module_numels.empty(),
-                "plan inputs: one name per module");
-  ZeroPlan plan;
-  plan.stage = z.stage;
-  plan.shards = z.stage >= 1 ? in.world : 1;
   const std::size_t ds = dtype_size(in.dtype);
   // Inference streams parameters at any stage: there is nothing else to shard.
   const Tier param_tier = z.stage == 3 || !in.optimizer ? placement_tier(z.offload_param.device) : Tier::device;
   const Tier opt_tier = in.optimizer ? placement_tier(z.offload_optimizer.device) : Tier::device;
-  using config::ZeroConfig;
-  const std::uint64_t persistence = config::value_or_default(z, &ZeroConfig::stage3_param_persistence_threshold);
-  if (in.quant.enabled()) {
-    if (in.optimizer) throw Error("weight quantization is for inference only", "--quantize");
-    if (!kernels::host::quant_format_valid(in.quant.bits, in.quant.group)) {
-      throw Error("weight quantization int" + std::to_string(in.quant.bits) + " with group size " +
-                      std::to_string(in.quant.group) + " is not supported",
-                  "--quantize", "use int8 or int4, with --quantize-group 64 or 128");
-    }
-    if (in.world > 1) {
-      throw Error("weight quantization with " + std::to_string(in.world) + " ranks is not supported",
-                  "--quantize", "serve a quantized model on one rank, or unquantized on several");
-    }
-  }
-
+  const std::uint64_t persistence =
+      config::value_or_default(z, &config::ZeroConfig::stage3_param_persistence_threshold);
   std::uint64_t total_numel = 0;
   for (std::size_t n : in.module_numels) total_numel += n;
   const double ratio = opt_tier == Tier::device ? 0.0 : z.offload_optimizer.ratio;
@@ -136,69 +167,72 @@ ZeroPlan compute_plan(const config::Config& config, const PlanInputs& in) {
     plan.max_shard_numel = std::max(plan.max_shard_numel, mp.part.shard_numel);
     plan.modules.push_back(mp);
   }
+}
 
-  // Sums per kind of state.
-  std::uint64_t resident_full = 0, dev_shards = 0, pin_shards = 0, nvme_shards = 0;
-  // Optimizer states (fp32 master, exp_avg, exp_avg_sq) and the gradient accumulators (fp32, or
-  // data_types.grad_accum_dtype), per tier.
+// Pass 3 decides nothing: it sums the bytes of each kind of state per tier, as pass 2 placed
+// them (pinned buffers are whole pages, NVMe extents whole blocks).
+StateBytes sum_states(const PlanInputs& in, const ZeroPlan& plan) {
+  const std::size_t ds = dtype_size(in.dtype);
   const std::uint64_t gs = dtype_size(in.grad_dtype);
-  std::uint64_t opt_dev = 0, opt_pin = 0, opt_nvme = 0, acc_dev = 0, acc_pin = 0, acc_host = 0;
-  std::size_t max_nvme_param_shard = 0, max_offloaded_shard = 0;
-  std::uint64_t max_nvme_param_bytes = 0;
-  int nvme_param_modules = 0;
+  StateBytes b;
   for (const ModulePlan& mp : plan.modules) {
     const std::uint64_t sh = mp.part.shard_numel;
     if (mp.resident) {
-      resident_full += mp.part.padded_numel * ds;
+      b.resident_full += mp.part.padded_numel * ds;
     } else if (mp.param_tier == Tier::device) {
-      dev_shards += mp.shard_bytes;
+      b.dev_shards += mp.shard_bytes;
     } else if (mp.param_tier == Tier::pinned) {
-      pin_shards += pinned_bytes(mp.shard_bytes);
+      b.pin_shards += pinned_bytes(mp.shard_bytes);
     } else {
-      nvme_shards += round_up(mp.shard_bytes, in.nvme_block_bytes);
-      max_nvme_param_shard = std::max<std::size_t>(max_nvme_param_shard, sh);
-      max_nvme_param_bytes = std::max(max_nvme_param_bytes, mp.shard_bytes);
-      ++nvme_param_modules;
+      b.nvme_shards += round_up(mp.shard_bytes, in.nvme_block_bytes);
+      b.max_nvme_param_shard = std::max<std::size_t>(b.max_nvme_param_shard, sh);
+      b.max_nvme_param_bytes = std::max(b.max_nvme_param_bytes, mp.shard_bytes);
+      ++b.nvme_param_modules;
     }
     if (!in.optimizer) continue;
     switch (mp.optimizer_tier) {
       case Tier::device:
-        opt_dev += sh * 12;
-        acc_dev += sh * gs;
+        b.opt_dev += sh * 12;
+        b.acc_dev += sh * gs;
         break;
       case Tier::pinned:
-        opt_pin += pinned_bytes(sh * 4) * 3;
-        acc_pin += pinned_bytes(sh * gs);
+        b.opt_pin += pinned_bytes(sh * 4) * 3;
+        b.acc_pin += pinned_bytes(sh * gs);
         break;
       case Tier::nvme:
-        opt_nvme += round_up(sh * 4, in.nvme_block_bytes) * 3;
-        acc_host += pinned_bytes(sh * gs);
+        b.opt_nvme += round_up(sh * 4, in.nvme_block_bytes) * 3;
+        b.acc_host += pinned_bytes(sh * gs);
         break;
     }
-    if (mp.optimizer_tier != Tier::device) max_offloaded_shard = std::max<std::size_t>(max_offloaded_shard, sh);
+    if (mp.optimizer_tier != Tier::device) b.max_offloaded_shard = std::max<std::size_t>(b.max_offloaded_shard, sh);
   }
+  return b;
+}
 
-  auto line = [&](Tier t, StateClass kind, std::string what, std::uint64_t bytes) {
-    if (bytes > 0) plan.lines.push_back({t, kind, std::move(what), bytes, false});
-  };
+// Pass 4 decides the device's lines for the states that stay for the whole run: resident
+// parameters, parameter shards, optimizer states, accumulators, and the model's activations.
+void device_state_lines(const PlanInputs& in, const StateBytes& b, ZeroPlan& plan) {
   using SC = StateClass;
-  line(Tier::device, SC::parameters, "parameters kept on the device (" + std::string(dtype_name(in.dtype)) + ")",
-       resident_full);
-  // The streamed shards' format: the compute dtype, or the quantized one.
-  const std::string shard_format = in.quant.enabled() ? in.quant.describe() : std::string(dtype_name(in.dtype));
-  line(Tier::device, SC::parameters, "parameter shards (" + shard_format + ")", dev_shards);
-  line(Tier::device, SC::optimizer_states, "optimizer states: fp32 master, exp_avg, exp_avg_sq", opt_dev);
-  const std::string accumulators = std::string(dtype_name(in.grad_dtype)) + " gradient accumulators";
-  line(Tier::device, SC::gradients, accumulators, acc_dev);
-  line(Tier::device, SC::activations,
-       in.optimizer                     ? "activations, logits and scratch of the micro-batch"
-       : in.kv_cache_pinned_bytes > 0 ? "KV cache's 2 device slots and decoding scratch of the batch"
-                                        : "the model's activations (KV cache and decoding scratch, or --perplexity's forward)",
-       in.activation_bytes);
+  add_line(plan, Tier::device, SC::parameters,
+           "parameters kept on the device (" + std::string(dtype_name(in.dtype)) + ")", b.resident_full);
+  add_line(plan, Tier::device, SC::parameters, "parameter shards (" + shard_format(in) + ")", b.dev_shards);
+  add_line(plan, Tier::device, SC::optimizer_states, "optimizer states: fp32 master, exp_avg, exp_avg_sq", b.opt_dev);
+  add_line(plan, Tier::device, SC::gradients, accumulators_name(in), b.acc_dev);
+  add_line(plan, Tier::device, SC::activations,
+           in.optimizer                     ? "activations, logits and scratch of the micro-batch"
+           : in.kv_cache_pinned_bytes > 0 ? "KV cache's 2 device slots and decoding scratch of the batch"
+                                            : "the model's activations (KV cache and decoding scratch, or --perplexity's forward)",
+           in.activation_bytes);
+}
 
-  // Transient device buffers: gathered parameters of modules not resident, and every module's
-  // gradient buffer during backward. Module 0 (the tied embedding) keeps its gradient buffer
-  // for the whole backward.
+// Pass 5 decides the transient device buffers' two size classes (ModulePlan::size_class), each
+// class's total and the smallest region that works for it; returns the two minimums' sum.
+// Transient buffers: gathered parameters of modules not resident, and every module's gradient
+// buffer during backward. Module 0 (the tied embedding) keeps its gradient buffer for the whole
+// backward.
+std::uint64_t size_transient_regions(const config::Config& config, const PlanInputs& in, ZeroPlan& plan) {
+  const config::ZeroConfig& z = config.zero_optimization;
+  const std::size_t ds = dtype_size(in.dtype);
   auto gathered = [&](std::size_t m) -> std::uint64_t {
     return plan.modules[m].resident ? 0 : plan.modules[m].gathered_bytes;
   };
@@ -243,58 +277,100 @@ ZeroPlan compute_plan(const config::Config& config, const PlanInputs& in) {
     if (c == c0) need = std::max(need, gathered(0) + grad(0) + bucket(0) + 2 * device::Arena::kAlignment);
     plan.class_minimum_bytes[c] = need;
   }
-  const std::uint64_t minimum_working = plan.class_minimum_bytes[0] + plan.class_minimum_bytes[1];
-  line(Tier::device, SC::buffers,
-       in.optimizer ? "gathered parameters and gradient buffers (one module at a time, minimum)"
-                    : "gathered parameters (one module at a time, minimum)",
-       minimum_working);
-  const std::uint64_t dequant = dequant_buffer_bytes(plan, in.dtype);
-  line(Tier::device, SC::buffers,
-       "dequantized parameters (" + std::to_string(kDequantBuffers) + " buffers of the largest streamed module, " +
-           std::string(dtype_name(in.dtype)) + ")",
-       dequant);
-  plan.lines.push_back({Tier::device, SC::buffers, "scratch for collectives and reports", kDeviceScratchBytes, true});
-  plan.device_minimum_bytes = resident_full + dev_shards + opt_dev + acc_dev + in.activation_bytes + minimum_working +
-                              dequant + kDeviceScratchBytes;
+  return plan.class_minimum_bytes[0] + plan.class_minimum_bytes[1];
+}
 
-  line(Tier::pinned, SC::parameters, "parameter shards (" + shard_format + ")", pin_shards);
-  line(Tier::pinned, SC::activations, "KV cache (streamed per layer through 2 device slots)", in.kv_cache_pinned_bytes);
-  if (nvme_param_modules > 0 && max_nvme_param_shard > z.offload_param.buffer_size) {
-    throw Error("a parameter shard of " + std::to_string(max_nvme_param_shard) +
+// Pass 6 decides the device's buffer lines (the transient regions at their minimum, the
+// dequantization buffers, the scratch kept free) and the device's minimum: every device line.
+void device_buffer_lines(const PlanInputs& in, const StateBytes& b, std::uint64_t minimum_working, ZeroPlan& plan) {
+  using SC = StateClass;
+  add_line(plan, Tier::device, SC::buffers,
+           in.optimizer ? "gathered parameters and gradient buffers (one module at a time, minimum)"
+                        : "gathered parameters (one module at a time, minimum)",
+           minimum_working);
+  const std::uint64_t dequant = dequant_buffer_bytes(plan, in.dtype);
+  add_line(plan, Tier::device, SC::buffers,
+           "dequantized parameters (" + std::to_string(kDequantBuffers) + " buffers of the largest streamed module, " +
+               std::string(dtype_name(in.dtype)) + ")",
+           dequant);
+  plan.lines.push_back({Tier::device, SC::buffers, "scratch for collectives and reports", kDeviceScratchBytes, true});
+  plan.device_minimum_bytes = b.resident_full + b.dev_shards + b.opt_dev + b.acc_dev + in.activation_bytes +
+                              minimum_working + dequant + kDeviceScratchBytes;
+}
+
+// Pass 7 decides the pinned host memory: its state lines, and its staging buffers with their
+// counts (NVMe parameter reads, gradient D2H, the optimizer's swap sub-groups and their size,
+// updated parameters). Refuses a parameter shard larger than an NVMe staging buffer.
+void pinned_lines(const config::Config& config, const PlanInputs& in, const StateBytes& b, ZeroPlan& plan) {
+  using SC = StateClass;
+  const config::ZeroConfig& z = config.zero_optimization;
+  const std::size_t ds = dtype_size(in.dtype);
+  add_line(plan, Tier::pinned, SC::parameters, "parameter shards (" + shard_format(in) + ")", b.pin_shards);
+  add_line(plan, Tier::pinned, SC::activations, "KV cache (streamed per layer through 2 device slots)",
+           in.kv_cache_pinned_bytes);
+  if (b.nvme_param_modules > 0 && b.max_nvme_param_shard > z.offload_param.buffer_size) {
+    throw Error("a parameter shard of " + std::to_string(b.max_nvme_param_shard) +
                     " elements does not fit in an NVMe staging buffer of offload_param.buffer_size = " +
                     std::to_string(z.offload_param.buffer_size) + " elements",
                 "zero_optimization.offload_param.buffer_size",
-                "raise buffer_size to at least " + std::to_string(max_nvme_param_shard) +
+                "raise buffer_size to at least " + std::to_string(b.max_nvme_param_shard) +
                     " (the largest module's shard) or use more ranks");
   }
-  if (nvme_param_modules > 0) {
+  if (b.nvme_param_modules > 0) {
     plan.param_staging_buffers = static_cast<int>(std::clamp<std::uint64_t>(
-        z.offload_param.buffer_count, 2, static_cast<std::uint64_t>(nvme_param_modules) + 1));
-    line(Tier::pinned, SC::buffers, "NVMe parameter read buffers (offload_param.buffer_count)",
-         pinned_bytes(max_nvme_param_bytes) * static_cast<std::uint64_t>(plan.param_staging_buffers));
+        z.offload_param.buffer_count, 2, static_cast<std::uint64_t>(b.nvme_param_modules) + 1));
+    add_line(plan, Tier::pinned, SC::buffers, "NVMe parameter read buffers (offload_param.buffer_count)",
+             pinned_bytes(b.max_nvme_param_bytes) * static_cast<std::uint64_t>(plan.param_staging_buffers));
   }
-  line(Tier::pinned, SC::optimizer_states, "optimizer states: fp32 master, exp_avg, exp_avg_sq", opt_pin);
-  line(Tier::pinned, SC::gradients, accumulators, acc_pin + acc_host);
-  if (max_offloaded_shard > 0) {
-    line(Tier::pinned, SC::buffers, "gradient D2H staging (2 buffers)", 2 * pinned_bytes(max_offloaded_shard * ds));
+  add_line(plan, Tier::pinned, SC::optimizer_states, "optimizer states: fp32 master, exp_avg, exp_avg_sq", b.opt_pin);
+  add_line(plan, Tier::pinned, SC::gradients, accumulators_name(in), b.acc_pin + b.acc_host);
+  if (b.max_offloaded_shard > 0) {
+    add_line(plan, Tier::pinned, SC::buffers, "gradient D2H staging (2 buffers)",
+             2 * pinned_bytes(b.max_offloaded_shard * ds));
   }
-  if (opt_nvme > 0) {
+  if (b.opt_nvme > 0) {
     // Chunk offsets stay block-aligned in fp32 states and in 2-byte parameters alike.
     const std::size_t block_numel = in.nvme_block_bytes / 2;
     std::size_t chunk = std::min<std::size_t>(z.sub_group_size, plan.max_shard_numel);
     chunk = (chunk + block_numel - 1) / block_numel * block_numel;
     plan.optimizer_chunk_numel = chunk;
     plan.optimizer_swap_buffers = static_cast<int>(std::max<std::uint64_t>(3, z.offload_optimizer.buffer_count));
-    line(Tier::pinned, SC::buffers, "optimizer swap buffers (offload_optimizer.buffer_count x master, exp_avg, exp_avg_sq)",
-         pinned_bytes(chunk * 4) * 3 * static_cast<std::uint64_t>(plan.optimizer_swap_buffers));
+    add_line(plan, Tier::pinned, SC::buffers,
+             "optimizer swap buffers (offload_optimizer.buffer_count x master, exp_avg, exp_avg_sq)",
+             pinned_bytes(chunk * 4) * 3 * static_cast<std::uint64_t>(plan.optimizer_swap_buffers));
   }
-  const bool host_param_out = in.optimizer && (max_offloaded_shard > 0 || nvme_param_modules > 0);
+  const bool host_param_out = in.optimizer && (b.max_offloaded_shard > 0 || b.nvme_param_modules > 0);
   if (host_param_out) {
     const std::size_t chunk = plan.optimizer_chunk_numel ? plan.optimizer_chunk_numel : plan.max_shard_numel;
-    line(Tier::pinned, SC::buffers, "updated parameter staging (2 buffers)", 2 * pinned_bytes(chunk * ds));
+    add_line(plan, Tier::pinned, SC::buffers, "updated parameter staging (2 buffers)", 2 * pinned_bytes(chunk * ds));
   }
-  line(Tier::nvme, SC::parameters, in.quant.enabled() ? "parameter shards (" + shard_format + ")" : "parameter shards", nvme_shards);
-  line(Tier::nvme, SC::optimizer_states, "optimizer states: fp32 master, exp_avg, exp_avg_sq", opt_nvme);
+}
+
+// Pass 8 decides the NVMe lines: parameter shards and optimizer states.
+void nvme_lines(const PlanInputs& in, const StateBytes& b, ZeroPlan& plan) {
+  using SC = StateClass;
+  add_line(plan, Tier::nvme, SC::parameters,
+           in.quant.enabled() ? "parameter shards (" + shard_format(in) + ")" : "parameter shards", b.nvme_shards);
+  add_line(plan, Tier::nvme, SC::optimizer_states, "optimizer states: fp32 master, exp_avg, exp_avg_sq", b.opt_nvme);
+}
+
+}  // namespace
+
+ZeroPlan compute_plan(const config::Config& config, const PlanInputs& in) {
+  const config::ZeroConfig& z = config.zero_optimization;
+  STRATA_ASSERT(in.module_numels.size() == in.module_names.size() && !in.module_numels.empty(),
+                "plan inputs: one name per module");
+  ZeroPlan plan;
+  plan.stage = z.stage;
+  plan.shards = z.stage >= 1 ? in.world : 1;
+  check_quantization(in);                                                // 1. refusals
+  place_modules(config, in, plan);                                       // 2. each module's tiers
+  const StateBytes bytes = sum_states(in, plan);                         // 3. sums per tier
+  device_state_lines(in, bytes, plan);                                   // 4. device: states
+  const std::uint64_t working = size_transient_regions(config, in, plan);  // 5. transient regions
+  device_buffer_lines(in, bytes, working, plan);                         // 6. device: buffers, minimum
+  pinned_lines(config, in, bytes, plan);                                 // 7. pinned host
+  nvme_lines(in, bytes, plan);                                           // 8. NVMe
   return plan;
 }
 

@@ -99,6 +99,7 @@ struct Tracer::Impl {
   std::vector<std::vector<Span>> chunks;
   std::vector<BusyCounters> busy;  // empty unless account_busy; busy[track] once it is used
   std::size_t span_count = 0;
+  std::shared_ptr<const SpanObserver> observer;  // tests only (set_observer); null when none
   bool dirty = true;  // something to write (a tracer with a path writes at least an empty trace)
 
   std::string to_json() const;
@@ -167,25 +168,36 @@ Tracer::~Tracer() {
 void Tracer::record_enabled(std::string_view name, std::string_view stream, std::int64_t start_ns,
                             std::int64_t end_ns, std::uint64_t bytes) {
   Impl& im = *impl_;
-  std::lock_guard lock(im.mutex);
-  const std::uint32_t track = intern(im.track_ids, im.tracks, stream);
-  if (im.store_spans) {
-    if (im.chunks.empty() || im.chunks.back().size() == kChunkSpans) {
-      im.chunks.emplace_back().reserve(kChunkSpans);
+  std::shared_ptr<const SpanObserver> observer;
+  {
+    std::lock_guard lock(im.mutex);
+    const std::uint32_t track = intern(im.track_ids, im.tracks, stream);
+    if (im.store_spans) {
+      if (im.chunks.empty() || im.chunks.back().size() == kChunkSpans) {
+        im.chunks.emplace_back().reserve(kChunkSpans);
+      }
+      im.chunks.back().push_back(
+          Span{intern(im.name_ids, im.names, name), track, start_ns, end_ns, bytes});
+      im.dirty = true;
     }
-    im.chunks.back().push_back(
-        Span{intern(im.name_ids, im.names, name), track, start_ns, end_ns, bytes});
-    im.dirty = true;
+    if (im.account_busy) {
+      // Track ids are dense and handed out in order, so a new track is exactly one past the end.
+      if (track == im.busy.size()) im.busy.emplace_back();
+      BusyCounters& b = im.busy[track];
+      b.busy_ns += std::max<std::int64_t>(0, end_ns - start_ns);
+      b.bytes += bytes;
+      ++b.spans;
+    }
+    ++im.span_count;
+    if (im.observer) observer = im.observer;
   }
-  if (im.account_busy) {
-    // Track ids are dense and handed out in order, so a new track is exactly one past the end.
-    if (track == im.busy.size()) im.busy.emplace_back();
-    BusyCounters& b = im.busy[track];
-    b.busy_ns += std::max<std::int64_t>(0, end_ns - start_ns);
-    b.bytes += bytes;
-    ++b.spans;
-  }
-  ++im.span_count;
+  if (observer) (*observer)(name, stream, bytes);
+}
+
+void Tracer::set_observer(SpanObserver observer) {
+  if (!impl_) return;
+  std::lock_guard lock(impl_->mutex);
+  impl_->observer = observer ? std::make_shared<const SpanObserver>(std::move(observer)) : nullptr;
 }
 
 std::size_t Tracer::span_count() const {

@@ -26,6 +26,7 @@
 // every process of a host, so traces of several ranks line up when opened together.
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -87,6 +88,14 @@ class Tracer {
 
   // Spans recorded so far, stored or only accounted (0 when disabled).
   std::size_t span_count() const;
+
+  // Tests only: told of every span recorded from now on (its name, track and bytes), on the
+  // thread that recorded it, after the span is counted and outside the tracer's lock, so that a
+  // test can wait for a piece of work to have happened (the end of an Adam, of a copy) instead
+  // of comparing the times of spans afterwards. It must be quick and must not record. An empty
+  // observer removes it. Does nothing on a disabled tracer.
+  using SpanObserver = std::function<void(std::string_view name, std::string_view track, std::uint64_t bytes)>;
+  void set_observer(SpanObserver observer);
 
   // Every track's cumulative counters since construction, in order of the tracks' first use;
   // empty unless account_busy. Callers take differences between two calls (one per step).

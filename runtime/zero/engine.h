@@ -8,6 +8,8 @@
 //   param_fetcher.h              acquire / release, prefetch along the trace, transient memory
 //   grad_path.h                  reduce, D2H, fp32 accumulation; the global norm / overflow
 //   updater.h (+ swap_ring.h)    Adam over the windows of each module on the optimizer worker
+//     param_writer.h             its new parameters into their tier (NVMe writes behind)
+//     speculation.h              its updates before the global norm (with clipping)
 //   update_gate.h                which module's update is pending, and its `updated` event
 //
 // Per step, driven by one thread (the trainer):
@@ -143,7 +145,7 @@ class ZeroEngine final : public params::ParamProvider {
   // with them, after the global norm / overflow check in step().
   bool global_before_update_ = false;
   // With clipping and no fp16: pinned-tier modules update as their gradients land, and step()
-  // commits or redoes them (Note [Speculative updates] in updater.h).
+  // commits or redoes them (Note [Speculative updates] in speculation.h).
   bool speculate_ = false;
   std::uint64_t step_id_ = 0;            // begin_step() calls
   bool last_step_clipped_ = false;       // then this step does not speculate: it would be redone

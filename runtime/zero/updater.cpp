@@ -22,32 +22,17 @@ Updater::Updater(const config::Config& config, tiers::TierStore& store, device::
       ring_(store, store.plan().optimizer_swap_buffers, store.plan().optimizer_chunk_numel,
             config.zero_optimization.offload_optimizer.pipeline_read,
             config.zero_optimization.offload_optimizer.pipeline_write),
+      writer_(store, device, streams, gate, threads_),
+      speculation_(store, config.strata.speculative_update_memory_bytes),
       worker_([&device] { device.bind_thread(); }) {
   for (const std::string& name : store.plan_inputs().module_names) adam_span_names_.push_back("adam " + name);
-  shadows_.resize(static_cast<std::size_t>(store.module_count()));
-  has_shadow_.assign(static_cast<std::size_t>(store.module_count()), 0);
-  shadow_budget_bytes_ = config.strata.speculative_update_memory_bytes;
-  bool host_updates = false;
-  for (int m = 0; m < store.module_count(); ++m) {
-    host_updates = host_updates || store.state(m, tiers::StateKind::master).tier() != tiers::Tier::device;
-  }
-  if (host_updates) {
-    const std::size_t bytes = store.window_numel() * dtype_size(dtype_);
-    for (int i = 0; i < 2; ++i) {
-      out_staging_.emplace_back(store.pinned().allocate(bytes, "updated parameter buffer"), device.create_event());
-    }
-  }
 }
 
 Updater::~Updater() {
-  // The facade drained already and reported what failed; the ring's own destructor then waits
-  // for its I/O.
+  // The facade drained already and reported what failed; the writer's destructor then waits for
+  // its writes, the ring's for its I/O.
   try {
     worker_.drain();
-  } catch (const std::exception&) {
-  }
-  try {
-    write_watcher_.drain();  // its tasks keep their errors in write_error_ (reported by drain())
   } catch (const std::exception&) {
   }
 }
@@ -57,31 +42,21 @@ void Updater::drain() {
   try {
     worker_.drain();
   } catch (...) {
-    write_watcher_.drain();
+    writer_.drain_writes();
     throw;
   }
-  wait_for_writes();
+  writer_.wait_writes();
 }
 
 void Updater::check() {
   worker_.check();
-  check_writes();
+  writer_.check();
 }
 
 void Updater::flush_swaps() {
-  write_watcher_.drain();
+  writer_.drain_writes();
   ring_.flush();
-  check_writes();
-}
-
-void Updater::wait_for_writes() {
-  write_watcher_.drain();
-  check_writes();
-}
-
-void Updater::check_writes() {
-  std::lock_guard lock(write_error_mutex_);
-  if (write_error_) std::rethrow_exception(write_error_);
+  writer_.check();
 }
 
 void Updater::queue(int module, std::function<void()> task) {
@@ -96,31 +71,8 @@ void Updater::queue(int module, std::function<void()> task) {
   };
   worker_.post(std::move(task), [this, module, pop] {
     pop();
-    finish(module);
+    writer_.finish(module);
   });
-}
-
-void Updater::finish(int module) {
-  if (!std::exchange(task_wrote_, false)) {
-    gate_.finished(module);
-    return;
-  }
-  // Behind the task's writes on the watcher (it runs its tasks in order). As a `finally`, so that
-  // it runs whatever happened before.
-  write_watcher_.post({}, [this, module] { gate_.finished(module); });
-}
-
-// On the write watcher, for every write, even after one failed (a staging buffer is reused only
-// once its write is over); the first failure is kept for check() before the gate opens.
-void Updater::wait_write(const PendingWrite& w) {
-  try {
-    store_.io().wait(w.io);  // throws the write's error, naming its file
-  } catch (...) {
-    std::lock_guard lock(write_error_mutex_);
-    if (!write_error_) write_error_ = std::current_exception();
-  }
-  w.staging->written.store(w.count, std::memory_order_release);
-  w.staging->written.notify_all();
 }
 
 void Updater::post(int module, const UpdateArgs& args) {
@@ -128,46 +80,23 @@ void Updater::post(int module, const UpdateArgs& args) {
 }
 
 bool Updater::post_speculative(int module, const UpdateArgs& args, std::uint64_t step) {
-  const tiers::TierState& master = store_.state(module, tiers::StateKind::master);
-  if (master.tier() != tiers::Tier::pinned) return false;
-  const std::size_t m = static_cast<std::size_t>(module);
-  if (!has_shadow_[m]) {
-    // Allocated here, before the first task that uses it is queued; from then on only the
-    // worker touches the shadow (commit swaps it), so the trainer reads has_shadow_ alone.
-    Shadow& sh = shadows_[m];
-    const std::uint64_t bytes = 3 * master.bytes();
-    if (shadow_bytes_ + bytes > shadow_budget_bytes_) return false;
-    const std::string& name = store_.plan_inputs().module_names[static_cast<std::size_t>(module)];
-    sh.master = offload::HostBuffer::allocate(master.bytes(), name + " speculative master");
-    sh.exp_avg = offload::HostBuffer::allocate(master.bytes(), name + " speculative exp_avg");
-    sh.exp_avg_sq = offload::HostBuffer::allocate(master.bytes(), name + " speculative exp_avg_sq");
-    shadow_bytes_ += bytes;
-    has_shadow_[m] = 1;
-  }
+  if (!speculation_.reserve(module)) return false;
   queue(module, [this, module, args, step] {
-    if (cancelled_through_.load() >= step) return;  // the norm was over: redone from scratch
+    if (speculation_.cancelled(step)) return;  // the norm was over: redone from scratch
     update(module, args, Mode::speculative);
   });
   return true;
 }
 
 void Updater::post_commit(int module) {
-  queue(module, [this, module] { commit(module); });
+  queue(module, [this, module] { speculation_.commit(module); });
 }
 
 void Updater::post_redo(int module, const UpdateArgs& args) {
   queue(module, [this, module, args] {
     update(module, args, Mode::redo);
-    commit(module);
+    speculation_.commit(module);
   });
-}
-
-// The shadow holds the new states: it becomes the module's states, and the old ones its shadow.
-void Updater::commit(int module) {
-  Shadow& sh = shadows_[static_cast<std::size_t>(module)];
-  store_.state(module, tiers::StateKind::master).swap_host_buffer(sh.master);
-  store_.state(module, tiers::StateKind::exp_avg).swap_host_buffer(sh.exp_avg);
-  store_.state(module, tiers::StateKind::exp_avg_sq).swap_host_buffer(sh.exp_avg_sq);
 }
 
 void Updater::run_after(std::function<void()> task, std::function<void()> done) {
@@ -177,7 +106,7 @@ void Updater::run_after(std::function<void()> task, std::function<void()> done) 
   }
   // Checkpoints read the states: after every parameter write too (a failed one fails the task).
   auto after_writes = [this, task = std::move(task)] {
-    wait_for_writes();
+    writer_.wait_writes();
     if (task) task();
   };
   worker_.post(std::move(after_writes), [this, done = std::move(done)] {
@@ -221,46 +150,37 @@ void Updater::update(int module, const UpdateArgs& args, Mode mode) {
       w.exp_avg_sq = reinterpret_cast<float*>(store_.state(module, tiers::StateKind::exp_avg_sq).host_data()) + off;
     }
     // Out of place (Note [Speculative updates]): read the current states, write the shadow.
-    const float* master_in = nullptr;
-    const float* exp_avg_in = nullptr;
-    const float* exp_avg_sq_in = nullptr;
+    Speculation::Inputs in;
     if (mode != Mode::in_place) {
       STRATA_ASSERT(!swapped, "a speculative update of NVMe states");
-      Shadow& sh = shadows_[static_cast<std::size_t>(module)];
-      master_in = w.master;
-      exp_avg_in = w.exp_avg;
-      exp_avg_sq_in = w.exp_avg_sq;
-      w.master = reinterpret_cast<float*>(sh.master.data()) + off;
-      w.exp_avg = reinterpret_cast<float*>(sh.exp_avg.data()) + off;
-      w.exp_avg_sq = reinterpret_cast<float*>(sh.exp_avg_sq.data()) + off;
+      in = speculation_.out_of_place(module, off, w);
     }
-    Staging* staging = nullptr;
-    void* out = params_out(module, off, &staging);
+    const ParamWriter::Out out = writer_.out(module, off);
     cpu_adam::AdamShard s;
     s.params = w.master;
     s.grads = acc.host_data() + off * dtype_size(store_.grad_dtype());
     s.grad_dtype = store_.grad_dtype();
     s.exp_avg = w.exp_avg;
     s.exp_avg_sq = w.exp_avg_sq;
-    s.params_in = master_in;
-    s.exp_avg_in = exp_avg_in;
-    s.exp_avg_sq_in = exp_avg_sq_in;
+    s.params_in = in.master;
+    s.exp_avg_in = in.exp_avg;
+    s.exp_avg_sq_in = in.exp_avg_sq;
     s.numel = n;
     if (dtype_ != DType::f32) {
-      s.params_out = out;
+      s.params_out = out.data;
       s.out_dtype = dtype_;
     }
     {
       trace::ScopedSpan span(tracer_, adam_span_names_[static_cast<std::size_t>(module)], "cpu optimizer");
       cpu_adam::adam_step(active_simd(), threads_, args.hyper, args.step, s, args.grad_scale);
     }
-    deliver(module, off, n, w.master, staging);  // copies fp32 parameters out first
+    writer_.deliver(module, off, n, w.master, out);  // copies fp32 parameters out first
     if (swapped) ring_.release(w);
   }
   // The accumulator is not zeroed: the next step's first micro-batch overwrites it.
   // New parameters on their way to the device (resident modules, device shards) or to NVMe:
   // the fetcher reads them after this event, or once the gate opens (NVMe: once the writes
-  // handed to the write watcher are over; Note [Parameter writes behind]).
+  // handed to the writer's watcher are over; Note [Parameter writes behind] in param_writer.h).
   gate_.updated(module).record(*streams_.copy_in);
 }
 
@@ -285,41 +205,6 @@ void Updater::update_on_device(int module, const UpdateArgs& args) {
   if (dtype_ == DType::f32) optim.copy_async(param.device_data(), master.device_data(), n * 4);
   acc.fill_zero(optim);
   gate_.updated(module).record(optim);
-}
-
-void* Updater::params_out(int module, std::size_t offset, Staging** staging) {
-  *staging = nullptr;
-  tiers::TierState& param = store_.state(module, tiers::StateKind::param);
-  if (std::byte* pinned = param.host_data()) return pinned + offset * dtype_size(dtype_);
-  STRATA_ASSERT(!out_staging_.empty(), "no parameter staging buffers were planned");
-  Staging& st = out_staging_[out_next_];
-  out_next_ = (out_next_ + 1) % out_staging_.size();
-  st.done->synchronize();  // its last H2D has finished
-  // and its last NVMe write (the write watcher counts them; it alone waits on their handles)
-  for (std::uint64_t w = st.written.load(std::memory_order_acquire); w != st.writes;
-       w = st.written.load(std::memory_order_acquire)) {
-    st.written.wait(w, std::memory_order_acquire);
-  }
-  *staging = &st;
-  return st.buffer.data();
-}
-
-void Updater::deliver(int module, std::size_t offset, std::size_t n, const float* master, Staging* staging) {
-  tiers::TierState& param = store_.state(module, tiers::StateKind::param);
-  void* host = staging ? static_cast<void*>(staging->buffer.data())
-                       : static_cast<void*>(param.host_data() + offset * dtype_size(dtype_));
-  // fp32 parameters are the master: copied on the Adam's threads, each part by the thread that
-  // updated it (a module's serial memcpy was the gap between its Adam and the next module's).
-  if (dtype_ == DType::f32) cpu_adam::copy_partitioned(master, host, DType::f32, n, threads_);
-  if (staging == nullptr) return;  // written in place (pinned shard)
-  offload::AioHandle io = param.write_from_staging(offset, n, host, *streams_.copy_in);
-  if (io) {
-    // Waited for on the write watcher: a later window of this module may reuse the buffer.
-    write_watcher_.post([this, w = PendingWrite{std::move(io), staging, ++staging->writes}] { wait_write(w); });
-    task_wrote_ = true;
-  } else {
-    staging->done->record(*streams_.copy_in);
-  }
 }
 
 }  // namespace strata::runtime::zero

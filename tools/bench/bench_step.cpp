@@ -24,15 +24,14 @@
 // [The cell configs] (bench_children.cpp);
 // the reference: stage 0, nothing offloaded, strata.device_memory = the plan's device need + 25 %
 // + 64 MiB (or --device-memory when larger).
-#include <sys/wait.h>
-
+//
+// This file runs the bench (the cells round by round, the disk bound, the peers) and prints;
+// bench_step_peers.{h,cpp} are the peers, bench_step_report.{h,cpp} a cell's numbers, its rows
+// and JSON lines.
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -52,13 +51,28 @@
 #include "tools/bench/bench_children.h"
 #include "tools/bench/bench_nvme_disk.h"
 #include "tools/bench/bench_scripts.h"
+#include "tools/bench/bench_step_peers.h"
+#include "tools/bench/bench_step_report.h"
 
 namespace strata::tools {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-constexpr const char* kReference = "resident";
+using step_bench::Cell;
+using step_bench::cell_json;
+using step_bench::counterpart;
+using step_bench::kReference;
+using step_bench::median_step_ms;
+using step_bench::Peer;
+using step_bench::peer_json;
+using step_bench::PeerSpec;
+using step_bench::placement_title;
+using step_bench::print_header;
+using step_bench::print_peers;
+using step_bench::print_row;
+using step_bench::run_peer;
+using step_bench::select_peers;
+using step_bench::summarize;
 
 // The reference's device budget: what the plan needs for stage 0 with nothing offloaded, plus
 // headroom, rounded up to MiB; --device-memory instead when it is larger.
@@ -89,419 +103,6 @@ std::uint64_t resident_device_bytes(const StepBenchOptions& o, const models::Mod
     bytes = std::max(bytes, *given);
   }
   return bytes;
-}
-
-// Note [The peers]
-// Each peer is `PYTHON step_peers.py --peer NAME` with the model's config, --batch, --seq-len,
-// --dtype, --gradient-clipping, --checkpointing, AdamW as the cells have it (lr 1e-3, weight decay
-// 0.01, betas 0.9/0.999, eps 1e-8), --warmup kWarmupSteps and as many timed steps as a strata cell
-// has over all rounds; random token ids. Its stdout's last JSON line is its result; its stderr
-// goes to the scratch folder (to ours with --verbose), and its last line is the row's error when
-// the JSON says nothing. The strata cell each is compared with:
-//   torch_resident        resident (stage 0)     PyTorch, fp32 parameters + autocast, AdamW
-//   deepspeed_zero2_cpu   cpu, stage 2           ZeRO-Offload
-//   deepspeed_zero3_cpu   cpu, stage 3
-//   deepspeed_zero3_nvme  nvme, stage 3          ZeRO-Infinity, swap folder --nvme-path
-//   fsdp2_cpu             cpu, stage 3           FSDP2 + CPUOffloadPolicy
-// DeepSpeed and FSDP2 need CUDA; torch_resident runs on the CPU with --device host.
-struct PeerSpec {
-  const char* name;
-  const char* group;      // what --peers names it by, besides its name
-  const char* title;
-  const char* placement;  // the strata cell it is compared with
-  int stage;
-};
-
-constexpr PeerSpec kPeers[] = {
-    {"torch_resident", "torch", "PyTorch resident", kReference, 0},
-    {"deepspeed_zero2_cpu", "deepspeed", "DeepSpeed ZeRO-2, optimizer on CPU", "cpu", 2},
-    {"deepspeed_zero3_cpu", "deepspeed", "DeepSpeed ZeRO-3, params + optimizer on CPU", "cpu", 3},
-    {"deepspeed_zero3_nvme", "deepspeed", "DeepSpeed ZeRO-3, params + optimizer on NVMe", "nvme", 3},
-    {"fsdp2_cpu", "fsdp2", "PyTorch FSDP2, CPUOffloadPolicy", "cpu", 3},
-};
-
-// The peers --peers names, in kPeers' order. Throws strata::Error naming --peers for an unknown
-// name, and for a peer that needs CUDA without --device cuda.
-std::vector<const PeerSpec*> select_peers(const StepBenchOptions& o) {
-  std::vector<std::string> names = split_list(o.peers);
-  if (names.size() == 1 && names[0] == "auto") {
-    names = {o.device == "cuda" ? "all" : "none"};
-  }
-  std::vector<const PeerSpec*> out;
-  for (const PeerSpec& p : kPeers) {
-    for (const std::string& n : names) {
-      if (n == "all" || n == p.name || n == p.group) {
-        out.push_back(&p);
-        break;
-      }
-    }
-  }
-  for (const std::string& n : names) {
-    const bool known = n == "all" || n == "none" ||
-                       std::any_of(std::begin(kPeers), std::end(kPeers),
-                                   [&](const PeerSpec& p) { return n == p.name || n == p.group; });
-    if (!known) {
-      throw Error(fmt::format("unknown peer \"{}\"", n), "--peers",
-                  "give auto, all, none, or a comma-separated list of torch, deepspeed, fsdp2, "
-                  "torch_resident, deepspeed_zero2_cpu, deepspeed_zero3_cpu, deepspeed_zero3_nvme, fsdp2_cpu");
-    }
-    if (n == "none" && names.size() > 1) {
-      throw Error("--peers none with other peers", "--peers", "give none alone");
-    }
-  }
-  if (o.device == "auto" && !out.empty()) {
-    throw Error("--peers with --device auto: the peers need to know where the cells ran", "--device",
-                "give --device cuda or host");
-  }
-  if (o.device != "cuda") {
-    for (const PeerSpec* p : out) {
-      if (std::string(p->name) != "torch_resident") {
-        throw Error(fmt::format("the peer {} needs CUDA, and the bench runs with --device {}", p->name,
-                                o.device),
-                    "--peers", "give --device cuda, or --peers torch (PyTorch on the CPU) or none");
-      }
-    }
-  }
-  return out;
-}
-
-struct Peer {
-  const PeerSpec* spec = nullptr;
-  std::string error;      // not empty: it failed or could not be imported
-  double step_ms = 0, tokens_per_s = 0;
-  std::size_t timed_steps = 0;
-  double seconds = 0;     // wall time of the child
-  Json info;              // its JSON line (versions, model, optimizer, ...)
-};
-
-// The last line of `text` that is not blank.
-std::string last_line(const std::string& text) {
-  std::istringstream in(text);
-  std::string last;
-  for (std::string line; std::getline(in, line);) {
-    if (line.find_first_not_of(" \t\r") != std::string::npos) last = line;
-  }
-  return last;
-}
-
-// Runs one peer (Note [The peers]).
-Peer run_peer(const StepBenchOptions& o, const models::GptConfig& model, const PeerSpec& spec,
-              const std::string& python, const std::string& script, const std::string& reference_dir,
-              const std::string& nvme_path, const std::string& log_path) {
-  Peer peer;
-  peer.spec = &spec;
-  const int timed = o.rounds * (o.steps - kWarmupSteps);
-  std::string command = fmt::format(
-      "{} {} --peer {} --vocab-size {} --n-positions {} --n-embd {} --n-layer {} --n-head {} "
-      "--layer-norm-epsilon {} --batch {} --seq-len {} --steps {} --warmup {} --dtype {} --device {} "
-      "--lr 1e-3 --betas 0.9 0.999 --eps 1e-8 --weight-decay 0.01 --gradient-clipping {}",
-      shell_quote(python), shell_quote(script), spec.name, model.vocab_size, model.n_positions, model.n_embd,
-      model.n_layer, model.n_head, model.layer_norm_epsilon, o.batch, o.seq_len, timed, kWarmupSteps,
-      o.dtype, o.device == "cuda" ? "cuda" : "cpu", o.gradient_clipping);
-  if (o.checkpointing) command += " --checkpointing";
-  if (std::string(spec.name) == "deepspeed_zero3_nvme") command += " --nvme-path " + shell_quote(nvme_path);
-  if (!reference_dir.empty()) command += " --reference-dir " + shell_quote(reference_dir);
-  command += " </dev/null 2>" + shell_quote(log_path);
-  if (o.verbose) std::fprintf(stderr, "%s\n", command.c_str());
-  std::fflush(nullptr);
-  const auto t0 = Clock::now();
-  std::FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) {
-    peer.error = fmt::format("cannot start {}", python);
-    return peer;
-  }
-  std::string out;
-  char buf[4096];
-  while (std::fgets(buf, sizeof buf, pipe) != nullptr) out += buf;
-  const int status = pclose(pipe);
-  peer.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  // Its result: the last line of stdout that is its JSON (DeepSpeed prints on stdout too).
-  Json result;
-  std::istringstream in(out);
-  for (std::string line; std::getline(in, line);) {
-    Json j = Json::parse(line, nullptr, false);
-    if (!j.is_discarded() && j.is_object() && j.value("peer", std::string()) == spec.name) result = std::move(j);
-  }
-  const std::string how = WIFEXITED(status) ? fmt::format("exit status {}", WEXITSTATUS(status))
-                                            : fmt::format("killed by signal {}", WTERMSIG(status));
-  std::string log;
-  if (std::FILE* f = std::fopen(log_path.c_str(), "r")) {
-    while (std::fgets(buf, sizeof buf, f) != nullptr) log += buf;
-    std::fclose(f);
-  }
-  if (o.verbose) std::fprintf(stderr, "%s%s", out.c_str(), log.c_str());
-  if (!result.is_object()) {
-    const std::string last = last_line(log);
-    peer.error = fmt::format("{}no result from {} ({})", last.empty() ? "" : last + "; ",
-                             std::filesystem::path(script).filename().string(), how);
-    return peer;
-  }
-  peer.info = result;
-  if (!result.value("ok", false)) {
-    peer.error = (result.value("importable", true) ? "" : "not importable: ") +
-                 result.value("error", std::string("failed"));
-    return peer;
-  }
-  std::vector<double> ms;
-  if (result.contains("step_ms") && result["step_ms"].is_array()) {
-    for (const Json& v : result["step_ms"]) {
-      if (v.is_number()) ms.push_back(v.get<double>());
-    }
-  }
-  const double tokens = number(result, "tokens_per_step");
-  if (ms.empty() || !(tokens > 0)) {
-    peer.error = "its JSON lacks step_ms or tokens_per_step";
-    return peer;
-  }
-  peer.timed_steps = ms.size();
-  peer.step_ms = median(ms);
-  peer.tokens_per_s = tokens / (peer.step_ms / 1e3);
-  if (!std::isfinite(peer.tokens_per_s) || peer.tokens_per_s <= 0) {
-    peer.error = "its step times are not positive";
-  }
-  return peer;
-}
-
-struct Cell {
-  std::string placement;  // kReference, or "device", "cpu" or "nvme"
-  int stage = 0;
-  std::string error;      // not empty: the child failed and the numbers are unset
-  std::vector<Json> rows; // the timed steps of every round's JSONL
-  double step_ms = 0, tokens_per_s = 0, tflops = 0;
-  double forward_ms = 0, backward_ms = 0, optimizer_ms = 0;
-  std::string busiest;    // the track most often busiest over the timed steps
-  double busiest_ms = 0;  // median over the timed steps of the busiest track's busy time
-  // nvme cells: the disk's time for the step's bytes at the rates measured in the same run
-  // (reads and writes overlapped: the larger of the two; one after the other: their sum).
-  double disk_bound_ms = 0, disk_serial_ms = 0;
-  double overlap = 0;     // step_ms / busiest_ms
-  Json bytes;             // bytes moved in the last timed step, per link
-  // The CPU Adam's busy time per step (the median over the timed steps of the "cpu optimizer"
-  // track's busy_ms); null when the cell has no CPU Adam (optimizer states on the device).
-  Json cpu_adam_busy_ms;
-  // Every timed step's global gradient norm (with clipping), and over the timed steps the module
-  // updates speculated and redone: speculation pays only in steps whose norm stays under the
-  // threshold (Note [Speculative updates], runtime/zero/updater.h).
-  std::vector<double> grad_norms;
-  std::uint64_t speculative_updates = 0, speculative_redone = 0;
-  Json losses = Json::array();  // every timed step's loss (null where it was not finite)
-};
-
-constexpr const char* kCpuAdamTrack = "cpu optimizer";  // runtime/zero/updater.cpp's spans
-constexpr const char* kCpuAdamNote = "null: the cell runs no CPU Adam (its optimizer states are on the device)";
-
-// The median step of `rows` (one child's, or every round's).
-double median_step_ms(const std::vector<Json>& rows) {
-  std::vector<double> ms;
-  for (const Json& r : rows) ms.push_back(number(r, "step_ms"));
-  return median(ms);
-}
-
-// cell.rows -> the cell's numbers: medians over every timed step of every round.
-void summarize(Cell& cell) {
-  std::vector<double> step_ms, tokens, flops_per_token, fwd, bwd, opt, busy, adam;
-  std::map<std::string, int> busiest_count;
-  // A kernel that is wrong at real shapes shows as a loss or a gradient norm that is not finite
-  // (the metrics write it as null): the cell fails, saying where, with its losses, instead of
-  // reporting a speed. An fp16 step skipped for overflow has an infinite norm by design.
-  std::string not_finite;
-  for (const Json& r : cell.rows) {
-    const double loss = number(r, "loss"), norm = number(r, "grad_norm");
-    cell.losses.push_back(std::isfinite(loss) ? Json(loss) : Json());
-    const bool skipped = r.value("skipped", false);
-    if (not_finite.empty() && (!std::isfinite(loss) || (!skipped && !std::isfinite(norm)))) {
-      not_finite = fmt::format("step {}: loss {}, grad norm {}", r.value("step", -1), r.value("loss", Json()).dump(),
-                               r.value("grad_norm", Json()).dump());
-    }
-  }
-  if (!not_finite.empty()) {
-    cell.error = fmt::format("a loss or gradient norm is not finite ({}); losses {}", not_finite, cell.losses.dump());
-    return;
-  }
-  for (const Json& r : cell.rows) {
-    const double ms = number(r, "step_ms"), tps = number(r, "tokens_per_s");
-    step_ms.push_back(ms);
-    tokens.push_back(tps * ms / 1e3);  // tokens per step, the same every step
-    flops_per_token.push_back(number(r, "tflops") * 1e12 / tps);
-    const Json phases = r.value("phase_ms", Json::object());
-    fwd.push_back(number(phases, "forward"));
-    bwd.push_back(number(phases, "backward"));
-    opt.push_back(number(phases, "optimizer"));
-    busy.push_back(number(r, "busiest_ms"));
-    const Json tracks = r.value("busy_ms", Json::object());
-    if (tracks.contains(kCpuAdamTrack)) adam.push_back(number(tracks, kCpuAdamTrack));
-    ++busiest_count[r.value("busiest", std::string("?"))];
-    // null (not finite) or -1 (not computed) is left out
-    if (const double norm = number(r, "grad_norm"); std::isfinite(norm) && norm >= 0) cell.grad_norms.push_back(norm);
-    const Json speculative = r.value("speculative", Json::object());
-    cell.speculative_updates += speculative.value("updates", std::uint64_t{0});
-    cell.speculative_redone += speculative.value("redone", std::uint64_t{0});
-  }
-  cell.step_ms = median(step_ms);
-  cell.tokens_per_s = median(tokens) / (cell.step_ms / 1e3);
-  cell.tflops = median(flops_per_token) * cell.tokens_per_s / 1e12;
-  cell.forward_ms = median(fwd);
-  cell.backward_ms = median(bwd);
-  cell.optimizer_ms = median(opt);
-  cell.busiest_ms = median(busy);
-  cell.overlap = cell.step_ms / cell.busiest_ms;
-  cell.busiest = std::max_element(busiest_count.begin(), busiest_count.end(),
-                                  [](const auto& a, const auto& b) { return a.second < b.second; })
-                     ->first;
-  cell.bytes = cell.rows.back().value("bytes", Json::object());
-  if (!adam.empty()) cell.cpu_adam_busy_ms = median(adam);
-  for (double v : {cell.step_ms, cell.tokens_per_s, cell.tflops, cell.busiest_ms, cell.overlap}) {
-    if (!std::isfinite(v) || v <= 0) {
-      cell.error = "the metrics lack step_ms, tokens_per_s, tflops or busiest_ms";
-      return;
-    }
-  }
-}
-
-std::string placement_title(const std::string& placement) {
-  if (placement == "device") return "device: nothing offloaded";
-  if (placement == "cpu") return "cpu: offload_optimizer cpu; at stage 3 also offload_param cpu";
-  return "nvme: offload_optimizer nvme; at stage 3 also offload_param nvme";
-}
-
-void print_header(std::FILE* out) {
-  std::fprintf(out, "%-8s %8s %7s %7s %7s %10s %8s  %-22s %7s %11s\n", "stage", "step ms",
-               "fwd ms", "bwd ms", "opt ms", "tokens/s", "TFLOPS", "busiest", "overlap",
-               "vs resident");
-}
-
-void print_row(std::FILE* out, const Cell& c, const Cell& reference) {
-  const std::string stage = c.placement == kReference ? "0 (ref)" : std::to_string(c.stage);
-  if (!c.error.empty()) {
-    std::fprintf(out, "%-8s error: %s\n", stage.c_str(), c.error.c_str());
-    return;
-  }
-  const std::string ratio = reference.error.empty()
-                                ? fmt::format("{:.2f}", c.tokens_per_s / reference.tokens_per_s)
-                                : "-";
-  std::fprintf(out, "%-8s %8.1f %7.1f %7.1f %7.1f %10.0f %8.4f  %-22s %7.2f %11s\n", stage.c_str(),
-               c.step_ms, c.forward_ms, c.backward_ms, c.optimizer_ms, c.tokens_per_s, c.tflops,
-               fmt::format("{} {:.1f} ms", c.busiest, c.busiest_ms).c_str(), c.overlap,
-               ratio.c_str());
-  if (c.disk_bound_ms > 0) {
-    std::fprintf(out, "%-8s the disk's time for the step's bytes: %.1f ms overlapped, %.1f ms one after the other "
-                 "(step / overlapped bound: %.2f)\n", "", c.disk_bound_ms, c.disk_serial_ms, c.step_ms / c.disk_bound_ms);
-  }
-}
-
-// What every JSON line of the run carries: the device, the model and the shapes.
-Json run_json(const StepBenchOptions& o) {
-  return {{"device", o.device}, {"model", o.model.empty() ? o.preset : o.model}, {"batch", o.batch},
-          {"seq_len", o.seq_len}, {"dtype", o.dtype}, {"checkpointing", o.checkpointing},
-          {"gradient_clipping", o.gradient_clipping}};
-}
-
-// The peers' tokens/s (null where one was not run or failed), as `<peer>_tokens_per_s`.
-void add_peer_rates(Json& j, const std::vector<Peer>& peers) {
-  for (const PeerSpec& spec : kPeers) {
-    Json v;
-    for (const Peer& p : peers) {
-      if (p.spec == &spec && p.error.empty()) v = p.tokens_per_s;
-    }
-    j[std::string(spec.name) + "_tokens_per_s"] = v;
-  }
-}
-
-Json cell_json(const StepBenchOptions& o, const Cell& c, const Cell& reference, const std::vector<Peer>& peers) {
-  Json j = run_json(o);
-  j["placement"] = c.placement;
-  j["stage"] = c.stage;
-  j["resident_tokens_per_s"] = reference.error.empty() ? Json(reference.tokens_per_s) : Json();
-  add_peer_rates(j, peers);
-  if (!c.error.empty()) {
-    j["error"] = c.error;
-    if (!c.losses.empty()) j["losses"] = c.losses;
-    return j;
-  }
-  j["step_ms"] = c.step_ms;
-  j["tokens_per_s"] = c.tokens_per_s;
-  j["tflops"] = c.tflops;
-  j["busiest"] = c.busiest;
-  j["busiest_ms"] = c.busiest_ms;
-  j["overlap"] = c.overlap;
-  j["ratio_to_resident"] =
-      reference.error.empty() ? Json(c.tokens_per_s / reference.tokens_per_s) : Json();
-  j["phase_ms"] = {{"forward", c.forward_ms}, {"backward", c.backward_ms}, {"optimizer", c.optimizer_ms}};
-  j["bytes_per_step"] = c.bytes;
-  j["timed_steps"] = c.rows.size();
-  j["cpu_adam_busy_ms"] = c.cpu_adam_busy_ms;
-  if (c.cpu_adam_busy_ms.is_null()) j["cpu_adam_busy_ms_note"] = kCpuAdamNote;
-  // The bound of an offloaded step: the same model resident, or the CPU Adam, whichever is
-  // longer (issue 15's target: vs_offload_bound <= 1.15 on a GPU).
-  if (!c.cpu_adam_busy_ms.is_null() && reference.error.empty() && &c != &reference) {
-    const double bound = std::max(reference.step_ms, c.cpu_adam_busy_ms.get<double>());
-    j["offload_bound_ms"] = bound;
-    j["vs_offload_bound"] = c.step_ms / bound;
-  }
-  j["grad_norms"] = c.grad_norms;
-  j["losses"] = c.losses;
-  j["speculative_updates"] = c.speculative_updates;
-  j["speculative_redone"] = c.speculative_redone;
-  if (c.disk_bound_ms > 0) {
-    j["disk_bound_ms"] = c.disk_bound_ms;
-    j["disk_serial_ms"] = c.disk_serial_ms;
-    j["vs_disk"] = c.step_ms / c.disk_bound_ms;
-  }
-  return j;
-}
-
-// The strata cell a peer is compared with.
-const Cell* counterpart(const PeerSpec& spec, const std::vector<Cell>& cells) {
-  for (const Cell& c : cells) {
-    if (c.placement == spec.placement && c.stage == spec.stage) return &c;
-  }
-  return nullptr;
-}
-
-Json peer_json(const StepBenchOptions& o, const Peer& p, const std::vector<Cell>& cells) {
-  Json j = run_json(o);
-  j["peer"] = p.spec->name;
-  j["title"] = p.spec->title;
-  const Cell* strata = counterpart(*p.spec, cells);
-  j["strata_placement"] = p.spec->placement;
-  j["strata_stage"] = p.spec->stage;
-  const bool strata_ok = strata != nullptr && strata->error.empty();
-  j["strata_tokens_per_s"] = strata_ok ? Json(strata->tokens_per_s) : Json();
-  if (!p.error.empty()) {
-    j["error"] = p.error;
-  } else {
-    j["step_ms"] = p.step_ms;
-    j["tokens_per_s"] = p.tokens_per_s;
-    j["timed_steps"] = p.timed_steps;
-    j["vs_strata"] = strata_ok ? Json(p.tokens_per_s / strata->tokens_per_s) : Json();
-  }
-  // What the peer says it ran: versions, its model class, optimizer, precision, threads, GPU.
-  for (const char* key : {"torch", "deepspeed", "model", "optimizer", "precision", "threads", "gpu",
-                          "max_memory_allocated"}) {
-    if (p.info.is_object() && p.info.contains(key)) j[std::string("peer_") + key] = p.info[key];
-  }
-  return j;
-}
-
-void print_peers(std::FILE* out, const std::vector<Peer>& peers, const std::vector<Cell>& cells) {
-  std::fprintf(out, "\npeers: the same model, micro-batch, dtype, AdamW and clipping; vs strata = the "
-                    "peer's tokens/s / the strata cell's\n");
-  std::fprintf(out, "%-22s %-44s %9s %10s %-16s %10s %9s\n", "peer", "", "step ms", "tokens/s",
-               "strata cell", "tokens/s", "vs strata");
-  for (const Peer& p : peers) {
-    if (!p.error.empty()) {
-      std::fprintf(out, "%-22s error: %s\n", p.spec->name, p.error.c_str());
-      continue;
-    }
-    const Cell* strata = counterpart(*p.spec, cells);
-    const std::string where = std::string(p.spec->placement) == kReference
-                                  ? "resident"
-                                  : fmt::format("{} stage {}", p.spec->placement, p.spec->stage);
-    const bool ok = strata != nullptr && strata->error.empty();
-    std::fprintf(out, "%-22s %-44s %9.1f %10.0f %-16s %10s %9s\n", p.spec->name, p.spec->title, p.step_ms,
-                 p.tokens_per_s, where.c_str(), ok ? fmt::format("{:.0f}", strata->tokens_per_s).c_str() : "-",
-                 ok ? fmt::format("{:.2f}", p.tokens_per_s / strata->tokens_per_s).c_str() : "-");
-  }
 }
 
 // "1,3" -> {1, 3}: each of 1, 2 and 3 at most once, ascending; throws strata::Error naming

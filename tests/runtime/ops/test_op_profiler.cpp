@@ -42,8 +42,17 @@ TEST(OpProfiler, CountsAndTimesEveryOpOnItsStream) {
     EXPECT_EQ(stream->op_observer(), &profiler);
     for (int i = 0; i < 3; ++i) matmul_fwd(*stream, y.data(), x.data(), w.data(), nullptr, N, C, OC, DType::f32);
     residual_fwd(*stream, z.data(), y.data(), y.data(), kSmall, DType::f32);
-    // Not an op: a gap between ops is nobody's time.
-    stream->host_task([] { std::this_thread::sleep_for(std::chrono::milliseconds(30)); }, "gap");
+    // Not an op: a gap between ops is nobody's time. It measures itself: a bracket around it
+    // would last at least as long, whatever the load (a fixed threshold failed under TSan on a
+    // loaded 2-core machine, the residual taking 34 ms); 500 ms is far longer than the residual.
+    double gap_ms = 0;
+    stream->host_task(
+        [&gap_ms] {
+          const auto start = std::chrono::steady_clock::now();
+          std::this_thread::sleep_for(std::chrono::milliseconds(500));
+          gap_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+        },
+        "gap");
     // The other stream works on buffers of its own (the two streams run at the same time).
     std::vector<float> u(1024, 1.0f), v(1024);
     residual_fwd(*other, v.data(), u.data(), u.data(), static_cast<std::int64_t>(u.size()), DType::f32);
@@ -60,7 +69,7 @@ TEST(OpProfiler, CountsAndTimesEveryOpOnItsStream) {
     EXPECT_EQ(res.count, 1);  // the other stream's is not counted
     EXPECT_GT(mm.ms, 0.0);
     EXPECT_GT(res.ms, 0.0);
-    EXPECT_LT(res.ms, 30.0);  // the gap after it is outside every bracket
+    EXPECT_LT(res.ms, gap_ms);  // the gap after it is outside every bracket
     EXPECT_EQ(y[0], 0.5f * 0.25f * C);
     // Starts over.
     gelu_fwd(*stream, z.data(), y.data(), static_cast<std::int64_t>(y.size()), DType::f32);

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -84,8 +85,10 @@ struct EngineRun {
   // link_bytes_per_s: the host device's emulated PCIe (DeviceOptions::host_link_bytes_per_s).
   // numel_scale: every module is module_numel(m) * numel_scale elements.
   // io_hook: the tier I/O engine's completion hook (fault injection, offload/aio_engine.h).
+  // copy_hook: the host device's (DeviceOptions::host_copy_hook): a test may hold copies open.
   EngineRun(const config::Config& config_in, trace::Tracer* tracer_in = nullptr, std::uint64_t link_bytes_per_s = 0,
-            std::size_t numel_scale = 1, offload::CompletionHook io_hook = {})
+            std::size_t numel_scale = 1, offload::CompletionHook io_hook = {},
+            std::function<void(const std::string& stream, std::size_t bytes)> copy_hook = {})
       : config(config_in), own_tracer(tracer_in ? nullptr : std::make_unique<trace::Tracer>("")),
         tracer(tracer_in ? *tracer_in : *own_tracer), scale(numel_scale) {
     device::DeviceOptions o;
@@ -93,6 +96,7 @@ struct EngineRun {
     o.memory_bytes = config.strata.device_memory_bytes;
     o.tracer = &tracer;
     o.host_link_bytes_per_s = link_bytes_per_s;
+    o.host_copy_hook = std::move(copy_hook);
     device = device::Device::create(o);
     comm::CommOptions co;
     co.backend = comm::CommBackend::single;
@@ -132,7 +136,8 @@ struct EngineRun {
       const float* p = static_cast<const float*>(v.data);
       const std::size_t n = v.numel;
       compute->host_task(
-          [p, n, compute_ms, this] {
+          [p, n, m, compute_ms, this] {
+            if (on_forward_compute) on_forward_compute(m);
             std::this_thread::sleep_for(std::chrono::milliseconds(compute_ms));
             double s = 0;
             for (std::size_t i = 0; i < n; ++i) s += p[i];
@@ -186,6 +191,9 @@ struct EngineRun {
   std::unique_ptr<device::Event> done;
   std::size_t scale = 1;
   bool bf16_grads = false;  // backward rounds each gradient to bf16 (stays fp32 in memory)
+  // Tests: runs at the start of module m's forward compute, on the compute stream; it may block
+  // (the compute lasts until it returns). Set it with the compute stream idle.
+  std::function<void(int module)> on_forward_compute;
   double sink = 0;
 };
 
