@@ -14,9 +14,9 @@
 // run_after() queues any task behind the updates posted so far (checkpoints). Both run in
 // posting order.
 //
-// The updater composes two parts, each with its own Note: the parameter writer (param_writer.h,
-// Note [Parameter writes behind]: where Adam writes the new parameters and how they reach their
-// tier, NVMe writes going on behind the next modules' updates) and the speculation
+// The updater composes two parts, each with its own Note: the parameter writer
+// (param_writer.h, Note [Parameter writes behind]: where Adam writes the new parameters and how
+// they reach their tier, NVMe writes going on behind the next modules' updates) and the speculation
 // (speculation.h, Note [Speculative updates]: updates before the global norm is known, out of
 // place, kept or redone once it is).
 //
