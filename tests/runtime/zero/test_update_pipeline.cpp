@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,24 @@ config::Config pipeline_config(double clipping, const std::string& dir) {
   return c;
 }
 
+// The host device's copy hook of the two copy tests: while `armed`, a copy on `stream` of module
+// m-1's shard is held until module m's Adam has been recorded; a hold that runs out is noted in
+// `waits` as "the update of module m waited for module m-1's <what>".
+std::function<void(const std::string&, std::size_t)> hold_until_next_adam(SpanWatch& watch, Waits& waits,
+                                                                          const std::atomic<bool>& armed,
+                                                                          std::string stream, std::string what) {
+  return [&watch, &waits, &armed, stream = std::move(stream), what = std::move(what)](const std::string& s,
+                                                                                        std::size_t bytes) {
+    if (!armed.load() || s != stream) return;
+    for (int m = 1; m < kModules; ++m) {
+      if (bytes == shard_bytes(m - 1) && !watch.wait_for(named(adam(m)))) {
+        waits.add("the update of module " + std::to_string(m) + " waited for module " + std::to_string(m - 1) +
+                  "'s " + what);
+      }
+    }
+  };
+}
+
 void expect_no_waits(const Waits& waits) {
   for (const std::string& w : waits.found()) ADD_FAILURE() << w;
 }
@@ -59,15 +78,7 @@ TEST(UpdatePipeline, AnUpdateOverlapsTheNextModulesGradientCopy) {
   SpanWatch watch(tracer);
   Waits waits;
   std::atomic<bool> armed{false};
-  auto hold = [&](const std::string& stream, std::size_t bytes) {
-    if (!armed.load() || stream != "d2h") return;
-    for (int m = 1; m < kModules; ++m) {
-      if (bytes == shard_bytes(m - 1) && !watch.wait_for(named(adam(m)))) {
-        waits.add("the update of module " + std::to_string(m) + " waited for module " + std::to_string(m - 1) +
-                  "'s gradient D2H");
-      }
-    }
-  };
+  auto hold = hold_until_next_adam(watch, waits, armed, "d2h", "gradient D2H");
   EngineRun run(pipeline_config(0.0, dir.path()), &tracer, 0, 1, {}, hold);
   run.device->synchronize();  // the initial parameters are up
   watch.arm();
@@ -96,15 +107,7 @@ TEST(UpdatePipeline, AnUpdateOverlapsThePreviousModulesParameterCopy) {
   SpanWatch watch(tracer);
   Waits waits;
   std::atomic<bool> armed{false};
-  auto hold = [&](const std::string& stream, std::size_t bytes) {
-    if (!armed.load() || stream != "h2d") return;
-    for (int m = 1; m < kModules; ++m) {
-      if (bytes == shard_bytes(m - 1) && !watch.wait_for(named(adam(m)))) {
-        waits.add("the update of module " + std::to_string(m) + " waited for module " + std::to_string(m - 1) +
-                  "'s parameter H2D");
-      }
-    }
-  };
+  auto hold = hold_until_next_adam(watch, waits, armed, "h2d", "parameter H2D");
   EngineRun run(pipeline_config(1.0, dir.path()), &tracer, 0, 1, {}, hold);
   run.device->synchronize();  // the initial parameters are up: from here on, the updates' H2Ds
   watch.arm();
