@@ -18,6 +18,8 @@ pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)
 find_package(GTest REQUIRED)
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
 pkg_check_modules(ICU_UC REQUIRED IMPORTED_TARGET icu-uc)
+# serve/: HTTP (Debian's libcpp-httplib-dev, compiled: one .so, not a header to build each time)
+pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
 
 # --- hwloc (optional) --------------------------------------------------------------------
 set(STRATA_HAVE_HWLOC OFF)

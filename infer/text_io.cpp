@@ -46,8 +46,8 @@ TextCodec::TextCodec(models::Tokenizer tokenizer, std::vector<std::int32_t> stop
 
 std::unique_ptr<TextCodec> TextCodec::bytes() { return std::unique_ptr<TextCodec>(new TextCodec()); }
 
-std::vector<std::int32_t> TextCodec::encode(const std::string& text) const {
-  if (tokenizer_) return tokenizer_->encode(text, /*add_special=*/true);
+std::vector<std::int32_t> TextCodec::encode(const std::string& text, bool add_special) const {
+  if (tokenizer_) return tokenizer_->encode(text, add_special);
   std::vector<std::int32_t> ids(text.size());
   for (std::size_t i = 0; i < text.size(); ++i) ids[i] = static_cast<unsigned char>(text[i]);
   return ids;

@@ -20,8 +20,11 @@ class TextCodec {
   static std::unique_ptr<TextCodec> bytes();
 
   // The prompt's ids with the special tokens the tokenizer's template adds (Llama 3's
-  // <|begin_of_text|>); the bytes themselves without a tokenizer.
-  std::vector<std::int32_t> encode(const std::string& text) const;
+  // <|begin_of_text|>) unless add_special is false (a chat template's text already holds them);
+  // the bytes themselves without a tokenizer.
+  std::vector<std::int32_t> encode(const std::string& text, bool add_special = true) const;
+  bool has_tokenizer() const { return tokenizer_.has_value(); }
+  const models::Tokenizer* tokenizer() const { return tokenizer_ ? &*tokenizer_ : nullptr; }
   // Generated ids as text, special tokens dropped, ids the tokenizer does not have (a padded
   // vocabulary's) skipped (without a tokenizer: ids 0..255 as bytes, the others dropped, each
   // invalid UTF-8 sequence replaced by U+FFFD, as Rust's from_utf8_lossy).

@@ -283,7 +283,7 @@ void BlockStack::prefill(KvCache& cache, const std::int32_t* tokens, const int* 
                          float* last_logits) {
   check_decode(cache, B, T, lengths);
   decode(cache, tokens, B, T, lengths, last_logits);
-  for (int b = 0; b < B; ++b) cache.set_length(b, lengths[b]);
+  for (int b = 0; b < B; ++b) cache.set_length(b, cache.length(b) + lengths[b]);
 }
 
 // The forward of `tokens` (B, T_new) at each row's positions of the cache. With `last_of_row`

@@ -63,7 +63,7 @@ const char* kv_placement_name(KvPlacement placement) {
 
 KvCache::KvCache(runtime::device::Device& device, KvShape shape, DType dtype, int batch, int max_T,
                  const KvCacheOptions& options)
-    : batch_(batch), max_T_(max_T), shape_(shape), dtype_(dtype), placement_(options.placement) {
+    : capacity_(batch), batch_(batch), max_T_(max_T), shape_(shape), dtype_(dtype), placement_(options.placement) {
   if (batch <= 0 || max_T <= 0) {
     throw Error(fmt::format("KV cache of batch {} and length {}: both must be positive", batch, max_T));
   }
@@ -86,30 +86,74 @@ KvCache::KvCache(KvCache&&) noexcept = default;
 KvCache& KvCache::operator=(KvCache&&) noexcept = default;
 
 std::size_t KvCache::layer_bytes() const {
-  return static_cast<std::size_t>(batch_) * static_cast<std::size_t>(max_T_) * static_cast<std::size_t>(shape_.width) *
+  return static_cast<std::size_t>(capacity_) * static_cast<std::size_t>(max_T_) * static_cast<std::size_t>(shape_.width) *
          dtype_size(dtype_);
 }
 
 std::size_t KvCache::row_offset(int row) const {
-  return static_cast<std::size_t>(row) * static_cast<std::size_t>(max_T_) * static_cast<std::size_t>(shape_.width) *
+  return static_cast<std::size_t>(first_ + row) * static_cast<std::size_t>(max_T_) * static_cast<std::size_t>(shape_.width) *
          dtype_size(dtype_);
 }
 
-int KvCache::length() const { return *std::max_element(lengths_.begin(), lengths_.end()); }
-
-bool KvCache::uniform() const {
-  return std::all_of(lengths_.begin(), lengths_.end(), [&](int n) { return n == lengths_.front(); });
+int KvCache::length() const {
+  int longest = 0;
+  for (int b = 0; b < batch_; ++b) longest = std::max(longest, length(b));
+  return longest;
 }
 
-void KvCache::reset() { std::fill(lengths_.begin(), lengths_.end(), 0); }
+bool KvCache::uniform() const {
+  for (int b = 1; b < batch_; ++b) {
+    if (length(b) != length(0)) return false;
+  }
+  return true;
+}
+
+void KvCache::reset() {
+  for (int b = 0; b < batch_; ++b) lengths_[static_cast<std::size_t>(first_ + b)] = 0;
+}
 
 void KvCache::advance(int n) {
-  for (int& len : lengths_) len += n;
+  for (int b = 0; b < batch_; ++b) lengths_[static_cast<std::size_t>(first_ + b)] += n;
 }
 
 void KvCache::set_length(int row, int n) {
   STRATA_ASSERT(row >= 0 && row < batch_ && n >= 0 && n <= max_T_, "KV cache row length out of range");
-  lengths_[static_cast<std::size_t>(row)] = n;
+  lengths_[static_cast<std::size_t>(first_ + row)] = n;
+}
+
+void KvCache::set_window(int first, int count) {
+  STRATA_ASSERT(first >= 0 && count >= 1 && first + count <= capacity_, "KV cache window outside its rows");
+  STRATA_ASSERT(!ring_ || ring_->current == -1, "KV cache: set_window during a pass");
+  first_ = first;
+  batch_ = count;
+}
+
+void KvCache::move_row(int from, int to, runtime::device::Stream& compute) {
+  STRATA_ASSERT(from >= 0 && from < capacity_ && to >= 0 && to < capacity_, "KV cache row outside its rows");
+  STRATA_ASSERT(!ring_ || ring_->current == -1, "KV cache: move_row during a pass");
+  const int n = lengths_[static_cast<std::size_t>(from)];
+  lengths_[static_cast<std::size_t>(to)] = n;
+  if (from == to || n == 0) return;
+  const std::size_t row_bytes = static_cast<std::size_t>(max_T_) * static_cast<std::size_t>(shape_.width) *
+                                dtype_size(dtype_);
+  const std::size_t bytes = static_cast<std::size_t>(n) * static_cast<std::size_t>(shape_.width) * dtype_size(dtype_);
+  const std::size_t src = static_cast<std::size_t>(from) * row_bytes, dst = static_cast<std::size_t>(to) * row_bytes;
+  if (!ring_) {
+    for (int l = 0; l < shape_.layers; ++l) {
+      auto* k = static_cast<std::byte*>(k_[static_cast<std::size_t>(l)].data());
+      auto* v = static_cast<std::byte*>(v_[static_cast<std::size_t>(l)].data());
+      compute.copy_async(k + dst, k + src, bytes);
+      compute.copy_async(v + dst, v + src, bytes);
+    }
+    return;
+  }
+  // The host copies follow the copy stream's pending D2H of the last pass (one in-order stream).
+  const std::size_t half = layer_bytes();
+  for (int l = 0; l < shape_.layers; ++l) {
+    std::byte* h = ring_->host[static_cast<std::size_t>(l)].data();
+    ring_->copy->copy_async(h + dst, h + src, bytes);
+    ring_->copy->copy_async(h + half + dst, h + half + src, bytes);
+  }
 }
 
 void KvCache::begin_pass(runtime::device::Stream& compute, int T_new, const int* kept) {
@@ -193,21 +237,25 @@ void KvCache::end_layer(int layer, runtime::device::Stream& compute) {
   r.loaded[static_cast<std::size_t>(layer % 2)]->record(*r.copy);
 }
 
-void* KvCache::keys(int layer) {
+void* KvCache::layer_keys(int layer) {
   if (!ring_) return k_[static_cast<std::size_t>(layer)].data();
   STRATA_ASSERT(ring_->current == layer, "KV cache: keys of a layer outside begin_layer / end_layer");
   return ring_->slots[static_cast<std::size_t>(layer % 2)].data();
 }
 
-void* KvCache::values(int layer) {
+void* KvCache::layer_values(int layer) {
   if (!ring_) return v_[static_cast<std::size_t>(layer)].data();
   STRATA_ASSERT(ring_->current == layer, "KV cache: values of a layer outside begin_layer / end_layer");
   return static_cast<std::byte*>(ring_->slots[static_cast<std::size_t>(layer % 2)].data()) + layer_bytes();
 }
 
-void* KvCache::keys(int layer, int row) { return static_cast<std::byte*>(keys(layer)) + row_offset(row); }
+void* KvCache::keys(int layer) { return keys(layer, 0); }
 
-void* KvCache::values(int layer, int row) { return static_cast<std::byte*>(values(layer)) + row_offset(row); }
+void* KvCache::values(int layer) { return values(layer, 0); }
+
+void* KvCache::keys(int layer, int row) { return static_cast<std::byte*>(layer_keys(layer)) + row_offset(row); }
+
+void* KvCache::values(int layer, int row) { return static_cast<std::byte*>(layer_values(layer)) + row_offset(row); }
 
 KvTransfers KvCache::transfers() const { return ring_ ? ring_->transfers : KvTransfers{}; }
 

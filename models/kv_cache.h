@@ -18,6 +18,12 @@
 //   then the caller sets the lengths (advance / set_length).
 // keys(l) / values(l) are valid from begin_layer(l) to end_layer(l) (always, on the device).
 //
+// Rows in use (continuous batching, serve/batcher.h): a cache is allocated for `capacity()` rows,
+// and every pass, length and view above covers the window of rows [first, first + batch()) that
+// set_window() chose (all rows by default): row b of the protocol is row first + b of the cache.
+// A server decodes its running requests as the window [0, n) and prefills a new request alone as
+// the window [n, n + 1); move_row() compacts the rows when a request in the middle finishes.
+//
 // Ownership: the cache owns its device buffers, its host buffers (returned to the pool, which
 // must outlive the cache) and its copy stream; the destructor waits for its copies.
 // Threading: used by one thread at a time.
@@ -68,18 +74,28 @@ class KvCache {
   KvCache(const KvCache&) = delete;
   KvCache& operator=(const KvCache&) = delete;
 
-  int batch() const { return batch_; }
+  int batch() const { return batch_; }       // rows in the window
+  int capacity() const { return capacity_; }  // rows allocated
+  int first_row() const { return first_; }
   int max_T() const { return max_T_; }
   int width() const { return shape_.width; }
   int layers() const { return shape_.layers; }
   DType dtype() const { return dtype_; }
   KvPlacement placement() const { return placement_; }
-  int length(int row) const { return lengths_[static_cast<std::size_t>(row)]; }  // positions filled
+  int length(int row) const { return lengths_[static_cast<std::size_t>(first_ + row)]; }  // positions filled
   int length() const;        // the longest row's
   bool uniform() const;      // every row has the same length
-  void reset();
+  void reset();              // the window's rows to length 0
   void advance(int n);       // every row
   void set_length(int row, int n);
+
+  // The rows the protocol covers: [first, first + count) of the capacity. Not during a pass.
+  void set_window(int first, int count);
+  // Copies cache row `from` (keys and values of every layer, positions [0, length)) to row `to`
+  // and gives `to` its length; rows are absolute (not window-relative). In stream order on
+  // `compute` (the device placement) or on the cache's copy stream after its pending copies (host).
+  // Not during a pass.
+  void move_row(int from, int to, runtime::device::Stream& compute);
 
   // The pass protocol (above). `kept`: per row, how many of the T_new positions written at
   // [length(row), + T_new) the pass keeps (a prefill's prompt lengths: the rest is padding);
@@ -88,7 +104,8 @@ class KvCache {
   void begin_layer(int layer, runtime::device::Stream& compute);
   void end_layer(int layer, runtime::device::Stream& compute);
 
-  // Layer `layer`'s keys / values, (B, max_T, width), on the device; row `row`'s: (max_T, width).
+  // Layer `layer`'s keys / values of the window, (B, max_T, width), on the device; window row
+  // `row`'s: (max_T, width).
   void* keys(int layer);
   void* values(int layer);
   void* keys(int layer, int row);
@@ -107,8 +124,12 @@ class KvCache {
  private:
   struct Ring;  // host placement (kv_cache.cpp)
   std::size_t layer_bytes() const;  // keys (or values) of one layer
-  std::size_t row_offset(int row) const;
+  std::size_t row_offset(int row) const;  // of window row `row` within a layer's keys (or values)
+  void* layer_keys(int layer);             // row 0 of the capacity
+  void* layer_values(int layer);
 
+  int capacity_;
+  int first_ = 0;
   int batch_;
   int max_T_;
   KvShape shape_;

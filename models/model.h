@@ -79,10 +79,12 @@ class Model {
   virtual void forward_decode(KvCache& cache, const std::int32_t* tokens, int B, int T_new,
                               float* logits_out) = 0;
 
-  // The prompts of a batch at once, into an empty cache: `tokens` (B, T) holds row b's
-  // lengths[b] (1..T) tokens then padding (any valid token: causal attention keeps the real
-  // tokens from seeing it). Sets row b's length to lengths[b] and writes the logits of each row's
-  // last real token, (B, V) fp32, to last_logits. Blocks until they are copied.
+  // The prompts of a batch at once, after what each row holds (an empty cache for a whole
+  // prompt; a row already holding the first chunks of a long prompt for its next chunk):
+  // `tokens` (B, T) holds row b's lengths[b] (1..T) tokens then padding (any valid token: causal
+  // attention keeps the real tokens from seeing it). Adds lengths[b] to row b's length and writes
+  // the logits of each row's last real token, (B, V) fp32, to last_logits. Blocks until they are
+  // copied.
   virtual void prefill(KvCache& cache, const std::int32_t* tokens, const int* lengths, int B, int T,
                        float* last_logits) = 0;
 

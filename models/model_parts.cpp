@@ -75,7 +75,6 @@ void check_decode(const KvCache& cache, int B, int T_new, const int* prefill_len
   if (B != cache.batch()) {
     throw Error(fmt::format("decoding a batch of {} with a KV cache made for {}", B, cache.batch()));
   }
-  if (prefill_lengths != nullptr && cache.length() != 0) throw Error("prefill needs an empty KV cache (reset() it)");
   if (T_new <= 0 || cache.length() + T_new > cache.max_T()) {
     throw Error(fmt::format("decoding {} more tokens after {}: the KV cache holds {}", T_new, cache.length(),
                             cache.max_T()),

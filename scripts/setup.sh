@@ -15,6 +15,7 @@ packages=(
   libopenblas-dev libopenmpi-dev openmpi-bin
   libxxhash-dev
   libpcre2-dev libicu-dev                 # models/tokenizer: regexes (UTF, UCP), NFC
+  libcpp-httplib-dev                      # serve/: the HTTP server of `strata serve`
   python3-torch python3-numpy             # tests/reference: comparisons with PyTorch (/usr/bin/python3)
   librsvg2-bin                            # rsvg-convert: tests/tools/check_chart_render.py renders the SVG charts
   python3-dev python3-venv                # python/: the extension's headers, and its build venv

@@ -5,7 +5,9 @@ Layers. Each top-level folder may include project headers from itself and from t
 links (the CMake targets' dependencies):
 
     core <- cpu_adam, offload, kernels (siblings: none includes another) <- runtime
-         <- models <- infer, train (siblings: neither includes the other) <- tools
+         <- models <- infer, train (siblings: neither includes the other) <- serve <- tools
+
+serve/ (`strata serve`) sits on infer/ and may include what infer/ may, and infer/; never train/.
 
 python/ (the Python package's extension) may include offload, cpu_adam and core only: it links
 no more. infer/ and train/ may each include models, runtime, kernels, offload, cpu_adam and core;
@@ -41,7 +43,8 @@ import sys
 
 import checker_main
 
-LAYERS = ["core", "cpu_adam", "offload", "kernels", "runtime", "models", "infer", "train", "tools", "python"]
+LAYERS = ["core", "cpu_adam", "offload", "kernels", "runtime", "models", "infer", "train", "serve", "tools",
+          "python"]
 ALLOWED = {
     "core": {"core"},
     "cpu_adam": {"cpu_adam", "core"},
@@ -51,6 +54,7 @@ ALLOWED = {
     "models": {"models", "runtime", "kernels", "offload", "cpu_adam", "core"},
     "infer": {"infer", "models", "runtime", "kernels", "offload", "cpu_adam", "core"},
     "train": {"train", "models", "runtime", "kernels", "offload", "cpu_adam", "core"},
+    "serve": {"serve", "infer", "models", "runtime", "kernels", "offload", "cpu_adam", "core"},
     "tools": set(LAYERS) - {"python"},
     # The Python package's extension links core, cpu_adam and offload only (python/CMakeLists.txt).
     "python": {"python", "offload", "cpu_adam", "core"},

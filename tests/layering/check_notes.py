@@ -25,7 +25,7 @@ import sys
 
 import checker_main
 
-FOLDERS = ["core", "cpu_adam", "offload", "kernels", "runtime", "models", "infer", "train", "tools",
+FOLDERS = ["core", "cpu_adam", "offload", "kernels", "runtime", "models", "infer", "train", "serve", "tools",
            "python", "scripts", "tests", "docs"]
 SELF = "tests/layering"
 EXTENSIONS = (".h", ".hpp", ".cpp", ".cc", ".cu", ".cuh", ".py", ".sh", ".md", ".cmake", ".txt")

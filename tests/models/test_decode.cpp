@@ -9,6 +9,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/error.h"
@@ -130,7 +131,11 @@ TEST(Decode, BadPrefillsAreErrors) {
   EXPECT_THROW(rig.model->prefill(cache, tokens.data(), long_row, 2, 4, logits.data()), Error);
   EXPECT_THROW(rig.model->prefill(cache, tokens.data(), ok, 1, 4, logits.data()), Error);  // batch
   rig.model->prefill(cache, tokens.data(), ok, 2, 4, logits.data());
-  EXPECT_THROW(rig.model->prefill(cache, tokens.data(), ok, 2, 4, logits.data()), Error);  // not empty
+  // A prefill appends after each row (a long prompt's next chunk) while the cache holds it.
+  EXPECT_NO_THROW(rig.model->prefill(cache, tokens.data(), ok, 2, 4, logits.data()));
+  EXPECT_EQ(cache.length(0), 8);
+  EXPECT_EQ(cache.length(1), 4);
+  EXPECT_THROW(rig.model->prefill(cache, tokens.data(), ok, 2, 4, logits.data()), Error);  // past max_T
   cache.reset();
   EXPECT_NO_THROW(rig.model->prefill(cache, tokens.data(), ok, 2, 4, logits.data()));
 }
@@ -196,6 +201,65 @@ TEST(Decode, HostPlacedCacheGivesTheDeviceCacheBits) {
       on_host.reset();
       EXPECT_TRUE(same_bits(generate(*rig.model, on_host, lengths, steps, V), want));
     }
+  }
+}
+
+// Continuous batching's use of the cache (serve/batcher.h): each row prefilled alone in a window
+// of one row (a long prompt in two chunks), a row moved down, then the rows decoded together as
+// one window: every row's logits are those of its sequence alone (the full forward), with the
+// cache on the device and in pinned host memory (the same bits).
+TEST(Decode, WindowsChunksAndRowMovesKeepEachRowsLogits) {
+  for (const ModelSpecPtr& spec : {small_gpt(3), small_llama(true, 3), small_llama(false, 3)}) {
+    std::vector<std::vector<float>> per_placement;
+    for (const bool host : {false, true}) {
+      SCOPED_TRACE(spec->architecture() + (host ? " pinned host" : " device"));
+      Rig rig(spec);
+      const int V = spec->vocab_size(), steps = 3;
+      offload::HostPool pool(1ull << 20);
+      KvCache cache = host ? rig.model->make_kv_cache(3, 14, {KvPlacement::host, &pool}) : rig.model->make_kv_cache(3, 14);
+      // Row 0: a prompt of 4; row 2: a prompt of 7 in chunks of 5 and 2, then moved to row 1.
+      const std::vector<std::int32_t> a = random_tokens(4 + steps, V, 80), b = random_tokens(7 + steps, V, 81);
+      std::vector<float> logits(static_cast<std::size_t>(2 * V)), first_a, first_b;
+      cache.set_window(0, 1);
+      const int la = 4;
+      rig.model->prefill(cache, a.data(), &la, 1, 4, logits.data());
+      first_a.assign(logits.begin(), logits.begin() + V);
+      cache.set_window(2, 1);
+      const int c1 = 5, c2 = 2;
+      rig.model->prefill(cache, b.data(), &c1, 1, 5, logits.data());
+      EXPECT_EQ(cache.length(0), 5);
+      rig.model->prefill(cache, b.data() + 5, &c2, 1, 2, logits.data());
+      EXPECT_EQ(cache.length(0), 7);
+      first_b.assign(logits.begin(), logits.begin() + V);
+      cache.move_row(2, 1, *rig.stream);
+      cache.set_window(0, 2);
+      EXPECT_EQ(cache.length(0), 4);
+      EXPECT_EQ(cache.length(1), 7);
+      std::vector<std::vector<float>> got_a = {first_a}, got_b = {first_b};
+      for (int s = 0; s < steps - 1; ++s) {
+        const std::int32_t next[2] = {a[static_cast<std::size_t>(4 + s)], b[static_cast<std::size_t>(7 + s)]};
+        rig.model->forward_decode(cache, next, 2, 1, logits.data());
+        got_a.emplace_back(logits.begin(), logits.begin() + V);
+        got_b.emplace_back(logits.begin() + V, logits.end());
+      }
+      double max_diff = 0;
+      std::vector<float> bits;
+      for (const auto& [seq, got, len] : {std::tuple{a, got_a, 4}, std::tuple{b, got_b, 7}}) {
+        const int n = len + steps - 1;
+        std::vector<float> full(static_cast<std::size_t>(n * V));
+        rig.model->forward(seq.data(), nullptr, 1, n, false, full.data());
+        for (int i = 0; i < steps; ++i) {
+          for (int v = 0; v < V; ++v) {
+            max_diff = std::max(max_diff, static_cast<double>(std::fabs(
+                                              full[static_cast<std::size_t>((len - 1 + i) * V + v)] - got[i][v])));
+          }
+          bits.insert(bits.end(), got[i].begin(), got[i].end());
+        }
+      }
+      EXPECT_LT(max_diff, 2e-5);
+      per_placement.push_back(bits);
+    }
+    EXPECT_TRUE(same_bits(per_placement[0], per_placement[1]));
   }
 }
 
