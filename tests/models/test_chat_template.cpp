@@ -3,8 +3,11 @@
 // unit tests of the Jinja subset: whitespace control, loops, scoping, namespace(), filters,
 // tests, methods, errors with line and column, constructs refused at construction, bounds.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -14,6 +17,7 @@
 
 #include "core/error.h"
 #include "models/chat/chat_template.h"
+#include "models/tokenizer/tokenizer.h"
 
 namespace {
 
@@ -24,6 +28,7 @@ using strata::models::chat::RenderOptions;
 using Json = nlohmann::json;
 
 const std::string kDir = STRATA_CHAT_TEMPLATES;
+const std::string kTokenizers = STRATA_TOKENIZER_FIXTURES;
 
 std::string read(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -155,6 +160,36 @@ TEST(ChatTemplateGoldens, FromModelDirReadsTokenizerConfig) {
   }
   std::filesystem::remove_all(dir);
   EXPECT_THROW((void)ChatTemplate::from_model_dir(dir.string()), Error);
+}
+
+// The rendered prompt already holds bos and the turn markers as text: encoding it with
+// add_special = false gives each special token's id once (the tokenizer fixtures of
+// test_tokenizer: qwen2's has <|im_start|> = 1 and <|im_end|> = 2, llama2's <s> = 1).
+TEST(ChatTemplateTokens, SpecialTokensOfTheRenderedPromptBecomeTheirIds) {
+  using strata::models::Tokenizer;
+  const std::vector<Message> messages = {{"system", "Be brief."}, {"user", "Hello"}, {"assistant", "Hi"}, {"user", "Bye"}};
+  {
+    const auto tok = Tokenizer::load(kTokenizers + "/qwen2");
+    const auto t = ChatTemplate::from_file(kDir + "/qwen2_5_7b_instruct.jinja", "", "<|im_end|>");
+    const auto ids = tok.encode(t.render(messages, {}), /*add_special=*/false);
+    ASSERT_FALSE(ids.empty());
+    EXPECT_EQ(ids.front(), 1);  // <|im_start|>
+    EXPECT_EQ(std::count(ids.begin(), ids.end(), 1), 5);  // four turns and the generation prompt
+    EXPECT_EQ(std::count(ids.begin(), ids.end(), 2), 4);  // <|im_end|> closes the four turns
+  }
+  {
+    const auto tok = Tokenizer::load(kTokenizers + "/llama2");
+    const auto t = ChatTemplate::from_file(kDir + "/mistral_7b_instruct_v0_1.jinja", "<s>", "</s>");
+    const std::string prompt = t.render({{"user", "Hello"}, {"assistant", "Hi"}, {"user", "Bye"}}, {});
+    const auto ids = tok.encode(prompt, /*add_special=*/false);
+    ASSERT_FALSE(ids.empty());
+    EXPECT_EQ(ids.front(), 1);                            // the template's own <s>
+    EXPECT_EQ(std::count(ids.begin(), ids.end(), 1), 1);  // once: add_special = false adds none
+    EXPECT_EQ(std::count(ids.begin(), ids.end(), 2), 1);  // </s> after the assistant turn
+    // With add_special = true the tokenizer would put a second <s> in front.
+    const auto doubled = tok.encode(prompt, /*add_special=*/true);
+    EXPECT_EQ(std::count(doubled.begin(), doubled.end(), 1), 2);
+  }
 }
 
 // --- whitespace control: trim_blocks, lstrip_blocks, '-' and '+' ---
