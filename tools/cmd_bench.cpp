@@ -18,6 +18,8 @@
 // strata bench checksum [--parts hash,swap,step] [--size 256M] [--block-size 1M] [--extent-size 16M]
 //                      [--threads 1,all] [--reps 5] [--preset bytes-30m | --model config.json]
 //                      [--steps 6] [--rounds 3] [--dir|--scratch DIR] and the other flags of bench step
+// strata bench serve [--preset gpt2 | --model DIR] [--batch 8] [--clients 8] [--requests 32]
+//                    [--prompt-min 16] [--prompt-max 128] [--output-tokens 64] [--json] [device flags]
 // strata bench machine [--out strata-machine.json] [--dir DIR] [--dtype auto|bf16|fp32] [--seconds 5]
 //                      [--step-preset NAME] [--json] [--device host|cuda|auto] [--device-memory SIZE]
 //                      [--config ds.json]
@@ -289,6 +291,27 @@ void add_bench_command(CLI::App& app) {
   infer->add_option("--dir", infer_options->dir, "parent of the scratch folder (NVMe swap); default $TMPDIR or /var/tmp");
   infer->add_flag("--json", infer_options->json, "one JSON object per cell on stdout, the table on stderr");
   infer->callback([infer_options] { bench_infer(*infer_options); });
+
+  auto serve_options = std::make_shared<ServeBenchOptions>();
+  CLI::App* serve = bench->add_subcommand(
+      "serve", "strata serve with concurrent streaming clients over loopback: tokens/s, requests/s, time to first "
+               "token, inter-token latency, vs strata infer's batch throughput on the same requests");
+  add_device_flags(*serve, serve_options->device);
+  serve->add_option("--preset", serve_options->preset, "a model preset (random weights)")->capture_default_str();
+  serve->add_option("--model", serve_options->model, "a Hugging Face model folder or config.json instead");
+  serve->add_option("--batch", serve_options->batch, "the server's rows (--max-batch) and strata infer's --batch")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  serve->add_option("--clients", serve_options->clients, "concurrent streaming clients")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  serve->add_option("--requests", serve_options->requests, "requests in all")->check(CLI::PositiveNumber)->capture_default_str();
+  serve->add_option("--prompt-min", serve_options->prompt_min, "shortest prompt (tokens)")->capture_default_str();
+  serve->add_option("--prompt-max", serve_options->prompt_max, "longest prompt (tokens)")->capture_default_str();
+  serve->add_option("--output-tokens", serve_options->output_tokens, "tokens generated per request")->capture_default_str();
+  serve->add_option("--dtype", serve_options->dtype, "auto, fp32, bf16 or fp16")->capture_default_str();
+  serve->add_option("--kv-cache", serve_options->kv_cache, "auto, device or host")->capture_default_str();
+  serve->add_option("--seed", serve_options->seed, "seed of the prompts and the random weights")->capture_default_str();
+  serve->add_flag("--json", serve_options->json, "one JSON object on stdout, the summary on stderr");
+  serve->callback([serve_options] { bench_serve(*serve_options); });
 }
 
 }  // namespace strata::tools

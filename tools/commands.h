@@ -12,6 +12,7 @@ void add_train_command(CLI::App& app);    // strata train: ZeRO training of a GP
 void add_convert_command(CLI::App& app);  // strata convert: a checkpoint to HF safetensors
 void add_tokenize_command(CLI::App& app);  // strata tokenize: text files into an llm.c token file
 void add_infer_command(CLI::App& app);    // strata infer: generation, layers streamed through the device
+void add_serve_command(CLI::App& app);    // strata serve: the OpenAI API over HTTP, continuous batching
 void add_chart_command(CLI::App& app);    // strata chart: a run's charts (SVG) from its metrics JSONL
 void add_estimate_command(CLI::App& app);  // strata estimate: memory per tier (and step time) of every stage, before a run
 void add_compare_command(CLI::App& app);   // strata compare: each stage x placement trained a few steps, beside the estimate

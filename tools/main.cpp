@@ -50,6 +50,7 @@ int main(int argc, char** argv) {
   strata::tools::add_convert_command(app);
   strata::tools::add_tokenize_command(app);
   strata::tools::add_infer_command(app);
+  strata::tools::add_serve_command(app);
   strata::tools::add_chart_command(app);
   strata::tools::add_estimate_command(app);
   strata::tools::add_compare_command(app);

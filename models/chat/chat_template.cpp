@@ -71,45 +71,54 @@ ChatTemplate ChatTemplate::from_file(const std::string& path, std::string bos, s
   return ChatTemplate(read_file(path), std::move(bos), std::move(eos), path);
 }
 
-ChatTemplate ChatTemplate::from_model_dir(const std::string& dir) {
+ModelChatConfig read_model_chat_config(const std::string& dir) {
+  ModelChatConfig out;
   const std::string path = (std::filesystem::path(dir) / "tokenizer_config.json").string();
   std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) {
-    throw Error("the model folder has no tokenizer_config.json, so no chat template", dir, kNoTemplateHint);
-  }
-  Json cfg;
-  try {
-    cfg = Json::parse(read_file(path));
-  } catch (const Json::exception& e) {
-    throw Error(fmt::format("not valid JSON: {}", e.what()), path, "download the model's tokenizer_config.json again");
-  }
-  if (!cfg.is_object()) throw Error("not a JSON object", path, "download the model's tokenizer_config.json again");
-  const std::string where = path + ", key \"chat_template\"";
-  const auto it = cfg.find("chat_template");
-  if (it == cfg.end() || it->is_null()) throw Error("tokenizer_config.json has no chat_template", path, kNoTemplateHint);
-  std::string source;
-  if (it->is_string()) {
-    source = it->get<std::string>();
-  } else if (it->is_array()) {
-    // Several named templates (e.g. "default", "tool_use", "rag"): a plain chat uses "default".
-    bool found = false;
-    for (const auto& entry : *it) {
-      if (!entry.is_object()) continue;
-      const auto name = entry.find("name");
-      const auto text = entry.find("template");
-      if (name != entry.end() && name->is_string() && name->get<std::string>() == "default" && text != entry.end() &&
-          text->is_string()) {
-        source = text->get<std::string>();
-        found = true;
-        break;
-      }
+  if (std::filesystem::exists(path, ec)) {
+    Json cfg;
+    try {
+      cfg = Json::parse(read_file(path));
+    } catch (const Json::exception& e) {
+      throw Error(fmt::format("not valid JSON: {}", e.what()), path, "download the model's tokenizer_config.json again");
     }
-    if (!found) throw Error("chat_template is a list without a {\"name\": \"default\"} template", where, kNoTemplateHint);
-  } else {
-    throw Error("chat_template is neither a string nor a list of {name, template}", where, kNoTemplateHint);
+    if (!cfg.is_object()) throw Error("not a JSON object", path, "download the model's tokenizer_config.json again");
+    out.bos = config_token(cfg, "bos_token", path);
+    out.eos = config_token(cfg, "eos_token", path);
+    const std::string where = path + ", key \"chat_template\"";
+    const auto it = cfg.find("chat_template");
+    if (it != cfg.end() && it->is_string()) {
+      out.source = it->get<std::string>();
+    } else if (it != cfg.end() && it->is_array()) {
+      // Several named templates (e.g. "default", "tool_use", "rag"): a plain chat uses "default".
+      for (const auto& entry : *it) {
+        if (!entry.is_object()) continue;
+        const auto name = entry.find("name");
+        const auto text = entry.find("template");
+        if (name != entry.end() && name->is_string() && name->get<std::string>() == "default" && text != entry.end() &&
+            text->is_string()) {
+          out.source = text->get<std::string>();
+          break;
+        }
+      }
+      if (!out.source) throw Error("chat_template is a list without a {\"name\": \"default\"} template", where, kNoTemplateHint);
+    } else if (it != cfg.end() && !it->is_null()) {
+      throw Error("chat_template is neither a string nor a list of {name, template}", where, kNoTemplateHint);
+    }
+    if (out.source) out.source_name = where;
   }
-  return ChatTemplate(std::move(source), config_token(cfg, "bos_token", path), config_token(cfg, "eos_token", path),
-                      where);
+  const std::string jinja = (std::filesystem::path(dir) / "chat_template.jinja").string();
+  if (!out.source && std::filesystem::exists(jinja, ec)) {
+    out.source = read_file(jinja);
+    out.source_name = jinja;
+  }
+  return out;
+}
+
+ChatTemplate ChatTemplate::from_model_dir(const std::string& dir) {
+  ModelChatConfig c = read_model_chat_config(dir);
+  if (!c.source) throw Error("the model folder has no chat template (tokenizer_config.json, chat_template.jinja)", dir, kNoTemplateHint);
+  return ChatTemplate(std::move(*c.source), std::move(c.bos), std::move(c.eos), c.source_name);
 }
 
 std::string ChatTemplate::render(const std::vector<Message>& messages, const RenderOptions& options) const {

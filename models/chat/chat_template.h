@@ -51,6 +51,19 @@ struct RenderOptions {
   std::optional<std::time_t> now;
 };
 
+// What a model folder says about chat: its template (tokenizer_config.json's chat_template, a
+// string or the "default" of a list of {name, template}; else a chat_template.jinja file beside
+// it, as newer transformers save it) and the bos / eos token texts the template is given.
+struct ModelChatConfig {
+  std::optional<std::string> source;  // none: the folder has no template
+  std::string source_name;            // where it came from, for messages
+  std::string bos, eos;
+};
+
+// Throws strata::Error for a tokenizer_config.json that is malformed or whose chat_template is
+// neither form. A folder without tokenizer_config.json has no template and empty tokens.
+ModelChatConfig read_model_chat_config(const std::string& dir);
+
 struct Program;
 
 class ChatTemplate {

@@ -158,8 +158,15 @@ TEST(ChatTemplateGoldens, FromModelDirReadsTokenizerConfig) {
   } catch (const Error& e) {
     EXPECT_NE(e.hint().find("--chat-template FILE"), std::string::npos) << e.what();
   }
+  // Newer transformers save the template beside it as chat_template.jinja.
+  std::ofstream((dir / "chat_template.jinja").string()) << "J{{ bos_token }}";
+  EXPECT_EQ(ChatTemplate::from_model_dir(dir.string()).render({}, {}), "J<s>");
+  const strata::models::chat::ModelChatConfig c = strata::models::chat::read_model_chat_config(dir.string());
+  EXPECT_EQ(c.bos, "<s>");
+  EXPECT_EQ(c.source_name, (dir / "chat_template.jinja").string());
   std::filesystem::remove_all(dir);
   EXPECT_THROW((void)ChatTemplate::from_model_dir(dir.string()), Error);
+  EXPECT_FALSE(strata::models::chat::read_model_chat_config(dir.string()).source.has_value());
 }
 
 // The rendered prompt already holds bos and the turn markers as text: encoding it with

@@ -147,6 +147,26 @@ struct InferBenchOptions {
 
 void bench_infer(const InferBenchOptions& options);  // bench_infer.cpp
 
+// `strata bench serve`: the server's output tokens/s, requests/s, time to first token and
+// inter-token latency with concurrent streaming clients over loopback, vs `strata infer`'s batch
+// throughput on the same requests at the same batch (same run).
+struct ServeBenchOptions {
+  std::string preset = "gpt2";  // models::model_preset names (random weights)
+  std::string model;            // a Hugging Face folder or config.json instead
+  int batch = 8;                // the server's rows and the generation loop's batch
+  int clients = 8;              // concurrent streaming clients
+  int requests = 32;
+  int prompt_min = 16, prompt_max = 128;
+  int output_tokens = 64;
+  std::string dtype = "auto";
+  std::string kv_cache = "auto";
+  std::uint64_t seed = 1;
+  bool json = false;
+  DeviceFlags device;           // --device, --device-memory, --config
+};
+
+void bench_serve(const ServeBenchOptions& options);  // bench_serve.cpp
+
 // What the `strata train` children of `strata bench step` and `strata bench checkpoint` are run
 // with (tools/bench/bench_children.h); the defaults are bench step's.
 struct TrainChildOptions {
