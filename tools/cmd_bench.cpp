@@ -18,7 +18,7 @@
 // strata bench checksum [--parts hash,swap,step] [--size 256M] [--block-size 1M] [--extent-size 16M]
 //                      [--threads 1,all] [--reps 5] [--preset bytes-30m | --model config.json]
 //                      [--steps 6] [--rounds 3] [--dir|--scratch DIR] and the other flags of bench step
-// strata bench serve [--preset gpt2 | --model DIR] [--batch 8] [--clients 8] [--requests 32]
+// strata bench serve [--preset llama-tiny | --model DIR] [--batch 8] [--clients 8] [--requests 32]
 //                    [--prompt-min 16] [--prompt-max 128] [--output-tokens 64] [--json] [device flags]
 // strata bench machine [--out strata-machine.json] [--dir DIR] [--dtype auto|bf16|fp32] [--seconds 5]
 //                      [--step-preset NAME] [--json] [--device host|cuda|auto] [--device-memory SIZE]

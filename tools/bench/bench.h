@@ -151,7 +151,7 @@ void bench_infer(const InferBenchOptions& options);  // bench_infer.cpp
 // inter-token latency with concurrent streaming clients over loopback, vs `strata infer`'s batch
 // throughput on the same requests at the same batch (same run).
 struct ServeBenchOptions {
-  std::string preset = "gpt2";  // models::model_preset names (random weights)
+  std::string preset = "llama-tiny";  // models::model_preset names (random weights)
   std::string model;            // a Hugging Face folder or config.json instead
   int batch = 8;                // the server's rows and the generation loop's batch
   int clients = 8;              // concurrent streaming clients
