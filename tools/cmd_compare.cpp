@@ -16,6 +16,7 @@
 #include <map>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -79,23 +80,25 @@ std::vector<Placement> chosen_placements(const CompareOptions& o) {
     }
     stages.push_back(std::stoi(s));
   }
-  const std::vector<std::string> optimizers = split_list(o.placements);
-  for (const std::string& p : optimizers) {
-    if (p != "all" && p != "device" && p != "cpu" && p != "nvme") {
+  // The placements the cells' parameters and optimizer may have (bench.h: placement_word).
+  bool all = false;
+  std::vector<runtime::config::OffloadDevice> devices;
+  for (const std::string& p : split_list(o.placements)) {
+    const std::optional<runtime::config::OffloadDevice> d = placement_word(p);
+    if (p == "all") {
+      all = true;
+    } else if (d) {
+      devices.push_back(*d);
+    } else {
       throw Error("--placements " + o.placements + ": '" + p + "' is not a placement", "--placements",
-                  "give all, or a list of device, cpu, nvme");
+                  "give all, or a list of none, cpu, nvme (device: none)");
     }
   }
-  auto word = [](runtime::config::OffloadDevice d) {
-    return d == runtime::config::OffloadDevice::kNone ? std::string("device")
-                                                      : std::string(runtime::config::to_string(d));
-  };
   std::vector<Placement> out;
   for (const Placement& p : runtime::estimate::all_placements()) {
     if (std::find(stages.begin(), stages.end(), p.stage) == stages.end()) continue;
     auto listed = [&](runtime::config::OffloadDevice d) {
-      return std::any_of(optimizers.begin(), optimizers.end(),
-                         [&](const std::string& w) { return w == "all" || w == word(d); });
+      return all || std::find(devices.begin(), devices.end(), d) != devices.end();
     };
     const bool wanted = listed(p.param) && listed(p.optimizer);
     if (wanted) out.push_back(p);
@@ -164,7 +167,7 @@ std::string vs(std::uint64_t measured, std::uint64_t estimated) {
 void print_tables(const EstimateInputs& in, const Estimate& e, const std::vector<Measured>& ms) {
   std::printf("strata compare: %s, micro-batch %d x %d, %d rank(s): measured (rank 0) / estimated\n\n",
               in.model.describe.c_str(), e.batch, e.seq_len, in.world);
-  std::printf("%-45s %23s %23s %23s %22s %10s %10s %7s  %s\n", "stage, placement", "device", "pinned", "nvme",
+  std::printf("%-45s %23s %23s %23s %22s %10s %10s %7s  %s\n", "stage, placement", tier_key(0), tier_key(1), tier_key(2),
               "collective/step", "step ms", "predicted", "ratio", "bottleneck (predicted)");
   for (std::size_t i = 0; i < e.rows.size(); ++i) {
     const EstimateRow& r = e.rows[i];
@@ -291,7 +294,7 @@ void add_compare_command(CLI::App& app) {
   cmd->add_option("--steps", o->steps, "steps per run (the first 2 are warm-up)")->capture_default_str();
   cmd->add_option("--stages", o->stages, "the ZeRO stages to run")->capture_default_str();
   cmd->add_option("--placements", o->placements,
-                  "the tiers the cells' states may use: all, or a list of device, cpu, nvme")
+                  "the placements the cells' parameters and optimizer may have: all, or a list of none, cpu, nvme (device: none)")
       ->capture_default_str();
   cmd->add_option("--dir", o->dir, "parent of the scratch folder (swap files, configs, metrics; removed afterwards)");
   cmd->add_option("--svg", o->svg_dir, "write the charts here (memory per tier, step time per resource)");

@@ -72,7 +72,8 @@ void print_table(const EstimateInputs& in, const Estimate& e) {
   // Each tier's column is what the plan needs (fits is decided on it); "grows to" is what the run
   // allocates on the device when the budget has room for more transient buffers.
   std::string head = fmt::format("{:<45} {:>10} {:>10} {:>10} {:>10} {:>13} {:>13} {:>12}  {}", "stage, placement",
-                                 "device", "grows to", "pinned", "nvme", "model states", "ZeRO paper", "comm/step", "fits");
+                                 runtime::tiers::tier_key(Tier::device), "grows to", runtime::tiers::tier_key(Tier::pinned),
+                                 runtime::tiers::tier_key(Tier::nvme), "model states", "ZeRO paper", "comm/step", "fits");
   if (in.profile) head += fmt::format("   {:>9} {:>10}  {}", "step", "tokens/s", "bottleneck");
   std::printf("%s\n", head.c_str());
   bool any_growth = false;
