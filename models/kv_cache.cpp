@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/shutdown.h"
+#include "core/tier_names.h"
 #include "offload/host_buffer.h"
 
 namespace strata::models {
@@ -58,7 +59,7 @@ struct KvCache::Ring {
 };
 
 const char* kv_placement_name(KvPlacement placement) {
-  return placement == KvPlacement::device ? "device" : "pinned host";
+  return placement == KvPlacement::device ? tier_names::kDevice : tier_names::kPinned;
 }
 
 KvCache::KvCache(runtime::device::Device& device, KvShape shape, DType dtype, int batch, int max_T,

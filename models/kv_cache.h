@@ -41,7 +41,7 @@ class HostPool;
 namespace strata::models {
 
 enum class KvPlacement { device, host };
-const char* kv_placement_name(KvPlacement placement);  // "device", "pinned host"
+const char* kv_placement_name(KvPlacement placement);  // the tier's name: "device", "pinned host"
 
 // What a model's cache holds per position: `layers` layers of keys and values of `width` each.
 struct KvShape {

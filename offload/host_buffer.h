@@ -19,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/tier_names.h"
 #include "offload/aio_limits.h"  // kDirectIoAlignment
 
 namespace strata::offload {
@@ -96,9 +97,9 @@ struct HostPoolStats {
 // Pinned host memory with a hard budget. Thread-safe.
 class HostPool {
  public:
-  // name appears in errors and reports ("pinned host"); budget_key is the config key that
+  // name appears in errors and reports (the pinned tier's name); budget_key is the config key that
   // sets the budget, named in the over-budget error ("strata.pinned_memory").
-  HostPool(std::uint64_t budget_bytes, PinHook pin = {}, std::string name = "pinned host",
+  HostPool(std::uint64_t budget_bytes, PinHook pin = {}, std::string name = tier_names::kPinned,
            std::string budget_key = "strata.pinned_memory");
   ~HostPool();
   HostPool(const HostPool&) = delete;

@@ -9,8 +9,8 @@
 #include "core/error.h"
 #include "models/registry.h"
 #include "runtime/config/config.h"
+#include "runtime/estimate/recommend.h"
 #include "runtime/launch/launch.h"
-#include "tools/estimate/recommend.h"
 #include "tools/estimate_flags.h"
 
 namespace strata::tools {
@@ -73,26 +73,6 @@ bool strip_auto_placement(Json& config) {
   return found;
 }
 
-// The config the run gets: `base` (the file with the overrides and the batch flags) with the
-// pick's placement and batch sizes. Its other "auto"s stay for the run to resolve, and to list in
-// its table of where each value came from.
-runtime::config::Config picked_config(runtime::config::Config base, const runtime::config::Config& pick) {
-  runtime::config::ZeroConfig& z = base.zero_optimization;
-  const runtime::config::ZeroConfig& p = pick.zero_optimization;
-  z.stage = p.stage;
-  z.offload_param.device = p.offload_param.device;
-  z.offload_param.nvme_path = p.offload_param.nvme_path;
-  z.offload_param.buffer_count = p.offload_param.buffer_count;
-  z.offload_optimizer.device = p.offload_optimizer.device;
-  z.offload_optimizer.nvme_path = p.offload_optimizer.nvme_path;
-  z.offload_optimizer.buffer_count = p.offload_optimizer.buffer_count;
-  z.offload_optimizer.ratio = p.offload_optimizer.ratio;
-  base.train_batch_size = pick.train_batch_size;
-  base.train_micro_batch_size_per_gpu = pick.train_micro_batch_size_per_gpu;
-  base.gradient_accumulation_steps = pick.gradient_accumulation_steps;
-  return base;
-}
-
 }  // namespace
 
 bool wants_auto_placement(const std::string& config_path, const std::vector<std::string>& overrides) {
@@ -139,24 +119,12 @@ void auto_config(train::TrainOptions& o, const DeviceFlags& device, const std::s
   flags.seq_len = o.seq_len;
   flags.activation_checkpointing = o.activation_checkpointing;
   flags.profile_path = profile_path;
-  EstimateInputs in = estimate_inputs(flags, *model);
-  // NVMe only where the config names a folder for it.
-  const runtime::config::ZeroConfig& z = in.config.zero_optimization;
-  const bool nvme = !z.offload_param.nvme_path.empty() || !z.offload_optimizer.nvme_path.empty();
-  if (nvme) in.nvme_path = !z.offload_optimizer.nvme_path.empty() ? z.offload_optimizer.nvme_path.front()
-                                                                   : z.offload_param.nvme_path.front();
-  const Recommendation r = recommend(in, nvme);
+  const runtime::estimate::AutoPlan plan = runtime::estimate::auto_plan(estimate_inputs(flags, *model), base);
   if (launch.rank == 0) {
-    std::fprintf(stderr, "strata train --config auto: %s\nstrata train --config auto: %s\n", r.why.c_str(),
-                 r.batch_why.c_str());
+    std::fprintf(stderr, "strata train --config auto: %s\nstrata train --config auto: %s\n",
+                 plan.recommendation.why.c_str(), plan.recommendation.batch_why.c_str());
   }
-  runtime::config::Config picked = picked_config(base, r.config);
-  // The pick fits each rank's share of the node's pinned memory: the run pins no more (its own
-  // default would be half of the node's memory for every rank).
-  if (picked.strata.pinned_memory_bytes == 0 && in.budgets.ranks_per_node > 1) {
-    picked.strata.pinned_memory_bytes = in.budgets.pinned;
-  }
-  o.config_json = runtime::config::config_to_json(picked);
+  o.config_json = runtime::config::config_to_json(plan.config);
 }
 
 }  // namespace strata::tools

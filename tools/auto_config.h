@@ -2,8 +2,9 @@
 // `strata train --config auto`, and a config whose placement is "auto"
 // (zero_optimization: "auto", or its stage, offload_param.device or offload_optimizer.device
 // "auto", in the file or by --set): the stage, placements, offload ratio and micro-batch picked
-// by tools/estimate/recommend.h for this model, machine and run, printed with why. The global
-// batch the config or the flags fix is kept (the micro-batch may be traded for accumulation).
+// by runtime/estimate/recommend.h (auto_plan) for this model, machine and run, printed with why.
+// The global batch the config or the flags fix is kept (the micro-batch may be traded for
+// accumulation). Here only the flags and the file are read and the pick printed.
 #include <string>
 #include <vector>
 

@@ -205,7 +205,7 @@ void add_bench_command(CLI::App& app) {
                    "tools/bench/step_peers.py elsewhere (default: next to the binary, in the source tree "
                    "or under the current folder)");
   step->add_option("--placements", step_options->placements,
-                   "comma-separated placements of the cells besides the reference: device, cpu, nvme")
+                   "comma-separated placements of the cells besides the reference: none (nothing offloaded; also device), cpu, nvme")
       ->capture_default_str();
   step->add_option("--stages", step_options->stages, "comma-separated ZeRO stages of those cells: 1, 2, 3")
       ->capture_default_str();
@@ -218,7 +218,7 @@ void add_bench_command(CLI::App& app) {
   add_train_child_flags(*checkpoint, *checkpoint_options,
                         "strata.device_memory of every run, e.g. 64MiB (default: the backend's)");
   checkpoint->add_option("--placements", checkpoint_options->placements,
-                         "comma-separated: device (nothing offloaded), cpu, nvme")
+                         "comma-separated: none (nothing offloaded; also device), cpu, nvme")
       ->capture_default_str();
   checkpoint->callback([checkpoint_options] { bench_checkpoint(*checkpoint_options); });
 
@@ -273,7 +273,8 @@ void add_bench_command(CLI::App& app) {
   add_device_flags(*infer, infer_options->device);
   infer->add_option("--preset", infer_options->preset, "a model preset (random weights)")->capture_default_str();
   infer->add_option("--model", infer_options->model, "a Hugging Face model folder or config.json instead");
-  infer->add_option("--placements", infer_options->placements, "comma-separated: device, cpu, nvme")
+  infer->add_option("--placements", infer_options->placements,
+                    "comma-separated placements of the parameters: none (all on the device; also device), cpu, nvme")
       ->capture_default_str();
   infer->add_option("--batches", infer_options->batches,
                     "comma-separated batch sizes; auto = the largest that fits (a quarter of the device)")

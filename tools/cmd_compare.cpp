@@ -3,7 +3,7 @@
 //                [--profile machine.json] [--dir DIR] [--json] [--svg DIR] [device flags]
 // After a run: each ZeRO stage x placement trained for a few steps (a `strata train` child of this
 // binary, under `mpirun -np N` for N ranks), and what it measured beside what `strata estimate`
-// says for the same config (tools/estimate/estimate.h): rank 0's peak bytes per tier (the most
+// says for the same config (runtime/estimate/estimate.h): rank 0's peak bytes per tier (the most
 // each tier's budget gave out, and the in-use peak after forward, backward and the step), the
 // bytes per link per step, the collective bytes against ZeRO's 2Ψ/3Ψ·(N−1)/N, and the median step
 // time against the prediction of --profile. Its ranks all run on this machine: the pinned memory and
@@ -16,6 +16,7 @@
 #include <map>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,7 +33,7 @@
 #include "tools/charts/metrics_charts.h"
 #include "tools/commands.h"
 #include "tools/device_flags.h"
-#include "tools/estimate/estimate.h"
+#include "runtime/estimate/estimate.h"
 #include "tools/estimate/estimate_report.h"
 #include "tools/estimate_flags.h"
 #include "tools/bench/bench_nvme_disk.h"
@@ -40,6 +41,10 @@
 namespace strata::tools {
 namespace {
 
+using runtime::estimate::Estimate;
+using runtime::estimate::EstimateInputs;
+using runtime::estimate::EstimateRow;
+using runtime::estimate::Placement;
 using runtime::tiers::Tier;
 
 // Tier t's JSON key ("device", "pinned", "nvme").
@@ -75,23 +80,25 @@ std::vector<Placement> chosen_placements(const CompareOptions& o) {
     }
     stages.push_back(std::stoi(s));
   }
-  const std::vector<std::string> optimizers = split_list(o.placements);
-  for (const std::string& p : optimizers) {
-    if (p != "all" && p != "device" && p != "cpu" && p != "nvme") {
+  // The placements the cells' parameters and optimizer may have (bench.h: placement_word).
+  bool all = false;
+  std::vector<runtime::config::OffloadDevice> devices;
+  for (const std::string& p : split_list(o.placements)) {
+    const std::optional<runtime::config::OffloadDevice> d = placement_word(p);
+    if (p == "all") {
+      all = true;
+    } else if (d) {
+      devices.push_back(*d);
+    } else {
       throw Error("--placements " + o.placements + ": '" + p + "' is not a placement", "--placements",
-                  "give all, or a list of device, cpu, nvme");
+                  "give all, or a list of none, cpu, nvme (device: none)");
     }
   }
-  auto word = [](runtime::config::OffloadDevice d) {
-    return d == runtime::config::OffloadDevice::kNone ? std::string("device")
-                                                      : std::string(runtime::config::to_string(d));
-  };
   std::vector<Placement> out;
-  for (const Placement& p : all_placements()) {
+  for (const Placement& p : runtime::estimate::all_placements()) {
     if (std::find(stages.begin(), stages.end(), p.stage) == stages.end()) continue;
     auto listed = [&](runtime::config::OffloadDevice d) {
-      return std::any_of(optimizers.begin(), optimizers.end(),
-                         [&](const std::string& w) { return w == "all" || w == word(d); });
+      return all || std::find(devices.begin(), devices.end(), d) != devices.end();
     };
     const bool wanted = listed(p.param) && listed(p.optimizer);
     if (wanted) out.push_back(p);
@@ -159,8 +166,8 @@ std::string vs(std::uint64_t measured, std::uint64_t estimated) {
 
 void print_tables(const EstimateInputs& in, const Estimate& e, const std::vector<Measured>& ms) {
   std::printf("strata compare: %s, micro-batch %d x %d, %d rank(s): measured (rank 0) / estimated\n\n",
-              in.model->describe().c_str(), e.batch, e.seq_len, in.world);
-  std::printf("%-45s %23s %23s %23s %22s %10s %10s %7s  %s\n", "stage, placement", "device", "pinned", "nvme",
+              in.model.describe.c_str(), e.batch, e.seq_len, in.world);
+  std::printf("%-45s %23s %23s %23s %22s %10s %10s %7s  %s\n", "stage, placement", tier_key(0), tier_key(1), tier_key(2),
               "collective/step", "step ms", "predicted", "ratio", "bottleneck (predicted)");
   for (std::size_t i = 0; i < e.rows.size(); ++i) {
     const EstimateRow& r = e.rows[i];
@@ -237,8 +244,8 @@ void run_compare(const CompareOptions& o, const train::StopSignals& stop) {
   ScratchFolder scratch(resolve_bench_dir(o.dir), "compare");
   in.nvme_path = scratch.file("nvme");
   std::filesystem::create_directories(in.nvme_path);
-  in.budgets.set_node_nvme(free_nvme_bytes({in.nvme_path}));
-  const Estimate e = make_estimate(in, placements);
+  in.budgets.set_node_nvme(runtime::estimate::free_nvme_bytes({in.nvme_path}));
+  const Estimate e = runtime::estimate::make_estimate(in, placements);
   child.seq_len = e.seq_len;
   child.batch = e.batch;
   const std::string text = training_text(child, scratch);
@@ -260,7 +267,7 @@ void run_compare(const CompareOptions& o, const train::StopSignals& stop) {
                                          static_cast<int>(r.placement.optimizer));
     const std::string config_path = scratch.file(name + ".json");
     const std::string metrics = scratch.file(name + ".jsonl");
-    write_config(config_path, Json::parse(runtime::config::config_to_json(placement_config(in, r.placement))));
+    write_config(config_path, Json::parse(runtime::config::config_to_json(runtime::estimate::placement_config(in, r.placement))));
     std::vector<std::string> extra;
     if (in.activation_checkpointing) extra.push_back("--activation-checkpointing");
     const ChildRun run = run_train_child(self, child, config_path, text, metrics, extra, kWarmupSteps + 1, o.steps);
@@ -287,7 +294,7 @@ void add_compare_command(CLI::App& app) {
   cmd->add_option("--steps", o->steps, "steps per run (the first 2 are warm-up)")->capture_default_str();
   cmd->add_option("--stages", o->stages, "the ZeRO stages to run")->capture_default_str();
   cmd->add_option("--placements", o->placements,
-                  "the tiers the cells' states may use: all, or a list of device, cpu, nvme")
+                  "the placements the cells' parameters and optimizer may have: all, or a list of none, cpu, nvme (device: none)")
       ->capture_default_str();
   cmd->add_option("--dir", o->dir, "parent of the scratch folder (swap files, configs, metrics; removed afterwards)");
   cmd->add_option("--svg", o->svg_dir, "write the charts here (memory per tier, step time per resource)");

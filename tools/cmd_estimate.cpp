@@ -6,7 +6,7 @@
 //                 [--recommend] [--json] [--svg DIR]
 // Before a run: per rank, for every ZeRO stage x placement, the bytes in each tier (device,
 // pinned host, NVMe) a plan needs, split by class of state, from the plan code `strata train` runs
-// (tools/estimate/estimate.h); the ZeRO paper's formula beside strata's model states; the
+// (runtime/estimate/estimate.h); the ZeRO paper's formula beside strata's model states; the
 // collective bytes per step; whether the cell fits this machine (or the budgets given) and what
 // to change when not; with --profile, the predicted step time and its bottleneck.
 #include <cstdio>
@@ -21,17 +21,23 @@
 #include "models/registry.h"
 #include "runtime/config/config.h"
 #include "runtime/device/device.h"
+#include "runtime/estimate/estimate.h"
+#include "runtime/estimate/recommend.h"
 #include "runtime/tiers/plan.h"
 #include "tools/commands.h"
 #include "tools/device_flags.h"
-#include "tools/estimate/estimate.h"
 #include "tools/estimate/estimate_report.h"
-#include "tools/estimate/recommend.h"
 #include "tools/estimate_flags.h"
 
 namespace strata::tools {
 namespace {
 
+using runtime::estimate::Candidate;
+using runtime::estimate::Estimate;
+using runtime::estimate::EstimateInputs;
+using runtime::estimate::EstimateRow;
+using runtime::estimate::Placement;
+using runtime::estimate::Recommendation;
 using runtime::tiers::StateClass;
 using runtime::tiers::Tier;
 
@@ -54,9 +60,8 @@ std::string node_clause(const EstimateInputs& in) {
 }
 
 void print_table(const EstimateInputs& in, const Estimate& e) {
-  const models::ModelSpec& m = *in.model;
   std::printf("strata estimate: %s, %lld parameters, %s, micro-batch %d x %d%s, %d rank(s)%s\n",
-              m.describe().c_str(), static_cast<long long>(m.num_params()),
+              in.model.describe.c_str(), static_cast<long long>(in.model.num_params),
               std::string(dtype_name(e.dtype)).c_str(), e.batch, e.seq_len,
               e.gas > 1 ? fmt::format(" x {} accumulation steps", e.gas).c_str() : "", in.world,
               in.activation_checkpointing ? ", activation checkpointing" : "");
@@ -67,7 +72,8 @@ void print_table(const EstimateInputs& in, const Estimate& e) {
   // Each tier's column is what the plan needs (fits is decided on it); "grows to" is what the run
   // allocates on the device when the budget has room for more transient buffers.
   std::string head = fmt::format("{:<45} {:>10} {:>10} {:>10} {:>10} {:>13} {:>13} {:>12}  {}", "stage, placement",
-                                 "device", "grows to", "pinned", "nvme", "model states", "ZeRO paper", "comm/step", "fits");
+                                 runtime::tiers::tier_key(Tier::device), "grows to", runtime::tiers::tier_key(Tier::pinned),
+                                 runtime::tiers::tier_key(Tier::nvme), "model states", "ZeRO paper", "comm/step", "fits");
   if (in.profile) head += fmt::format("   {:>9} {:>10}  {}", "step", "tokens/s", "bottleneck");
   std::printf("%s\n", head.c_str());
   bool any_growth = false;
@@ -152,7 +158,7 @@ void print_recommendation(const EstimateInputs& in, const Recommendation& r, boo
   if (json) {
     Estimate e;
     e.batch = r.pick.micro_batch;
-    e.seq_len = in.seq_len > 0 ? in.seq_len : std::min(in.model->max_positions(), 1024);
+    e.seq_len = runtime::estimate::sequence_length(in);
     e.gas = r.pick.gas;
     nlohmann::json j = estimate_row_json(in, e, r.pick.row);
     j["ratio"] = r.pick.ratio;
@@ -178,20 +184,18 @@ void run_estimate(const EstimateOptions& o) {
   const EstimateInputs in = estimate_inputs(o.estimate, *model);
   if (o.recommend) {
     // NVMe only where the config or --nvme-path names a folder for it.
-    const runtime::config::ZeroConfig& z = in.config.zero_optimization;
-    const bool nvme = !o.estimate.nvme_path.empty() || !z.offload_param.nvme_path.empty() ||
-                      !z.offload_optimizer.nvme_path.empty();
-    const Recommendation r = recommend(in, nvme);
-    if (!o.json) print_table(in, make_estimate(in, all_placements()));
+    const bool nvme = !o.estimate.nvme_path.empty() || runtime::estimate::names_nvme(in.config);
+    const Recommendation r = runtime::estimate::recommend(in, nvme);
+    if (!o.json) print_table(in, runtime::estimate::make_estimate(in, runtime::estimate::all_placements()));
     print_recommendation(in, r, o.json);
     return;
   }
   std::vector<Placement> placements;
-  for (const Placement& p : all_placements()) {
+  for (const Placement& p : runtime::estimate::all_placements()) {
     if (o.stage < 0 || p.stage == o.stage) placements.push_back(p);
   }
   if (placements.empty()) throw Error("--stage " + std::to_string(o.stage), "--stage", "give 0, 1, 2 or 3");
-  const Estimate e = make_estimate(in, placements);
+  const Estimate e = runtime::estimate::make_estimate(in, placements);
   if (o.json) {
     for (const EstimateRow& r : e.rows) std::printf("%s\n", estimate_row_json(in, e, r).dump().c_str());
   } else {

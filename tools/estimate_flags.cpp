@@ -8,9 +8,14 @@
 #include "runtime/config/config.h"
 #include "runtime/device/device.h"
 #include "runtime/tiers/plan.h"
+#include "train/run_plan.h"
 
 namespace strata::tools {
 namespace {
+
+using runtime::estimate::Budgets;
+using runtime::estimate::EstimateInputs;
+using runtime::estimate::placement_config;
 
 std::uint64_t size_flag(const std::string& text, const char* flag) {
   const std::optional<std::uint64_t> bytes = parse_bytes(text);
@@ -98,7 +103,7 @@ void add_estimate_flags(CLI::App& cmd, EstimateFlags& o, bool ranks_per_node) {
     cmd.add_option_function<int>(
         "--ranks-per-node", [&o](int n) { o.ranks_per_node = n; },
         "ranks sharing one node's pinned memory and NVMe, which each gets its share of (default: the CUDA GPUs "
-        "found, else " + std::to_string(kDefaultRanksPerNode) + "; at most --world)");
+        "found, else " + std::to_string(runtime::estimate::kDefaultRanksPerNode) + "; at most --world)");
   }
   cmd.add_option("--batch", o.batch, "micro-batch per rank (default: the config's, else 1)");
   cmd.add_option("--seq-len", o.seq_len, "tokens per sequence (default: min(the model's longest, 1024))");
@@ -120,7 +125,7 @@ EstimateInputs estimate_inputs(const EstimateFlags& o, const models::ModelSpec& 
       : o.device.config_path.empty() ? runtime::config::parse_config(R"({"bf16": {"enabled": true}})", "(defaults)")
                                      : runtime::config::load_config_file(o.device.config_path);
   EstimateInputs in;
-  in.model = &model;
+  in.model = train::estimate_model(model);
   in.config = parsed.config;
   if (!o.dtype.empty()) {
     in.config.bf16.enabled = o.dtype == "bf16";
@@ -146,14 +151,14 @@ EstimateInputs estimate_inputs(const EstimateFlags& o, const models::ModelSpec& 
     throw Error("--ranks-per-node " + std::to_string(*o.ranks_per_node), "--ranks-per-node", "give 1 or more ranks");
   }
   in.budgets.ranks_per_node =
-      ranks_per_node(o.world, o.ranks_per_node.value_or(0), gpus, &in.budgets.ranks_per_node_source);
+      runtime::estimate::ranks_per_node(o.world, o.ranks_per_node.value_or(0), gpus, &in.budgets.ranks_per_node_source);
   resolve_pinned(o, in);
   in.nvme_path = o.nvme_path.empty() ? "." : o.nvme_path;
   // The NVMe folders of the nvme cells: the config's, else --nvme-path.
   const runtime::config::Config nvme_cell =
       placement_config(in, {3, runtime::config::OffloadDevice::kNvme, runtime::config::OffloadDevice::kNvme});
   const std::vector<std::string> paths = runtime::tiers::nvme_paths(nvme_cell);
-  in.budgets.set_node_nvme(free_nvme_bytes(paths));
+  in.budgets.set_node_nvme(runtime::estimate::free_nvme_bytes(paths));
   for (const std::string& p : paths) in.budgets.nvme_source += (in.budgets.nvme_source.empty() ? "in " : ", ") + p;
   if (in.budgets.ranks_per_node > 1) {
     in.budgets.nvme_source += ", / " + std::to_string(in.budgets.ranks_per_node) + " ranks a node";

@@ -11,7 +11,7 @@
 
 #include "models/model_spec.h"
 #include "tools/device_flags.h"
-#include "tools/estimate/estimate.h"
+#include "runtime/estimate/estimate.h"
 
 namespace strata::tools {
 
@@ -19,7 +19,7 @@ struct EstimateFlags {
   std::string model_path, preset;
   DeviceFlags device;
   int world = 1;
-  std::optional<int> ranks_per_node;  // unset: the CUDA GPUs found, else kDefaultRanksPerNode (estimate.h)
+  std::optional<int> ranks_per_node;  // unset: the CUDA GPUs found, else kDefaultRanksPerNode (runtime/estimate/estimate.h)
   int batch = 0;    // 0: the config's micro-batch, else 1
   int seq_len = 0;  // 0: min(the model's longest, 1024)
   std::string dtype;  // "": the config's (bf16 without --config)
@@ -37,6 +37,7 @@ void add_estimate_flags(CLI::App& command, EstimateFlags& flags, bool ranks_per_
 
 // Throws strata::Error naming the flag for bad values, a missing config or profile, and for
 // --device cuda on a machine without a GPU unless --device-memory says how large it is.
-EstimateInputs estimate_inputs(const EstimateFlags& flags, const models::ModelSpec& model);
+// `model` is borrowed: it must outlive the inputs (train::estimate_model).
+runtime::estimate::EstimateInputs estimate_inputs(const EstimateFlags& flags, const models::ModelSpec& model);
 
 }  // namespace strata::tools

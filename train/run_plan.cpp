@@ -2,12 +2,6 @@
 
 namespace strata::train {
 
-DType compute_dtype(const runtime::config::Config& c) {
-  if (c.bf16.enabled.value_or(false)) return DType::bf16;
-  if (c.fp16.enabled.value_or(false)) return DType::f16;
-  return DType::f32;
-}
-
 models::ModelOptions run_model_options(DType dtype, bool activation_checkpointing, runtime::device::Backend backend) {
   models::ModelOptions options;
   options.dtype = dtype;
@@ -27,19 +21,20 @@ runtime::zero::EngineSetup run_engine_setup(const models::ModelSpec& spec, const
   return setup;
 }
 
-runtime::tiers::PlanInputs run_plan_inputs(const runtime::config::Config& config,
-                                           const runtime::zero::EngineSetup& setup, int world) {
-  runtime::tiers::PlanInputs in;
-  in.module_numels = setup.module_numels;
-  in.module_names = setup.module_names;
-  in.world = world;
-  in.dtype = setup.dtype;
-  in.grad_dtype = runtime::config::to_dtype(config.data_types.grad_accum_dtype);
-  in.activation_bytes = setup.activation_bytes;
-  in.kv_cache_pinned_bytes = setup.kv_cache_pinned_bytes;
-  in.nvme_block_bytes = config.aio.block_size;
-  in.nvme_paths = runtime::tiers::nvme_paths(config);
-  return in;
+runtime::estimate::EstimateModel estimate_model(const models::ModelSpec& spec) {
+  const models::ModelLayout layout = spec.layout();
+  runtime::estimate::EstimateModel m;
+  m.describe = spec.describe();
+  m.num_params = spec.num_params();
+  m.hidden_size = spec.hidden_size();
+  m.max_positions = spec.max_positions();
+  m.module_numels = layout.module_numels();
+  m.module_names = layout.module_names();
+  m.activation_bytes = [&spec](DType dtype, bool activation_checkpointing, runtime::device::Backend backend, int B,
+                               int T) {
+    return spec.activation_bytes(run_model_options(dtype, activation_checkpointing, backend), B, T);
+  };
+  return m;
 }
 
 }  // namespace strata::train

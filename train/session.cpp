@@ -173,7 +173,7 @@ std::unique_ptr<Session> make_session(const TrainOptions& o) {
                                                    loader_options);
 
   // Engine and model.
-  s.dtype = compute_dtype(config);
+  s.dtype = runtime::config::compute_dtype(config);
   s.layout = s.spec->layout();
   const models::ModelOptions model_options =
       run_model_options(s.dtype, o.activation_checkpointing, s.device->backend());

@@ -252,6 +252,14 @@ struct Config {
   bool operator==(const Config&) const = default;
 };
 
+// The dtype a run computes in: bf16.enabled -> bf16, fp16.enabled -> fp16, else fp32 (a run's
+// session and `strata estimate` both read it here).
+inline DType compute_dtype(const Config& config) {
+  if (config.bf16.enabled.value_or(false)) return DType::bf16;
+  if (config.fp16.enabled.value_or(false)) return DType::f16;
+  return DType::f32;
+}
+
 // A finding that does not stop the run: an unknown key (with the closest known one), a
 // DeepSpeed key strata does not use, a deprecated name, a suspicious combination.
 struct ConfigWarning {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/tier_names.h"
 
 namespace strata::runtime::device {
 
@@ -29,7 +30,7 @@ struct ArenaStats {
 
 // One line of an out-of-memory report.
 struct TierUsage {
-  std::string tier;  // "device", "pinned host", "nvme"
+  std::string tier;  // the tier's name (core/tier_names.h): "device", "pinned host", "nvme"
   std::uint64_t current_bytes = 0;
   std::uint64_t peak_bytes = 0;
   std::uint64_t budget_bytes = 0;
@@ -78,7 +79,7 @@ class Arena {
   static constexpr std::size_t kAlignment = 256;
 
   // Manages [base, base + budget_bytes); does not own the memory. `tier` names it in reports.
-  Arena(void* base, std::uint64_t budget_bytes, std::string tier = "device");
+  Arena(void* base, std::uint64_t budget_bytes, std::string tier = tier_names::kDevice);
   ~Arena();
   Arena(const Arena&) = delete;
   Arena& operator=(const Arena&) = delete;

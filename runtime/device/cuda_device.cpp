@@ -247,7 +247,7 @@ class CudaDevice final : public Device {
   // tracer: null or disabled = no GPU spans (and no reader thread).
   CudaDevice(int ordinal, std::uint64_t budget_bytes, std::string name, trace::Tracer* tracer)
       : ordinal_(ordinal), name_(std::move(name)), memory_(allocate(ordinal, budget_bytes)),
-        arena_(memory_, budget_bytes, "device") {
+        arena_(memory_, budget_bytes, tier_names::kDevice) {
     if (tracer != nullptr && tracer->enabled()) {
       try {
         recorder_ = std::make_unique<CudaSpanRecorder>(ordinal_, *tracer);

@@ -377,7 +377,7 @@ class HostDevice final : public Device {
   HostDevice(std::uint64_t budget_bytes, trace::Tracer* tracer, int host_threads, std::uint64_t link_bytes_per_s,
              HostStream::CopyHook copy_hook)
       : mapping_(budget_bytes),
-        arena_(mapping_.data(), budget_bytes, "device"),
+        arena_(mapping_.data(), budget_bytes, tier_names::kDevice),
         tracer_(tracer),
         host_threads_(host_threads),
         budget_bytes_(budget_bytes),

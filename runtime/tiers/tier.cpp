@@ -1,18 +1,21 @@
-// The names of tiers, placements, states and state classes (tier.h): spelled here only.
+// The names of tiers, placements, states and state classes (tier.h): spelled here only (the
+// tiers' words in core/tier_names.h, which the layers below the tiers read too).
 #include "runtime/tiers/tier.h"
+
+#include "core/tier_names.h"
 
 namespace strata::runtime::tiers {
 
 const char* tier_key(Tier tier) {
   switch (tier) {
-    case Tier::device: return "device";
-    case Tier::pinned: return "pinned";
-    case Tier::nvme: return "nvme";
+    case Tier::device: return tier_names::kDevice;
+    case Tier::pinned: return tier_names::kPinnedKey;
+    case Tier::nvme: return tier_names::kNvme;
   }
   return "?";
 }
 
-const char* tier_name(Tier tier) { return tier == Tier::pinned ? "pinned host" : tier_key(tier); }
+const char* tier_name(Tier tier) { return tier == Tier::pinned ? tier_names::kPinned : tier_key(tier); }
 
 Tier placement_tier(config::OffloadDevice device) {
   switch (device) {

@@ -1,6 +1,7 @@
 #pragma once
 // The tiers a model state can live in, the states the tier store keeps per module, and the one
-// place their names are spelled.
+// place their names are spelled (the tiers' words themselves in core/tier_names.h, for the layers
+// below this one).
 #include <cstdint>
 #include <string>
 

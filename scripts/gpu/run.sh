@@ -204,7 +204,7 @@ stage_machine() {
 
 stage_infer() {
   local j=$LOGS/infer.jsonl t=$LOGS/infer.txt
-  "$STRATA" bench infer --device cuda --preset llama-2-7b --dtype bf16 --placements device \
+  "$STRATA" bench infer --device cuda --preset llama-2-7b --dtype bf16 --placements none \
     --batches 1,16 --prompt-len 128 --steps 8 --json >>"$j" 2>>"$t" || return 1
   "$STRATA" bench infer --device cuda --device-memory 4GiB --preset llama-2-7b --dtype bf16 \
     --placements cpu --batches 1,16 --prompt-len 128 --steps 8 --slots 4 --peers \

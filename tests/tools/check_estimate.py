@@ -136,6 +136,7 @@ def case_collectives(world):
             theory = est["collective_bytes"]
             check(theory > 0, f"stage {stage}: the estimate has no collective bytes at {world} ranks")
             if stage == 1 and world == 2:
+                # --placements device: the older spelling of none, still taken (docs/config.md).
                 r = subprocess.run([strata, "compare", "--config", run.config_path, "--world", "2", "--preset", "tiny",
                                     "--seq-len", "32", "--steps", "3", "--stages", "1", "--placements", "device",
                                     "--json", "--dir", root], capture_output=True, text=True, timeout=240,
@@ -369,7 +370,7 @@ def case_compare(strata, root):
     write_profile(profile)
     svg = os.path.join(root, "svg")
     r = subprocess.run([strata, "compare", "--preset", "tiny", "--device", "host", "--dtype", "fp32", "--batch", "2",
-                        "--seq-len", "32", "--steps", "3", "--stages", "0,3", "--placements", "device,cpu", "--json",
+                        "--seq-len", "32", "--steps", "3", "--stages", "0,3", "--placements", "none,cpu", "--json",
                         "--svg", svg, "--profile", profile, "--dir", root], capture_output=True, text=True, timeout=240)
     check(r.returncode == 0, f"strata compare failed:\n{tail(r.stderr)}")
     cells = [json.loads(line) for line in r.stdout.splitlines() if line.strip()]

@@ -1,4 +1,4 @@
-// strata estimate's rows (tools/estimate/estimate.h): the ZeRO paper's model-state formula for
+// strata estimate's rows (runtime/estimate/estimate.h, over train::estimate_model): the ZeRO paper's model-state formula for
 // stages 1-3 at world 1, 2, 8 and 64 over several models, computed here from the layouts with
 // strata's padding written out (each module padded to world shards of a multiple of 64
 // elements); strata's own model states from the same per-module rule (an fp32 gradient
@@ -15,10 +15,11 @@
 #include "runtime/estimate/zero_theory.h"
 #include "runtime/estimate/step_model.h"
 #include "runtime/tiers/plan.h"
-#include "tools/estimate/estimate.h"
-#include "tools/estimate/recommend.h"
+#include "runtime/estimate/estimate.h"
+#include "runtime/estimate/recommend.h"
+#include "train/run_plan.h"
 
-namespace strata::tools {
+namespace strata::runtime::estimate {
 namespace {
 
 using runtime::config::OffloadDevice;
@@ -35,7 +36,7 @@ std::uint64_t round_up(std::uint64_t v, std::uint64_t a) { return (v + a - 1) / 
 
 EstimateInputs inputs(const models::ModelSpec& model, int world) {
   EstimateInputs in;
-  in.model = &model;
+  in.model = train::estimate_model(model);
   in.config = runtime::config::parse_config(R"({"bf16": {"enabled": true}})", "test").config;
   in.world = world;
   in.batch = 1;
@@ -218,9 +219,9 @@ TEST(Estimate, ACellTheConfigRefusesSaysWhy) {
 }
 
 }  // namespace
-}  // namespace strata::tools
+}  // namespace strata::runtime::estimate
 
-namespace strata::tools {
+namespace strata::runtime::estimate {
 namespace {
 
 runtime::estimate::MachineProfile flat_profile() {
@@ -403,9 +404,9 @@ TEST(Recommend, KeepsAGivenAccumulationWhenTheMicroBatchIsOpen) {
 }
 
 }  // namespace
-}  // namespace strata::tools
+}  // namespace strata::runtime::estimate
 
-namespace strata::tools {
+namespace strata::runtime::estimate {
 namespace {
 
 TEST(Estimate, AGlobalBatchAloneSetsTheMicroBatchAsTheRunWould) {
@@ -466,4 +467,4 @@ TEST(Estimate, TheDeviceNeedIsTheMinimumAndTheUseWhatTheBudgetLetsItGrowTo) {
 }
 
 }  // namespace
-}  // namespace strata::tools
+}  // namespace strata::runtime::estimate

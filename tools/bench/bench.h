@@ -3,11 +3,13 @@
 // measured in the same run (memory bandwidth, disk bandwidth, PCIe) and the ratio of the two.
 #include <algorithm>
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "core/error.h"
+#include "runtime/config/config.h"
 #include "tools/device_flags.h"
 
 namespace strata::tools {
@@ -24,21 +26,38 @@ inline std::vector<std::string> split_list(std::string_view text) {
   return out;
 }
 
-// "cpu,nvme" -> {"cpu", "nvme"}: each of device, cpu and nvme at most once, in the order given;
-// throws strata::Error naming --placements for anything else or for an empty list.
+// One item of --placements (strata compare and the benchmarks): a placement in the config's
+// words, none, cpu or nvme (docs/config.md, "Names of tiers and placements"), or `device`, still
+// taken for none: the benchmarks' result lines name that cell `device` (bench_cell_name), and
+// command lines written before give it. nullopt for anything else.
+inline std::optional<runtime::config::OffloadDevice> placement_word(std::string_view item) {
+  using runtime::config::OffloadDevice;
+  for (OffloadDevice d : {OffloadDevice::kNone, OffloadDevice::kCpu, OffloadDevice::kNvme}) {
+    if (item == runtime::config::to_string(d)) return d;
+  }
+  if (item == "device") return OffloadDevice::kNone;
+  return std::nullopt;
+}
+inline constexpr const char* kPlacementsHint = "give a comma-separated list of none, cpu and nvme (device: none), e.g. --placements cpu,nvme";
+
+// The name of a placement's cell in the benchmarks' result lines (their "placement" key):
+// "device" for none (nothing offloaded), else the config's word.
+inline std::string bench_cell_name(runtime::config::OffloadDevice d) {
+  return d == runtime::config::OffloadDevice::kNone ? "device" : std::string(runtime::config::to_string(d));
+}
+
+// "none,nvme" -> {"device", "nvme"}: the cells of --placements (placement_word) by
+// bench_cell_name, each at most once, in the order given; throws strata::Error naming
+// --placements for anything else or for an empty list.
 inline std::vector<std::string> parse_placements(std::string_view text) {
   std::vector<std::string> out;
   for (const std::string& item : split_list(text)) {
-    if (item != "device" && item != "cpu" && item != "nvme") {
-      throw Error("'" + item + "' is not a placement", "--placements",
-                  "give a comma-separated list of device, cpu and nvme, e.g. --placements cpu,nvme");
-    }
-    if (std::find(out.begin(), out.end(), item) == out.end()) out.push_back(item);
+    const std::optional<runtime::config::OffloadDevice> d = placement_word(item);
+    if (!d) throw Error("'" + item + "' is not a placement", "--placements", kPlacementsHint);
+    const std::string cell = bench_cell_name(*d);
+    if (std::find(out.begin(), out.end(), cell) == out.end()) out.push_back(cell);
   }
-  if (out.empty()) {
-    throw Error("no placement given", "--placements",
-                "give a comma-separated list of device, cpu and nvme, e.g. --placements cpu,nvme");
-  }
+  if (out.empty()) throw Error("no placement given", "--placements", kPlacementsHint);
   return out;
 }
 
@@ -130,7 +149,7 @@ void bench_attention(const AttentionBenchOptions& options);  // bench_attention.
 struct InferBenchOptions {
   std::string preset = "llama-tiny";  // models::model_preset names
   std::string model;                   // a Hugging Face folder or config.json instead
-  std::string placements = "device,cpu,nvme";
+  std::string placements = "none,cpu,nvme";
   std::string batches = "1,16,auto";  // "auto": the largest the server fits (up to 256)
   int prompt_len = 32;
   int steps = 8;                       // timed decoding steps after one untimed; the median is reported
@@ -204,7 +223,7 @@ struct StepBenchOptions : TrainChildOptions {
   std::string peer_script;       // empty: tools/bench/step_peers.py, found as the other scripts
   // The cells besides the reference (always run): each placement at each stage, e.g. cpu and 3
   // alone for a GPT-2 XL run that must fit a short GPU lease.
-  std::string placements = "device,cpu,nvme";
+  std::string placements = "none,cpu,nvme";
   std::string stages = "1,2,3";
 };
 
@@ -221,7 +240,7 @@ struct CheckpointBenchOptions : TrainChildOptions {
     steps = 8;
     rounds = 2;
   }
-  std::string placements = "cpu,nvme";  // comma-separated: device, cpu, nvme
+  std::string placements = "cpu,nvme";  // comma-separated: none, cpu, nvme (parse_placements)
 };
 
 void bench_checkpoint(const CheckpointBenchOptions& options);  // bench_checkpoint.cpp

@@ -23,6 +23,7 @@
 #include "models/hf_weights.h"
 #include "models/registry.h"
 #include "offload/host_buffer.h"
+#include "runtime/tiers/tier.h"
 #include "runtime/tiers/tier_store.h"
 #include "tools/bench/bench.h"
 #include "tools/bench/bench_children.h"
@@ -138,7 +139,7 @@ void run_accelerate_peer(const InferBenchOptions& o, const models::ModelSpec& sp
 
 void bench_infer(const InferBenchOptions& o) {
   const models::ModelSpecPtr spec = o.model.empty() ? models::model_preset(o.preset) : models::model_from_path(o.model);
-  const std::vector<std::string> placements = split_list(o.placements);
+  const std::vector<std::string> placements = parse_placements(o.placements);
   std::vector<int> batches;  // 0: "auto", the largest the server's rule fits
   for (const std::string& b : split_list(o.batches)) {
     if (b == "auto") {
@@ -178,9 +179,6 @@ void bench_infer(const InferBenchOptions& o) {
   std::string device_name;
   std::vector<Cell> cells;
   for (const std::string& placement : placements) {
-    if (placement != "device" && placement != "cpu" && placement != "nvme") {
-      throw Error("--placements: " + placement + " is not device, cpu or nvme", "--placements");
-    }
     for (int requested : batches) {
       int batch = requested;
       Cell cell;
@@ -310,7 +308,7 @@ void bench_infer(const InferBenchOptions& o) {
     Json j = {{"device", device_name},
               {"model", o.model.empty() ? o.preset : o.model},
               {"placement", c.placement},
-              {"weights", c.placement == "device" ? "device" : c.placement == "cpu" ? "pinned" : "nvme"},
+              {"weights", runtime::tiers::tier_key(runtime::tiers::placement_tier(*placement_word(c.placement)))},
               {"quantize", c.placement != "device" && !o.quantize.empty() ? o.quantize : "none"},
               {"batch", c.batch},
               {"prompt_len", o.prompt_len},

@@ -6,6 +6,8 @@
 #include <iterator>
 #include <utility>
 
+#include "core/tier_names.h"
+
 namespace strata::tools::charts::palette {
 namespace {
 
@@ -16,7 +18,9 @@ struct Named {
 
 // Tiers: hues the kinds of memory do not use (purple, sienna, magenta), since every memory bar
 // chart shows both.
-constexpr Named kTiers[] = {{"device", "#7b4fa6"}, {"pinned", "#a0522d"}, {"nvme", "#d1499b"}};
+// Keyed by the tiers' keys (runtime::tiers::tier_key).
+constexpr Named kTiers[] = {
+    {tier_names::kDevice, "#7b4fa6"}, {tier_names::kPinnedKey, "#a0522d"}, {tier_names::kNvme, "#d1499b"}};
 
 // Kinds of memory (Tableau 10's first five, as the charts had them before).
 constexpr Named kKinds[] = {{"parameters", "#4e79a7"},  {"gradients", "#f28e2b"}, {"optimizer states", "#e15759"},

@@ -6,6 +6,10 @@
 
 namespace strata::tools {
 
+using runtime::estimate::Budgets;
+using runtime::estimate::Estimate;
+using runtime::estimate::EstimateInputs;
+using runtime::estimate::EstimateRow;
 using runtime::tiers::StateClass;
 using runtime::tiers::Tier;
 

@@ -1,12 +1,12 @@
 #pragma once
-// How `strata estimate` and `strata compare` show an estimate's rows: one JSON object per row
+// How `strata estimate` and `strata compare` show an estimate's rows (runtime/estimate/estimate.h): one JSON object per row
 // (the fields `--json` documents) and the SVG charts of `--svg` (tools/charts).
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "tools/charts/charts.h"
-#include "tools/estimate/estimate.h"
+#include "runtime/estimate/estimate.h"
 
 namespace strata::tools {
 
@@ -18,16 +18,19 @@ namespace strata::tools {
 // fits is decided on it), budget_bytes (per rank), node_budget_bytes {pinned, nvme} (the node's,
 // before the division among ranks_per_node), collective_bytes, fits, advice (when it does not
 // fit) and, with a profile, predicted {step_ms, tokens_per_s, bottleneck, resource_ms}.
-nlohmann::json estimate_row_json(const EstimateInputs& in, const Estimate& e, const EstimateRow& row);
+nlohmann::json estimate_row_json(const runtime::estimate::EstimateInputs& in, const runtime::estimate::Estimate& e,
+                                 const runtime::estimate::EstimateRow& row);
 
 // The row's bytes per tier by kind, with the budgets, as the memory chart draws a cell: what the
 // run allocates (row.bytes; strata compare, beside what was measured), or with `at_least` what
 // the plan needs (row.minimum; strata estimate).
-charts::MemoryCell memory_cell(const EstimateRow& row, const Budgets& budgets, bool at_least = false);
+charts::MemoryCell memory_cell(const runtime::estimate::EstimateRow& row, const runtime::estimate::Budgets& budgets,
+                               bool at_least = false);
 
 // DIR/memory.svg (every row that could be planned: the bytes it needs per tier stacked by kind,
 // budgets as lines) and, with a profile, DIR/step_time.svg (each row's predicted time per resource and
 // step). Creates DIR.
-void write_estimate_charts(const std::string& dir, const EstimateInputs& in, const Estimate& e);
+void write_estimate_charts(const std::string& dir, const runtime::estimate::EstimateInputs& in,
+                           const runtime::estimate::Estimate& e);
 
 }  // namespace strata::tools

@@ -4,20 +4,40 @@
 // runs, runtime/tiers/footprint.h), the ZeRO paper's model-state formula beside strata's own
 // accounting, the collective bytes per step, whether the cell fits the budgets and, when not,
 // what to change. With a machine profile, each row also has its predicted step
-// (runtime/estimate/step_model.h).
+// (runtime/estimate/step_model.h). The inputs are plain: the model as a description of its
+// modules and activations (EstimateModel; train/run_plan.h makes one of a models::ModelSpec),
+// the parsed config, the budgets and the machine profile. tools/ parses the flags into them and
+// prints the rows (tools/estimate/estimate_report.h, tools/cmd_estimate.cpp).
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "core/dtype.h"
-#include "models/model_spec.h"
 #include "runtime/config/config.h"
+#include "runtime/device/device.h"
 #include "runtime/estimate/machine_profile.h"
 #include "runtime/estimate/step_model.h"
 #include "runtime/tiers/footprint.h"
 
-namespace strata::tools {
+namespace strata::runtime::estimate {
+
+// What the estimate needs of a model, whatever its family: what models::ModelSpec says of its
+// shape, its layout's modules, and its activation bytes (train::estimate_model fills it).
+struct EstimateModel {
+  std::string describe;           // one line for the header: the shape and size
+  std::int64_t num_params = 0;    // a tied head counted once
+  int hidden_size = 0;            // C
+  int max_positions = 0;          // the longest sequence
+  std::vector<std::size_t> module_numels;  // the layout's modules, in order
+  std::vector<std::string> module_names;
+  // Device bytes the model's reserve(B, T) allocates when built in `dtype` for `backend`, with
+  // or without activation checkpointing.
+  std::function<std::uint64_t(DType dtype, bool activation_checkpointing, device::Backend backend, int B, int T)>
+      activation_bytes;
+};
 
 // Every budget is per rank. The device is one GPU's; pinned host memory and NVMe space belong to
 // a node, shared by the ranks_per_node ranks on it (min(world, --ranks-per-node)): each rank gets
@@ -39,23 +59,26 @@ struct Budgets {
 };
 
 struct EstimateInputs {
-  const models::ModelSpec* model = nullptr;
-  runtime::config::Config config;  // parsed, not resolved (the cells set stage and offload devices)
+  EstimateModel model;
+  config::Config config;  // parsed, not resolved (the cells set stage and offload devices)
   int world = 1;
   int batch = 1;     // micro-batch
   int seq_len = 0;   // 0: min(the model's longest, 1024)
   bool activation_checkpointing = false;
-  runtime::device::Backend backend = runtime::device::Backend::host;
+  device::Backend backend = device::Backend::host;
   std::string nvme_path;  // the cells' nvme_path when the config names none
   Budgets budgets;
-  std::optional<runtime::estimate::MachineProfile> profile;
+  std::optional<MachineProfile> profile;
 };
+
+// The tokens a sequence: seq_len, else min(the model's longest, 1024).
+int sequence_length(const EstimateInputs& in);
 
 // One stage x placement. offload_param is kNone below stage 3.
 struct Placement {
   int stage = 0;
-  runtime::config::OffloadDevice param = runtime::config::OffloadDevice::kNone;
-  runtime::config::OffloadDevice optimizer = runtime::config::OffloadDevice::kNone;
+  config::OffloadDevice param = config::OffloadDevice::kNone;
+  config::OffloadDevice optimizer = config::OffloadDevice::kNone;
   std::string label() const;  // "stage 3, offload params cpu, optimizer nvme" (tiers::placement_label)
 };
 std::vector<Placement> all_placements();  // 0; 1-2 x optimizer none/cpu/nvme; 3 x 7 valid pairs
@@ -67,12 +90,12 @@ struct EstimateRow {
   // What the run allocates with these budgets: the device's transient buffers (the fetcher's
   // pools) grown into the free device memory, capped at what they can use at once. strata train
   // measures this (memory.*.allocated_bytes).
-  runtime::tiers::Footprint bytes;
+  tiers::Footprint bytes;
   // What the plan allocates at the least: the transient buffers at their minimum. Its device
   // bytes plus the scratch kept free (tiers::kDeviceScratchBytes) are need[device].
-  runtime::tiers::Footprint minimum;
+  tiers::Footprint minimum;
   std::uint64_t model_states_bytes = 0;  // strata's: parameters + gradients + optimizer states
-  std::uint64_t formula_bytes = 0;       // the paper's (runtime/estimate/zero_theory.h)
+  std::uint64_t formula_bytes = 0;       // the paper's (zero_theory.h)
   std::uint64_t psi_padded = 0;          // Ψ as the formula took it (padded to the shards)
   double collective_bytes = 0;           // per rank and step
   std::uint64_t need[3] = {0, 0, 0};     // per tier: what the plan needs to start (device: minimum)
@@ -81,25 +104,25 @@ struct EstimateRow {
   std::uint64_t device_use_bytes() const;
   bool fits = false;
   std::string advice;                    // when not: each tier short and by how much
-  std::optional<runtime::estimate::StepPrediction> step;  // with a profile
+  std::optional<StepPrediction> step;  // with a profile
 };
 
 struct Estimate {
   int batch = 0, seq_len = 0, gas = 1;
   DType dtype = DType::f32;
-  runtime::config::Config resolved_base;  // the base config resolved (for the header)
+  config::Config resolved_base;  // the base config resolved (for the header)
   std::vector<EstimateRow> rows;
 };
 
 // The config of one cell: `base` with the stage and offload devices set, nvme_path filled in
 // when the cell uses NVMe and the config names none, and the inputs' micro-batch when the config
 // gives no batch size; then resolved for `world` ranks. Throws strata::Error for configs that cannot be resolved.
-runtime::config::Config placement_config(const EstimateInputs& in, const Placement& p);
+config::Config placement_config(const EstimateInputs& in, const Placement& p);
 
 Estimate make_estimate(const EstimateInputs& in, const std::vector<Placement>& placements);
 
 // The row of one resolved config (strata train --config auto checks its pick with it).
-EstimateRow estimate_row(const EstimateInputs& in, const Placement& p, const runtime::config::Config& resolved);
+EstimateRow estimate_row(const EstimateInputs& in, const Placement& p, const config::Config& resolved);
 
 // Ranks sharing a node: min(world, ranks_per_node_flag); a flag of 0 takes the CUDA GPUs found
 // (`gpus`) when there are any, else kDefaultRanksPerNode. `source` says which.
@@ -110,4 +133,4 @@ int ranks_per_node(int world, int ranks_per_node_flag, int gpus, std::string* so
 // path that does not exist).
 std::uint64_t free_nvme_bytes(const std::vector<std::string>& paths);
 
-}  // namespace strata::tools
+}  // namespace strata::runtime::estimate

@@ -1,7 +1,7 @@
 #pragma once
 // The automatic placement of `strata estimate --recommend` and `strata train --config auto`:
 // over the stages, placements, offload ratios and micro-batches a config leaves open, the
-// candidate that fits the budgets (tools/estimate/estimate.h, the plan code the engine runs)
+// candidate that fits the budgets (estimate.h, the plan code the engine runs)
 // and, with a machine profile, has the highest predicted tokens/s. Without a profile the
 // candidates are ranked by where their states live, fastest tier first (the order an engineer
 // tries by hand: nothing offloaded; the optimizer on the CPU; the parameters too; NVMe last),
@@ -21,9 +21,9 @@
 #include <vector>
 
 #include "runtime/config/config.h"
-#include "tools/estimate/estimate.h"
+#include "runtime/estimate/estimate.h"
 
-namespace strata::tools {
+namespace strata::runtime::estimate {
 
 struct Candidate {
   Placement placement;
@@ -39,7 +39,7 @@ struct Candidate {
 
 struct Recommendation {
   Candidate pick;
-  runtime::config::Config config;       // the pick's config, resolved for the run
+  config::Config config;       // the pick's config, resolved for the run
   std::vector<Candidate> fitting;       // every candidate that fits, best first (the pick first)
   int considered = 0;                   // candidates planned
   std::string why;                      // a paragraph for the log
@@ -52,4 +52,21 @@ struct Recommendation {
 // Throws strata::Error naming the shortest tier of the closest candidate when nothing fits.
 Recommendation recommend(const EstimateInputs& in, bool nvme_allowed);
 
-}  // namespace strata::tools
+// Whether a config names an NVMe folder (offload_param's or offload_optimizer's nvme_path): the
+// automatic placement offers NVMe only then (or, in `strata estimate`, with --nvme-path).
+bool names_nvme(const config::Config& config);
+
+// `strata train --config auto`'s plan (tools/auto_config.h parses the flags and prints it): the
+// recommendation over `in` (NVMe only where in.config names a folder for it, the first named the
+// cells' nvme_path), and the config the run gets: `base` (the run's parsed config, its other
+// "auto"s left for the run to resolve) with the pick's placement, offload ratio, NVMe folders and
+// buffer counts and batch sizes; with several ranks a node and no strata.pinned_memory in
+// `base`, each rank's share of the node's pinned memory (the pick fits it; the run's own default
+// would pin half of the node's memory on every rank).
+struct AutoPlan {
+  Recommendation recommendation;
+  config::Config config;
+};
+AutoPlan auto_plan(EstimateInputs in, const config::Config& base);
+
+}  // namespace strata::runtime::estimate

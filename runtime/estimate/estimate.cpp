@@ -1,4 +1,4 @@
-#include "tools/estimate/estimate.h"
+#include "runtime/estimate/estimate.h"
 
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -9,13 +9,28 @@
 #include "core/units.h"
 #include "runtime/estimate/zero_theory.h"
 #include "runtime/tiers/plan.h"
-#include "train/run_plan.h"
 
-namespace strata::tools {
+namespace strata::runtime::estimate {
 namespace {
 
-using runtime::config::OffloadDevice;
-using runtime::tiers::Tier;
+using config::OffloadDevice;
+using tiers::Tier;
+
+// The plan inputs the tier store makes of the model at `world` ranks (tier_store.cpp), without
+// the budgets (the tier store reads them from the device, the pinned pool and the NVMe folders).
+tiers::PlanInputs plan_inputs(const config::Config& config, const EstimateModel& model, DType dtype,
+                              std::uint64_t activation_bytes, int world) {
+  tiers::PlanInputs in;
+  in.module_numels = model.module_numels;
+  in.module_names = model.module_names;
+  in.world = world;
+  in.dtype = dtype;
+  in.grad_dtype = config::to_dtype(config.data_types.grad_accum_dtype);
+  in.activation_bytes = activation_bytes;
+  in.nvme_block_bytes = config.aio.block_size;
+  in.nvme_paths = tiers::nvme_paths(config);
+  return in;
+}
 
 // "device: short by 1.2 GiB (needs 3.2 GiB, has 2 GiB)" for each tier that does not fit, and
 // what would make it fit.
@@ -26,7 +41,7 @@ std::string advice_for(const EstimateRow& row, const Budgets& b) {
     const std::uint64_t need = row.need[static_cast<int>(tier)];
     if (need <= have || (tier == Tier::nvme && need == 0)) continue;
     if (!out.empty()) out += "; ";
-    out += std::string(runtime::tiers::tier_name(tier)) + " short by " + format_bytes(need - have) + " (needs " +
+    out += std::string(tiers::tier_name(tier)) + " short by " + format_bytes(need - have) + " (needs " +
            format_bytes(need) + ", has " + format_bytes(have) + ")";
   }
   if (out.empty()) return out;
@@ -47,7 +62,11 @@ std::string advice_for(const EstimateRow& row, const Budgets& b) {
 
 }  // namespace
 
-std::string Placement::label() const { return runtime::tiers::placement_label(stage, param, optimizer); }
+std::string Placement::label() const { return tiers::placement_label(stage, param, optimizer); }
+
+int sequence_length(const EstimateInputs& in) {
+  return in.seq_len > 0 ? in.seq_len : std::min(in.model.max_positions, 1024);
+}
 
 std::vector<Placement> all_placements() {
   std::vector<Placement> out;
@@ -96,9 +115,9 @@ std::uint64_t free_nvme_bytes(const std::vector<std::string>& paths) {
   return sum;
 }
 
-runtime::config::Config placement_config(const EstimateInputs& in, const Placement& p) {
-  runtime::config::Config c = in.config;
-  runtime::config::ZeroConfig& z = c.zero_optimization;
+config::Config placement_config(const EstimateInputs& in, const Placement& p) {
+  config::Config c = in.config;
+  config::ZeroConfig& z = c.zero_optimization;
   z.stage = p.stage;
   z.offload_param.device = p.param;
   z.offload_optimizer.device = p.optimizer;
@@ -113,47 +132,44 @@ runtime::config::Config placement_config(const EstimateInputs& in, const Placeme
     c.train_micro_batch_size_per_gpu = static_cast<std::uint64_t>(in.batch);
     c.train_batch_size.reset();
   }
-  runtime::config::ResolveInputs resolve;
+  config::ResolveInputs resolve;
   resolve.world_size = static_cast<std::uint32_t>(in.world);
-  resolve.hidden_size = static_cast<std::uint64_t>(in.model->hidden_size());
-  return runtime::config::resolve_config(c, resolve);
+  resolve.hidden_size = static_cast<std::uint64_t>(in.model.hidden_size);
+  return config::resolve_config(c, resolve);
 }
 
-EstimateRow estimate_row(const EstimateInputs& in, const Placement& p, const runtime::config::Config& resolved) {
+EstimateRow estimate_row(const EstimateInputs& in, const Placement& p, const config::Config& resolved) {
   EstimateRow row;
   row.placement = p;
   row.world = in.world;
   const int B = static_cast<int>(resolved.train_micro_batch_size_per_gpu->value());
-  const int T = in.seq_len > 0 ? in.seq_len : std::min(in.model->max_positions(), 1024);
+  const int T = sequence_length(in);
   const int gas = static_cast<int>(resolved.gradient_accumulation_steps->value());
-  const DType dtype = train::compute_dtype(resolved);
-  const runtime::zero::EngineSetup setup = train::run_engine_setup(
-      *in.model, train::run_model_options(dtype, in.activation_checkpointing, in.backend), B, T);
-  runtime::tiers::PlanInputs pin = train::run_plan_inputs(resolved, setup, in.world);
+  const DType dtype = config::compute_dtype(resolved);
+  tiers::PlanInputs pin = plan_inputs(
+      resolved, in.model, dtype, in.model.activation_bytes(dtype, in.activation_checkpointing, in.backend, B, T), in.world);
   pin.device_budget_bytes = in.budgets.device;
   pin.pinned_budget_bytes = in.budgets.pinned;
   pin.nvme_free_bytes = in.budgets.nvme;
-  const runtime::tiers::ZeroPlan plan = runtime::tiers::compute_plan(resolved, pin);
-  row.bytes = runtime::tiers::footprint(plan, pin);
-  runtime::tiers::PlanInputs at_least = pin;
+  const tiers::ZeroPlan plan = tiers::compute_plan(resolved, pin);
+  row.bytes = tiers::footprint(plan, pin);
+  tiers::PlanInputs at_least = pin;
   at_least.device_budget_bytes = 0;  // no room beside the minimum: the transient buffers at theirs
-  row.minimum = runtime::tiers::footprint(plan, at_least);
+  row.minimum = tiers::footprint(plan, at_least);
   row.model_states_bytes = row.bytes.model_states_bytes();
-  for (const runtime::tiers::ModulePlan& mp : plan.modules) row.psi_padded += mp.part.padded_numel;
+  for (const tiers::ModulePlan& mp : plan.modules) row.psi_padded += mp.part.padded_numel;
   const int ds = static_cast<int>(dtype_size(dtype));
-  row.formula_bytes = runtime::estimate::zero_model_states_bytes(p.stage, in.world, row.psi_padded, ds);
-  row.collective_bytes = runtime::estimate::zero_collective_bytes(p.stage, in.world, row.psi_padded, ds);
+  row.formula_bytes = zero_model_states_bytes(p.stage, in.world, row.psi_padded, ds);
+  row.collective_bytes = zero_collective_bytes(p.stage, in.world, row.psi_padded, ds);
   for (Tier t : {Tier::device, Tier::pinned, Tier::nvme}) row.need[static_cast<int>(t)] = plan.needed(t);
-  row.fits = runtime::tiers::fits(plan, pin);
+  row.fits = tiers::fits(plan, pin);
   if (!row.fits) row.advice = advice_for(row, in.budgets);
   if (in.profile) {
     const double tokens = static_cast<double>(B) * T * gas;
-    const runtime::estimate::ModelShape shape{static_cast<double>(in.model->num_params()),
-                                              static_cast<int>(setup.module_numels.size()) - 2,
-                                              in.model->hidden_size(), T};
-    const runtime::estimate::StepWork work =
-        runtime::estimate::step_work(plan, pin, gas, shape, tokens, in.activation_checkpointing);
-    row.step = runtime::estimate::predict_step(work, *in.profile, in.backend == runtime::device::Backend::host);
+    const ModelShape shape{static_cast<double>(in.model.num_params), static_cast<int>(in.model.module_numels.size()) - 2,
+                           in.model.hidden_size, T};
+    const StepWork work = step_work(plan, pin, gas, shape, tokens, in.activation_checkpointing);
+    row.step = predict_step(work, *in.profile, in.backend == device::Backend::host);
   }
   return row;
 }
@@ -162,9 +178,9 @@ Estimate make_estimate(const EstimateInputs& in, const std::vector<Placement>& p
   Estimate out;
   out.resolved_base = placement_config(in, {in.config.zero_optimization.stage, OffloadDevice::kNone, OffloadDevice::kNone});
   out.batch = static_cast<int>(out.resolved_base.train_micro_batch_size_per_gpu->value());
-  out.seq_len = in.seq_len > 0 ? in.seq_len : std::min(in.model->max_positions(), 1024);
+  out.seq_len = sequence_length(in);
   out.gas = static_cast<int>(out.resolved_base.gradient_accumulation_steps->value());
-  out.dtype = train::compute_dtype(out.resolved_base);
+  out.dtype = config::compute_dtype(out.resolved_base);
   for (const Placement& p : placements) {
     try {
       out.rows.push_back(estimate_row(in, p, placement_config(in, p)));
@@ -179,4 +195,4 @@ Estimate make_estimate(const EstimateInputs& in, const std::vector<Placement>& p
   return out;
 }
 
-}  // namespace strata::tools
+}  // namespace strata::runtime::estimate

@@ -1,4 +1,4 @@
-#include "tools/estimate/recommend.h"
+#include "runtime/estimate/recommend.h"
 
 #include <algorithm>
 #include <optional>
@@ -8,15 +8,14 @@
 #include "core/error.h"
 #include "core/units.h"
 
-namespace strata::tools {
+namespace strata::runtime::estimate {
 namespace {
 
-using runtime::config::OffloadDevice;
-using runtime::tiers::Tier;
+using config::OffloadDevice;
 
 int tier_cost(OffloadDevice d) { return d == OffloadDevice::kNone ? 0 : d == OffloadDevice::kCpu ? 1 : 2; }
 
-std::optional<std::uint64_t> given(const std::optional<runtime::config::AutoOr<std::uint64_t>>& key) {
+std::optional<std::uint64_t> given(const std::optional<config::AutoOr<std::uint64_t>>& key) {
   if (!key || key->is_auto()) return std::nullopt;
   return key->value();
 }
@@ -24,7 +23,7 @@ std::optional<std::uint64_t> given(const std::optional<runtime::config::AutoOr<s
 // The global batch per rank the config fixes: train_batch_size / world, or micro-batch x
 // accumulation (1 when not given); nullopt when it gives no micro-batch nor train_batch_size.
 std::optional<std::uint64_t> fixed_per_rank(const EstimateInputs& in) {
-  const runtime::config::Config& c = in.config;
+  const config::Config& c = in.config;
   const std::uint64_t world = static_cast<std::uint64_t>(in.world);
   if (const std::optional<std::uint64_t> global = given(c.train_batch_size)) {
     if (*global % world != 0) {
@@ -45,7 +44,7 @@ std::optional<std::uint64_t> fixed_per_rank(const EstimateInputs& in) {
 // global batch per rank, and the config's own micro-batch, none larger than it), never the
 // global batch. Without one, 1 to 64 at the config's accumulation (1 when not given).
 std::vector<std::pair<int, int>> micro_batches(const EstimateInputs& in) {
-  const runtime::config::Config& c = in.config;
+  const config::Config& c = in.config;
   const std::optional<std::uint64_t> micro = given(c.train_micro_batch_size_per_gpu);
   std::vector<std::pair<int, int>> out;
   const std::optional<std::uint64_t> per_rank = fixed_per_rank(in);
@@ -81,7 +80,7 @@ bool better(const Candidate& a, const Candidate& b, bool profiled) {
 // `in` with the candidate's micro-batch, accumulation, offload ratio and buffer counts.
 EstimateInputs candidate_inputs(const EstimateInputs& in, const Candidate& c) {
   EstimateInputs cell = in;
-  runtime::config::Config& config = cell.config;
+  config::Config& config = cell.config;
   config.train_micro_batch_size_per_gpu = static_cast<std::uint64_t>(c.micro_batch);
   config.gradient_accumulation_steps = static_cast<std::uint64_t>(c.gas);
   config.train_batch_size.reset();
@@ -98,7 +97,7 @@ std::string tokens_text(double t) { return t >= 1e4 ? fmt::format("{:.1f}k", t /
 // micro-batch traded for accumulation, and the reason, when the config's micro-batch was not
 // taken), or picked when the config left it open.
 std::string batch_why(const EstimateInputs& in, const Recommendation& r, bool profiled) {
-  const runtime::config::Config& c = in.config;
+  const config::Config& c = in.config;
   const Candidate& pick = r.pick;
   const std::uint64_t global =
       static_cast<std::uint64_t>(pick.micro_batch) * static_cast<std::uint64_t>(pick.gas) * static_cast<std::uint64_t>(in.world);
@@ -141,7 +140,7 @@ std::string batch_why(const EstimateInputs& in, const Recommendation& r, bool pr
 std::string Candidate::label() const {
   std::string s = placement.label();
   if (ratio < 1.0) s += fmt::format(" (ratio {:.2f})", ratio);
-  if (placement.param == runtime::config::OffloadDevice::kNvme || placement.optimizer == runtime::config::OffloadDevice::kNvme) {
+  if (placement.param == config::OffloadDevice::kNvme || placement.optimizer == config::OffloadDevice::kNvme) {
     s += fmt::format(", NVMe buffers {}/{}", param_buffers, optimizer_buffers);
   }
   s += fmt::format(", micro-batch {}", micro_batch);
@@ -161,7 +160,7 @@ Recommendation recommend(const EstimateInputs& in, bool nvme_allowed) {
     if (p.stage == 3 && p.param == OffloadDevice::kNone && p.optimizer != OffloadDevice::kNone) {
       ratios = {1.0, 0.75, 0.5, 0.25};
     }
-    const runtime::config::ZeroConfig& z = in.config.zero_optimization;
+    const config::ZeroConfig& z = in.config.zero_optimization;
     std::vector<std::pair<std::uint64_t, std::uint64_t>> buffers = {
         {z.offload_param.buffer_count, z.offload_optimizer.buffer_count}};
     const bool nvme = p.param == OffloadDevice::kNvme || p.optimizer == OffloadDevice::kNvme;
@@ -199,7 +198,7 @@ Recommendation recommend(const EstimateInputs& in, bool nvme_allowed) {
             continue;
           }
           if (c.row.step) {
-            const int T = in.seq_len > 0 ? in.seq_len : std::min(in.model->max_positions(), 1024);
+            const int T = sequence_length(in);
             c.score = static_cast<double>(micro) * T * gas * in.world / (c.row.step->step_ms / 1e3);
           }
           out.fitting.push_back(std::move(c));
@@ -245,4 +244,38 @@ Recommendation recommend(const EstimateInputs& in, bool nvme_allowed) {
   return out;
 }
 
-}  // namespace strata::tools
+bool names_nvme(const config::Config& config) {
+  const config::ZeroConfig& z = config.zero_optimization;
+  return !z.offload_param.nvme_path.empty() || !z.offload_optimizer.nvme_path.empty();
+}
+
+AutoPlan auto_plan(EstimateInputs in, const config::Config& base) {
+  const config::ZeroConfig& z = in.config.zero_optimization;
+  const bool nvme = names_nvme(in.config);
+  if (nvme) in.nvme_path = !z.offload_optimizer.nvme_path.empty() ? z.offload_optimizer.nvme_path.front()
+                                                                   : z.offload_param.nvme_path.front();
+  AutoPlan out;
+  out.recommendation = recommend(in, nvme);
+  // The pick's placement and batch sizes over `base`.
+  const config::Config& pick = out.recommendation.config;
+  out.config = base;
+  config::ZeroConfig& c = out.config.zero_optimization;
+  const config::ZeroConfig& p = pick.zero_optimization;
+  c.stage = p.stage;
+  c.offload_param.device = p.offload_param.device;
+  c.offload_param.nvme_path = p.offload_param.nvme_path;
+  c.offload_param.buffer_count = p.offload_param.buffer_count;
+  c.offload_optimizer.device = p.offload_optimizer.device;
+  c.offload_optimizer.nvme_path = p.offload_optimizer.nvme_path;
+  c.offload_optimizer.buffer_count = p.offload_optimizer.buffer_count;
+  c.offload_optimizer.ratio = p.offload_optimizer.ratio;
+  out.config.train_batch_size = pick.train_batch_size;
+  out.config.train_micro_batch_size_per_gpu = pick.train_micro_batch_size_per_gpu;
+  out.config.gradient_accumulation_steps = pick.gradient_accumulation_steps;
+  if (out.config.strata.pinned_memory_bytes == 0 && in.budgets.ranks_per_node > 1) {
+    out.config.strata.pinned_memory_bytes = in.budgets.pinned;
+  }
+  return out;
+}
+
+}  // namespace strata::runtime::estimate
