@@ -139,10 +139,10 @@ Value split(const std::string& s, const Value* sep, std::int64_t maxsplit) {
         in_word = false;
       } else if (!space || in_word) {
         if (!in_word && maxsplit >= 0 && static_cast<std::int64_t>(parts.size()) >= maxsplit) {
-          // The rest, with its leading whitespace stripped and trailing kept stripped too.
+          // The rest as it is (Python keeps its trailing whitespace).
           std::string rest;
           for (std::size_t j = i; j < cps.size(); ++j) rest += cps[j];
-          parts.push_back(Value::string(strip(rest, nullptr, false, true)));
+          parts.push_back(Value::string(std::move(rest)));
           return Value::array(std::move(parts));
         }
         cur += cps[i];
@@ -181,7 +181,7 @@ Value items_of(const Value& v) {
   if (v.is_undefined()) return Value::array({});
   if (!v.is_mapping()) fail(fmt::format("items() of a {}", v.type_name()));
   Array out;
-  for (const auto& [k, val] : v.as_object()) out.push_back(Value::array({Value::string(k), val}));
+  for (const auto& [k, val] : v.as_object()) out.push_back(Value::tuple({Value::string(k), val}));
   return Value::array(std::move(out));
 }
 

@@ -432,14 +432,14 @@ class Parser {
           next();
           if (is_op(")")) {
             next();
-            return make(Expr::Kind::kList, t);
+            return make(Expr::Kind::kList, t, "tuple");
           }
           ExprPtr first = parse_expression(true);
           if (!is_op(",")) {
             expect_op(")");
             return first;
           }
-          auto tuple = make(Expr::Kind::kList, t);
+          auto tuple = make(Expr::Kind::kList, t, "tuple");
           add(*tuple, std::move(first));
           while (is_op(",")) {
             next();
