@@ -260,6 +260,12 @@ TEST(ChatTemplateSyntax, ExpressionsFiltersTestsMethods) {
   EXPECT_EQ(render("{{ {'k': 'v'}.get('k') }}{{ {'k': 'v'}.get('z', 'd') }}{{ {'k': 'v'}.get('z') }}"), "vdNone");
   EXPECT_EQ(render("{{ 'abcdef'[1:4] }}{{ 'abc'[-1] }}{{ [1, 2, 3][-2] }}"), "bcdc2");
   EXPECT_EQ(render("{{ 'tab\\tq\\'\"\\u00e9' }}"), "tab\tq'\"é");
+  // Python's whitespace (NBSP, NEL, ideographic space) is stripped; an invalid byte (a lone 0x85
+  // in the content, not U+0085) is not a space.
+  EXPECT_EQ(render("{{ '\\u00a0 \\u00e9x\\u3000 '.strip() }}|{{ '\\x85a'.strip() }}"), "éx|a");
+  EXPECT_EQ(render("{{ messages[0].content.strip() }}", {{"user", "\x85" "a\x85"}}), "\x85" "a\x85");
+  // items() gives tuples, printed as Python prints them; split(None, n) keeps the rest as it is.
+  EXPECT_EQ(render("{{ {'k': 1}.items() | list }} {{ (1,) }} {{ '  x y  z '.split(none, 1) }}"), "[('k', 1)] (1,) ['x', 'y  z ']");
 }
 
 TEST(ChatTemplateSyntax, RaiseExceptionCarriesTheTemplatesMessage) {
