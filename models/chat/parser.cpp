@@ -372,6 +372,11 @@ class Parser {
     ExprPtr e = parse_pow();
     while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
       const Token& at = next();
+      // Python's printf-style formatting is not implemented; a literal format string shows it
+      // now (a computed one fails when rendered).
+      if (at.text == "%" && e->kind == Expr::Kind::kLiteral && e->literal.is_string()) {
+        unsupported("string formatting with '%'", at);
+      }
       e = binary(at, at.text, std::move(e), parse_pow());
     }
     return e;
