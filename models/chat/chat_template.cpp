@@ -73,17 +73,30 @@ ChatTemplate ChatTemplate::from_file(const std::string& path, std::string bos, s
 
 ChatTemplate ChatTemplate::from_model_dir(const std::string& dir) {
   const std::string path = (std::filesystem::path(dir) / "tokenizer_config.json").string();
+  const std::string jinja_path = (std::filesystem::path(dir) / "chat_template.jinja").string();
   std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) {
-    throw Error("the model folder has no tokenizer_config.json, so no chat template", dir, kNoTemplateHint);
+  const bool has_config = std::filesystem::exists(path, ec);
+  const bool has_jinja = std::filesystem::exists(jinja_path, ec);
+  if (!has_config && !has_jinja) {
+    throw Error("the model folder has neither chat_template.jinja nor tokenizer_config.json, so no chat template", dir,
+                kNoTemplateHint);
   }
-  Json cfg;
-  try {
-    cfg = Json::parse(read_file(path));
-  } catch (const Json::exception& e) {
-    throw Error(fmt::format("not valid JSON: {}", e.what()), path, "download the model's tokenizer_config.json again");
+  Json cfg = Json::object();
+  if (has_config) {
+    try {
+      cfg = Json::parse(read_file(path));
+    } catch (const Json::exception& e) {
+      throw Error(fmt::format("not valid JSON: {}", e.what()), path, "download the model's tokenizer_config.json again");
+    }
+    if (!cfg.is_object()) throw Error("not a JSON object", path, "download the model's tokenizer_config.json again");
   }
-  if (!cfg.is_object()) throw Error("not a JSON object", path, "download the model's tokenizer_config.json again");
+  std::string bos = config_token(cfg, "bos_token", path);
+  std::string eos = config_token(cfg, "eos_token", path);
+  // transformers (4.50+) saves the template as chat_template.jinja beside tokenizer_config.json,
+  // and when that file is there it wins over the config's "chat_template" (as in
+  // PreTrainedTokenizerBase.from_pretrained).
+  if (has_jinja) return ChatTemplate(read_file(jinja_path), std::move(bos), std::move(eos), jinja_path);
+
   const std::string where = path + ", key \"chat_template\"";
   const auto it = cfg.find("chat_template");
   if (it == cfg.end() || it->is_null()) throw Error("tokenizer_config.json has no chat_template", path, kNoTemplateHint);
@@ -108,8 +121,7 @@ ChatTemplate ChatTemplate::from_model_dir(const std::string& dir) {
   } else {
     throw Error("chat_template is neither a string nor a list of {name, template}", where, kNoTemplateHint);
   }
-  return ChatTemplate(std::move(source), config_token(cfg, "bos_token", path), config_token(cfg, "eos_token", path),
-                      where);
+  return ChatTemplate(std::move(source), std::move(bos), std::move(eos), where);
 }
 
 std::string ChatTemplate::render(const std::vector<Message>& messages, const RenderOptions& options) const {

@@ -55,11 +55,12 @@ struct Program;
 
 class ChatTemplate {
  public:
-  // The folder's tokenizer_config.json: its chat_template (a string, or a list of {name,
-  // template} of which "default" is used) and bos_token / eos_token (a string, or
-  // {"content": ...}; absent or null: ""). Throws strata::Error when the folder has no
-  // tokenizer_config.json or it has no chat_template (hint: --chat-template FILE), when the
-  // JSON is malformed, or when the template is outside the subset.
+  // The folder's template: chat_template.jinja when present (transformers 4.50+ saves it there,
+  // and it wins), else tokenizer_config.json's chat_template (a string, or a list of {name,
+  // template} of which "default" is used); bos_token / eos_token from tokenizer_config.json (a
+  // string, or {"content": ...}; absent or null: ""). Throws strata::Error when the folder has
+  // no template (hint: --chat-template FILE), when the JSON is malformed, or when the template
+  // is outside the subset.
   static ChatTemplate from_model_dir(const std::string& dir);
   // --chat-template FILE: a Jinja file, with the bos and eos tokens to give it (from the
   // model's tokenizer_config.json where it has one, else ""). Throws strata::Error for an

@@ -150,6 +150,12 @@ TEST(ChatTemplateGoldens, FromModelDirReadsTokenizerConfig) {
          {"bos_token", nullptr}});
   EXPECT_EQ(ChatTemplate::from_model_dir(dir.string()).render({}, {}), "D");
 
+  // chat_template.jinja beside it wins over the config's chat_template (transformers 4.50+).
+  std::ofstream(dir / "chat_template.jinja") << "J{{ eos_token }}";
+  write({{"chat_template", "C"}, {"eos_token", "</s>"}});
+  EXPECT_EQ(ChatTemplate::from_model_dir(dir.string()).render({}, {}), "J</s>");
+  std::filesystem::remove(dir / "chat_template.jinja");
+
   // None at all: the error names --chat-template FILE.
   write({{"bos_token", "<s>"}});
   try {
