@@ -10,6 +10,24 @@
 namespace strata::models::chat {
 namespace {
 
+// What is implemented below (and the evaluator's global functions); the parser refuses the rest.
+constexpr std::string_view kFilters[] = {
+    "abs", "capitalize", "count", "d", "default", "first", "float", "int", "items", "join", "last", "length",
+    "list", "lower", "map", "reject", "rejectattr", "replace", "reverse", "safe", "select", "selectattr",
+    "string", "sum", "title", "tojson", "trim", "upper"};
+constexpr std::string_view kTests[] = {
+    "!=", "<", "<=", "==", ">", ">=", "boolean", "defined", "divisibleby", "eq", "equalto", "even", "false",
+    "float", "ge", "gt", "in", "integer", "iterable", "le", "lower", "lt", "mapping", "ne", "none", "number",
+    "odd", "sequence", "string", "true", "undefined", "upper"};
+constexpr std::string_view kMethods[] = {
+    "capitalize", "endswith", "get", "items", "keys", "lower", "lstrip", "replace", "rstrip", "split",
+    "startswith", "strip", "title", "upper", "values"};
+constexpr std::string_view kFunctions[] = {"dict", "namespace", "raise_exception", "range", "strftime_now"};
+template <std::size_t N>
+bool contains(const std::string_view (&list)[N], std::string_view name) {
+  return std::find(std::begin(list), std::end(list), name) != std::end(list);
+}
+
 [[noreturn]] void fail(const std::string& what) { throw BuiltinError(what); }
 
 void check_size(std::size_t bytes) {
@@ -266,6 +284,11 @@ std::int64_t length(const Value& v) {
 }
 
 }  // namespace
+
+bool is_filter(std::string_view name) { return contains(kFilters, name); }
+bool is_test(std::string_view name) { return contains(kTests, name); }
+bool is_method(std::string_view name) { return contains(kMethods, name); }
+bool is_function(std::string_view name) { return contains(kFunctions, name); }
 
 const Value* Args::get(std::size_t index, std::string_view keyword_name) const {
   if (index < positional.size()) return &positional[index];
