@@ -15,12 +15,13 @@
 
 namespace strata::models {
 
-inline constexpr std::array<const char*, 7> kTokenizerFileNames = {
+inline constexpr std::array<const char*, 8> kTokenizerFileNames = {
     "tokenizer.json",          // HF tokenizers' one file (what strata loads first)
     "vocab.json",              // GPT-2's older pair, with merges.txt
     "merges.txt",
     "tokenizer.model",         // SentencePiece's model (transformers' slow tokenizers)
     "tokenizer_config.json",   // bos_token, eos_token, chat template
+    "chat_template.jinja",     // the chat template, where transformers 4.50+ saves it (strata serve)
     "special_tokens_map.json",
     "generation_config.json",  // eos_token_id(s), sampling defaults
 };

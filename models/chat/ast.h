@@ -25,7 +25,7 @@ struct Expr {
     kTest,     // children[0] is [not] name(children[1..]); negated
     kUnary,    // name ("-", "+", "not") children[0]
     kBinary,   // children[0] name children[1]; name: + - * / // % ** ~ and or in "not in" == != < > <= >=
-    kList,     // [children...] (tuples too)
+    kList,     // [children...]; name "tuple" for (a, b)
     kDict,     // {children[0]: children[1], ...}
     kCond,     // children[0] if children[1] else children[2] (children[2] null: undefined)
   };

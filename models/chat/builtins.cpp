@@ -10,6 +10,24 @@
 namespace strata::models::chat {
 namespace {
 
+// What is implemented below (and the evaluator's global functions); the parser refuses the rest.
+constexpr std::string_view kFilters[] = {
+    "abs", "capitalize", "count", "d", "default", "first", "float", "int", "items", "join", "last", "length",
+    "list", "lower", "map", "reject", "rejectattr", "replace", "reverse", "safe", "select", "selectattr",
+    "string", "sum", "title", "tojson", "trim", "upper"};
+constexpr std::string_view kTests[] = {
+    "!=", "<", "<=", "==", ">", ">=", "boolean", "defined", "divisibleby", "eq", "equalto", "even", "false",
+    "float", "ge", "gt", "in", "integer", "iterable", "le", "lower", "lt", "mapping", "ne", "none", "number",
+    "odd", "sequence", "string", "true", "undefined", "upper"};
+constexpr std::string_view kMethods[] = {
+    "capitalize", "endswith", "get", "items", "keys", "lower", "lstrip", "replace", "rstrip", "split",
+    "startswith", "strip", "title", "upper", "values"};
+constexpr std::string_view kFunctions[] = {"dict", "namespace", "raise_exception", "range", "strftime_now"};
+template <std::size_t N>
+bool contains(const std::string_view (&list)[N], std::string_view name) {
+  return std::find(std::begin(list), std::end(list), name) != std::end(list);
+}
+
 [[noreturn]] void fail(const std::string& what) { throw BuiltinError(what); }
 
 void check_size(std::size_t bytes) {
@@ -37,34 +55,59 @@ bool is_unicode_space(std::uint32_t cp) {
 std::uint32_t decode(const std::string& cp) {
   const auto b = [&](std::size_t i) { return static_cast<std::uint32_t>(static_cast<unsigned char>(cp[i])); };
   switch (cp.size()) {
-    case 1: return b(0);
+    case 1: return b(0) < 0x80 ? b(0) : 0xFFFFFFFFu;  // an invalid byte is no character
     case 2: return ((b(0) & 0x1F) << 6) | (b(1) & 0x3F);
     case 3: return ((b(0) & 0x0F) << 12) | ((b(1) & 0x3F) << 6) | (b(2) & 0x3F);
     default: return ((b(0) & 0x07) << 18) | ((b(1) & 0x3F) << 12) | ((b(2) & 0x3F) << 6) | (b(3) & 0x3F);
   }
 }
 
-// Python's str.strip / lstrip / rstrip: `chars` null strips whitespace.
+// The length of the UTF-8 sequence starting at s[i] (1 for an invalid byte, as code_points()).
+std::size_t sequence_length(const std::string& s, std::size_t i) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  std::size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 1;
+  if (i + n > s.size()) return 1;
+  for (std::size_t k = 1; k < n; ++k) {
+    if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return 1;
+  }
+  return n;
+}
+
+// Python's str.strip / lstrip / rstrip: `chars` null strips whitespace. Only the ends are
+// decoded (a long message is not split into code points).
 std::string strip(const std::string& s, const Value* chars, bool left, bool right) {
-  const auto cps = code_points(s);
   std::vector<std::string> set;
   const bool by_chars = chars != nullptr && !chars->is_none();
   if (by_chars) set = code_points(need_string(*chars, "strip()"));
-  auto drop = [&](const std::string& cp) {
+  auto drop = [&](std::size_t at, std::size_t n) {
+    const std::string cp = s.substr(at, n);
     if (!by_chars) return is_unicode_space(decode(cp));
     return std::find(set.begin(), set.end(), cp) != set.end();
   };
   std::size_t begin = 0;
-  std::size_t end = cps.size();
+  std::size_t end = s.size();
   if (left) {
-    while (begin < end && drop(cps[begin])) ++begin;
+    while (begin < end) {
+      const std::size_t n = sequence_length(s, begin);
+      if (!drop(begin, n)) break;
+      begin += n;
+    }
   }
   if (right) {
-    while (end > begin && drop(cps[end - 1])) --end;
+    while (end > begin) {
+      // The last sequence: back over continuation bytes to a lead byte whose sequence ends at `end`.
+      std::size_t start = end - 1;
+      while (start > begin && end - start < 4 && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) --start;
+      std::size_t n = end - start;
+      if (sequence_length(s, start) != n) {
+        start = end - 1;
+        n = 1;
+      }
+      if (!drop(start, n)) break;
+      end = start;
+    }
   }
-  std::string out;
-  for (std::size_t i = begin; i < end; ++i) out += cps[i];
-  return out;
+  return s.substr(begin, end - begin);
 }
 
 std::string ascii_map(std::string s, int (*f)(int)) {
@@ -139,10 +182,10 @@ Value split(const std::string& s, const Value* sep, std::int64_t maxsplit) {
         in_word = false;
       } else if (!space || in_word) {
         if (!in_word && maxsplit >= 0 && static_cast<std::int64_t>(parts.size()) >= maxsplit) {
-          // The rest, with its leading whitespace stripped and trailing kept stripped too.
+          // The rest as it is (Python keeps its trailing whitespace).
           std::string rest;
           for (std::size_t j = i; j < cps.size(); ++j) rest += cps[j];
-          parts.push_back(Value::string(strip(rest, nullptr, false, true)));
+          parts.push_back(Value::string(std::move(rest)));
           return Value::array(std::move(parts));
         }
         cur += cps[i];
@@ -181,7 +224,7 @@ Value items_of(const Value& v) {
   if (v.is_undefined()) return Value::array({});
   if (!v.is_mapping()) fail(fmt::format("items() of a {}", v.type_name()));
   Array out;
-  for (const auto& [k, val] : v.as_object()) out.push_back(Value::array({Value::string(k), val}));
+  for (const auto& [k, val] : v.as_object()) out.push_back(Value::tuple({Value::string(k), val}));
   return Value::array(std::move(out));
 }
 
@@ -228,7 +271,11 @@ Value select(const Value& subject, const Args& args, bool by_attr, bool keep_mat
 std::int64_t length(const Value& v) {
   switch (v.kind()) {
     case Value::Kind::kUndefined: return 0;
-    case Value::Kind::kString: return static_cast<std::int64_t>(code_points(v.as_string()).size());
+    case Value::Kind::kString: {
+      std::int64_t n = 0;
+      for (std::size_t i = 0; i < v.as_string().size(); i += sequence_length(v.as_string(), i)) ++n;
+      return n;
+    }
     case Value::Kind::kArray: return static_cast<std::int64_t>(v.as_array().size());
     case Value::Kind::kObject:
     case Value::Kind::kNamespace: return static_cast<std::int64_t>(v.as_object().size());
@@ -237,6 +284,11 @@ std::int64_t length(const Value& v) {
 }
 
 }  // namespace
+
+bool is_filter(std::string_view name) { return contains(kFilters, name); }
+bool is_test(std::string_view name) { return contains(kTests, name); }
+bool is_method(std::string_view name) { return contains(kMethods, name); }
+bool is_function(std::string_view name) { return contains(kFunctions, name); }
 
 const Value* Args::get(std::size_t index, std::string_view keyword_name) const {
   if (index < positional.size()) return &positional[index];
@@ -248,17 +300,8 @@ const Value* Args::get(std::size_t index, std::string_view keyword_name) const {
 
 std::vector<std::string> code_points(const std::string& s) {
   std::vector<std::string> out;
-  std::size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    std::size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 1;
-    if (i + n > s.size()) n = 1;
-    for (std::size_t k = 1; k < n; ++k) {
-      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) {
-        n = 1;
-        break;
-      }
-    }
+  for (std::size_t i = 0; i < s.size();) {
+    const std::size_t n = sequence_length(s, i);
     out.push_back(s.substr(i, n));
     i += n;
   }

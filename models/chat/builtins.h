@@ -40,6 +40,13 @@ struct Args {
   std::size_t count() const { return positional.size() + keyword.size(); }
 };
 
+// Whether a name is implemented: what the parser lets through (anything else is refused when
+// the template is loaded). Functions are the globals the evaluator calls (evaluator.cpp).
+bool is_filter(std::string_view name);
+bool is_test(std::string_view name);
+bool is_method(std::string_view name);
+bool is_function(std::string_view name);
+
 Value apply_filter(std::string_view name, const Value& subject, const Args& args);
 bool apply_test(std::string_view name, const Value& subject, const Args& args);
 Value call_method(const Value& object, std::string_view name, const Args& args);

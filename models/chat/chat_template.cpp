@@ -74,50 +74,58 @@ ChatTemplate ChatTemplate::from_file(const std::string& path, std::string bos, s
 ModelChatConfig read_model_chat_config(const std::string& dir) {
   ModelChatConfig out;
   const std::string path = (std::filesystem::path(dir) / "tokenizer_config.json").string();
+  const std::string jinja_path = (std::filesystem::path(dir) / "chat_template.jinja").string();
   std::error_code ec;
+  Json cfg = Json::object();
   if (std::filesystem::exists(path, ec)) {
-    Json cfg;
     try {
       cfg = Json::parse(read_file(path));
     } catch (const Json::exception& e) {
       throw Error(fmt::format("not valid JSON: {}", e.what()), path, "download the model's tokenizer_config.json again");
     }
     if (!cfg.is_object()) throw Error("not a JSON object", path, "download the model's tokenizer_config.json again");
-    out.bos = config_token(cfg, "bos_token", path);
-    out.eos = config_token(cfg, "eos_token", path);
-    const std::string where = path + ", key \"chat_template\"";
-    const auto it = cfg.find("chat_template");
-    if (it != cfg.end() && it->is_string()) {
-      out.source = it->get<std::string>();
-    } else if (it != cfg.end() && it->is_array()) {
-      // Several named templates (e.g. "default", "tool_use", "rag"): a plain chat uses "default".
-      for (const auto& entry : *it) {
-        if (!entry.is_object()) continue;
-        const auto name = entry.find("name");
-        const auto text = entry.find("template");
-        if (name != entry.end() && name->is_string() && name->get<std::string>() == "default" && text != entry.end() &&
-            text->is_string()) {
-          out.source = text->get<std::string>();
-          break;
-        }
+  }
+  out.bos = config_token(cfg, "bos_token", path);
+  out.eos = config_token(cfg, "eos_token", path);
+  // transformers (4.50+) saves the template as chat_template.jinja beside tokenizer_config.json,
+  // and when that file is there it wins over the config's "chat_template" (as in
+  // PreTrainedTokenizerBase.from_pretrained).
+  if (std::filesystem::exists(jinja_path, ec)) {
+    out.source = read_file(jinja_path);
+    out.source_name = jinja_path;
+    return out;
+  }
+  const std::string where = path + ", key \"chat_template\"";
+  const auto it = cfg.find("chat_template");
+  if (it == cfg.end() || it->is_null()) return out;
+  if (it->is_string()) {
+    out.source = it->get<std::string>();
+  } else if (it->is_array()) {
+    // Several named templates (e.g. "default", "tool_use", "rag"): a plain chat uses "default".
+    for (const auto& entry : *it) {
+      if (!entry.is_object()) continue;
+      const auto name = entry.find("name");
+      const auto text = entry.find("template");
+      if (name != entry.end() && name->is_string() && name->get<std::string>() == "default" && text != entry.end() &&
+          text->is_string()) {
+        out.source = text->get<std::string>();
+        break;
       }
-      if (!out.source) throw Error("chat_template is a list without a {\"name\": \"default\"} template", where, kNoTemplateHint);
-    } else if (it != cfg.end() && !it->is_null()) {
-      throw Error("chat_template is neither a string nor a list of {name, template}", where, kNoTemplateHint);
     }
-    if (out.source) out.source_name = where;
+    if (!out.source) throw Error("chat_template is a list without a {\"name\": \"default\"} template", where, kNoTemplateHint);
+  } else {
+    throw Error("chat_template is neither a string nor a list of {name, template}", where, kNoTemplateHint);
   }
-  const std::string jinja = (std::filesystem::path(dir) / "chat_template.jinja").string();
-  if (!out.source && std::filesystem::exists(jinja, ec)) {
-    out.source = read_file(jinja);
-    out.source_name = jinja;
-  }
+  out.source_name = where;
   return out;
 }
 
 ChatTemplate ChatTemplate::from_model_dir(const std::string& dir) {
   ModelChatConfig c = read_model_chat_config(dir);
-  if (!c.source) throw Error("the model folder has no chat template (tokenizer_config.json, chat_template.jinja)", dir, kNoTemplateHint);
+  if (!c.source) {
+    throw Error("the model folder has no chat template (neither chat_template.jinja nor a chat_template in "
+                "tokenizer_config.json)", dir, kNoTemplateHint);
+  }
   return ChatTemplate(std::move(*c.source), std::move(c.bos), std::move(c.eos), c.source_name);
 }
 

@@ -51,9 +51,10 @@ struct RenderOptions {
   std::optional<std::time_t> now;
 };
 
-// What a model folder says about chat: its template (tokenizer_config.json's chat_template, a
-// string or the "default" of a list of {name, template}; else a chat_template.jinja file beside
-// it, as newer transformers save it) and the bos / eos token texts the template is given.
+// What a model folder says about chat: its template (chat_template.jinja when present, as
+// transformers 4.50+ saves it and prefers it; else tokenizer_config.json's chat_template, a
+// string or the "default" of a list of {name, template}) and the bos / eos token texts the
+// template is given (tokenizer_config.json's).
 struct ModelChatConfig {
   std::optional<std::string> source;  // none: the folder has no template
   std::string source_name;            // where it came from, for messages
@@ -61,18 +62,19 @@ struct ModelChatConfig {
 };
 
 // Throws strata::Error for a tokenizer_config.json that is malformed or whose chat_template is
-// neither form. A folder without tokenizer_config.json has no template and empty tokens.
+// neither form. A folder with neither file has no template and empty tokens.
 ModelChatConfig read_model_chat_config(const std::string& dir);
 
 struct Program;
 
 class ChatTemplate {
  public:
-  // The folder's tokenizer_config.json: its chat_template (a string, or a list of {name,
-  // template} of which "default" is used) and bos_token / eos_token (a string, or
-  // {"content": ...}; absent or null: ""). Throws strata::Error when the folder has no
-  // tokenizer_config.json or it has no chat_template (hint: --chat-template FILE), when the
-  // JSON is malformed, or when the template is outside the subset.
+  // The folder's template: chat_template.jinja when present (transformers 4.50+ saves it there,
+  // and it wins), else tokenizer_config.json's chat_template (a string, or a list of {name,
+  // template} of which "default" is used); bos_token / eos_token from tokenizer_config.json (a
+  // string, or {"content": ...}; absent or null: ""). Throws strata::Error when the folder has
+  // no template (hint: --chat-template FILE), when the JSON is malformed, or when the template
+  // is outside the subset.
   static ChatTemplate from_model_dir(const std::string& dir);
   // --chat-template FILE: a Jinja file, with the bos and eos tokens to give it (from the
   // model's tokenizer_config.json where it has one, else ""). Throws strata::Error for an

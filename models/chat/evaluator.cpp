@@ -258,7 +258,7 @@ class Evaluator {
       case Expr::Kind::kList: {
         Array items;
         for (const auto& c : e.children) items.push_back(eval(*c));
-        return Value::array(std::move(items));
+        return e.name == "tuple" ? Value::tuple(std::move(items)) : Value::array(std::move(items));
       }
       case Expr::Kind::kDict: {
         Object items;
@@ -352,7 +352,8 @@ class Evaluator {
       if (obj.is_array()) items.push_back(obj.as_array()[static_cast<std::size_t>(i)]);
       else text += cps[static_cast<std::size_t>(i)];
     }
-    return obj.is_array() ? Value::array(std::move(items)) : Value::string(std::move(text));
+    if (!obj.is_array()) return Value::string(std::move(text));
+    return obj.is_tuple() ? Value::tuple(std::move(items)) : Value::array(std::move(items));
   }
 
   Value call(const Expr& e) {

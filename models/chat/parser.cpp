@@ -9,31 +9,19 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "models/chat/builtins.h"
 #include "models/chat/lexer.h"
 
 namespace strata::models::chat {
 namespace {
 
-// What the evaluator implements (evaluator.cpp); anything else is refused while parsing.
-constexpr std::string_view kFilters[] = {
-    "abs", "capitalize", "count", "d", "default", "first", "float", "int", "items", "join", "last", "length",
-    "list", "lower", "map", "reject", "rejectattr", "replace", "reverse", "safe", "select", "selectattr",
-    "string", "sum", "title", "tojson", "trim", "upper"};
-constexpr std::string_view kTests[] = {
-    "!=", "<", "<=", "==", ">", ">=", "boolean", "defined", "divisibleby", "eq", "equalto", "even", "false",
-    "float", "ge", "gt", "in", "integer", "iterable", "le", "lower", "lt", "mapping", "ne", "none", "number",
-    "odd", "sequence", "string", "true", "undefined", "upper"};
-constexpr std::string_view kMethods[] = {
-    "capitalize", "endswith", "get", "items", "keys", "lower", "lstrip", "replace", "rstrip", "split",
-    "startswith", "strip", "title", "upper", "values"};
-constexpr std::string_view kFunctions[] = {"dict", "namespace", "raise_exception", "range", "strftime_now"};
 // Statements Jinja has and strata does not evaluate.
 constexpr std::string_view kUnsupportedStatements[] = {
     "autoescape", "block", "call", "do", "extends", "filter", "from", "import", "include", "macro", "raw", "with"};
 
-template <std::size_t N>
-bool contains(const std::string_view (&list)[N], std::string_view name) {
-  return std::find(std::begin(list), std::end(list), name) != std::end(list);
+bool is_unsupported_statement(std::string_view name) {
+  return std::find(std::begin(kUnsupportedStatements), std::end(kUnsupportedStatements), name) !=
+         std::end(kUnsupportedStatements);
 }
 
 class Parser {
@@ -248,7 +236,7 @@ class Parser {
       expect_block_end();
       return s;
     }
-    if (contains(kUnsupportedStatements, keyword)) unsupported(fmt::format("'{{% {} %}}'", keyword), kw);
+    if (is_unsupported_statement(keyword)) unsupported(fmt::format("'{{% {} %}}'", keyword), kw);
     fail(fmt::format("unknown statement '{{% {} %}}'", keyword), kw);
   }
 
@@ -372,6 +360,11 @@ class Parser {
     ExprPtr e = parse_pow();
     while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
       const Token& at = next();
+      // Python's printf-style formatting is not implemented; a literal format string shows it
+      // now (a computed one fails when rendered).
+      if (at.text == "%" && e->kind == Expr::Kind::kLiteral && e->literal.is_string()) {
+        unsupported("string formatting with '%'", at);
+      }
       e = binary(at, at.text, std::move(e), parse_pow());
     }
     return e;
@@ -432,14 +425,14 @@ class Parser {
           next();
           if (is_op(")")) {
             next();
-            return make(Expr::Kind::kList, t);
+            return make(Expr::Kind::kList, t, "tuple");
           }
           ExprPtr first = parse_expression(true);
           if (!is_op(",")) {
             expect_op(")");
             return first;
           }
-          auto tuple = make(Expr::Kind::kList, t);
+          auto tuple = make(Expr::Kind::kList, t, "tuple");
           add(*tuple, std::move(first));
           while (is_op(",")) {
             next();
@@ -558,9 +551,9 @@ class Parser {
     const Token& at = peek();
     // What can be called is known now: a method of a value, or a global function.
     if (callee->kind == Expr::Kind::kAttr) {
-      if (!contains(kMethods, callee->name)) unsupported(fmt::format("method '.{}()'", callee->name), at);
+      if (!is_method(callee->name)) unsupported(fmt::format("method '.{}()'", callee->name), at);
     } else if (callee->kind == Expr::Kind::kName) {
-      if (!contains(kFunctions, callee->name)) unsupported(fmt::format("call of '{}()'", callee->name), at);
+      if (!is_function(callee->name)) unsupported(fmt::format("call of '{}()'", callee->name), at);
     } else {
       unsupported("call of an expression", at);
     }
@@ -580,7 +573,7 @@ class Parser {
           next();
           name += "." + expect_identifier();
         }
-        if (!contains(kFilters, name)) unsupported(fmt::format("filter '|{}'", name), name_tok);
+        if (!is_filter(name)) unsupported(fmt::format("filter '|{}'", name), name_tok);
         auto f = make(Expr::Kind::kFilter, name_tok, name);
         add(*f, std::move(e));
         if (is_op("(")) parse_args(*f);
@@ -604,7 +597,7 @@ class Parser {
         } else {
           fail(fmt::format("expected a test name after 'is', found {}", describe(test_tok)), test_tok);
         }
-        if (!contains(kTests, name)) unsupported(fmt::format("test 'is {}'", name), test_tok);
+        if (!is_test(name)) unsupported(fmt::format("test 'is {}'", name), test_tok);
         auto t = make(Expr::Kind::kTest, name_tok, name);
         t->negated = negated;
         add(*t, std::move(e));

@@ -4,8 +4,7 @@
 // construct, its line and column, and --chat-template FILE as the way out: statements other
 // than if / for / set / break / continue / generation (macro, call, include, import, extends,
 // block, raw, filter blocks, `set` blocks, ...), filters, tests, methods and global functions
-// that strata does not implement (the lists are kFilters, kTests, kMethods and kFunctions in
-// parser.cpp; the evaluator implements exactly those).
+// that strata does not implement (builtins.h: is_filter, is_test, is_method, is_function).
 //
 // Nesting is bounded (kMaxNesting) so that a hostile template cannot overflow the stack.
 #include <string>

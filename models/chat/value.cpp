@@ -50,6 +50,12 @@ Value Value::array(Array items) {
   return v;
 }
 
+Value Value::tuple(Array items) {
+  Value v = array(std::move(items));
+  v.tuple_ = true;
+  return v;
+}
+
 Value Value::object(Object items) {
   Value v;
   v.kind_ = Kind::kObject;
@@ -113,7 +119,7 @@ bool Value::equals(const Value& other) const {
     case Kind::kNone: return true;
     case Kind::kString: return *s_ == *other.s_;
     case Kind::kArray: {
-      if (a_->size() != other.a_->size()) return false;
+      if (a_->size() != other.a_->size() || tuple_ != other.tuple_) return false;
       for (std::size_t i = 0; i < a_->size(); ++i) {
         if (!(*a_)[i].equals((*other.a_)[i])) return false;
       }
@@ -244,11 +250,12 @@ std::string Value::repr() const {
     case Kind::kFloat: return python_float_repr(d_);
     case Kind::kString: return python_str_repr(*s_);
     case Kind::kArray: {
-      std::string out = "[";
+      std::string out = tuple_ ? "(" : "[";
       for (std::size_t i = 0; i < a_->size(); ++i) {
         if (i) out += ", ";
         out += (*a_)[i].repr();
       }
+      if (tuple_) return out + (a_->size() == 1 ? ",)" : ")");
       return out + "]";
     }
     case Kind::kObject: {

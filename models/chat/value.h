@@ -34,6 +34,10 @@ class Value {
   static Value floating(double d);
   static Value string(std::string s);
   static Value array(Array items);
+  // A tuple: a list that prints as Python prints a tuple, "('k', 1)" (items(), literals in
+  // parentheses) and is not equal to a list.
+  static Value tuple(Array items);
+  bool is_tuple() const { return tuple_; }
   static Value object(Object items);
   static Value make_namespace(Object items);
   // A global function (raise_exception, strftime_now, namespace, range), called by name.
@@ -80,6 +84,7 @@ class Value {
 
   Kind kind_ = Kind::kUndefined;
   std::uint32_t depth_ = 0;
+  bool tuple_ = false;
   bool b_ = false;
   std::int64_t i_ = 0;
   double d_ = 0;

@@ -150,6 +150,12 @@ TEST(ChatTemplateGoldens, FromModelDirReadsTokenizerConfig) {
          {"bos_token", nullptr}});
   EXPECT_EQ(ChatTemplate::from_model_dir(dir.string()).render({}, {}), "D");
 
+  // chat_template.jinja beside it wins over the config's chat_template (transformers 4.50+).
+  std::ofstream(dir / "chat_template.jinja") << "J{{ eos_token }}";
+  write({{"chat_template", "C"}, {"eos_token", "</s>"}});
+  EXPECT_EQ(ChatTemplate::from_model_dir(dir.string()).render({}, {}), "J</s>");
+  std::filesystem::remove(dir / "chat_template.jinja");
+
   // None at all: the error names --chat-template FILE.
   write({{"bos_token", "<s>"}});
   try {
@@ -267,6 +273,12 @@ TEST(ChatTemplateSyntax, ExpressionsFiltersTestsMethods) {
   EXPECT_EQ(render("{{ {'k': 'v'}.get('k') }}{{ {'k': 'v'}.get('z', 'd') }}{{ {'k': 'v'}.get('z') }}"), "vdNone");
   EXPECT_EQ(render("{{ 'abcdef'[1:4] }}{{ 'abc'[-1] }}{{ [1, 2, 3][-2] }}"), "bcdc2");
   EXPECT_EQ(render("{{ 'tab\\tq\\'\"\\u00e9' }}"), "tab\tq'\"é");
+  // Python's whitespace (NBSP, NEL, ideographic space) is stripped; an invalid byte (a lone 0x85
+  // in the content, not U+0085) is not a space.
+  EXPECT_EQ(render("{{ '\\u00a0 \\u00e9x\\u3000 '.strip() }}|{{ '\\x85a'.strip() }}"), "éx|a");
+  EXPECT_EQ(render("{{ messages[0].content.strip() }}", {{"user", "\x85" "a\x85"}}), "\x85" "a\x85");
+  // items() gives tuples, printed as Python prints them; split(None, n) keeps the rest as it is.
+  EXPECT_EQ(render("{{ {'k': 1}.items() | list }} {{ (1,) }} {{ '  x y  z '.split(none, 1) }}"), "[('k', 1)] (1,) ['x', 'y  z ']");
 }
 
 TEST(ChatTemplateSyntax, RaiseExceptionCarriesTheTemplatesMessage) {
@@ -283,7 +295,7 @@ TEST(ChatTemplateSyntax, RuntimeErrorsNameLineAndColumn) {
   EXPECT_THROW(render("{{ 1 // 0 }}"), Error);
   EXPECT_THROW(render("{{ 9223372036854775807 + 1 }}"), Error);
   EXPECT_THROW(render("{% set ns = 1 %}{% set ns.x = 2 %}"), Error);
-  EXPECT_THROW(render("{{ '%s' % 'x' }}"), Error);
+  EXPECT_THROW(render("{% set f = '%s' %}{{ f % 'x' }}"), Error);  // formatting: refused when rendered
 }
 
 TEST(ChatTemplateSyntax, UnsupportedConstructsAreRefusedAtConstruction) {
@@ -302,6 +314,7 @@ TEST(ChatTemplateSyntax, UnsupportedConstructsAreRefusedAtConstruction) {
       {"{% raw %}x{% endraw %}", "'{% raw %}'", "line 1, column 4"},
       {"{% set x %}y{% endset %}", "'{% set %}' block", "line 1, column 4"},
       {"{{ 1 < 2 < 3 }}", "chained comparison", "line 1, column 10"},
+      {"{{ '%s!' % name }}", "string formatting with '%'", "line 1, column 10"},
   };
   for (const auto& c : cases) {
     const Error e = parse_error(c.source);

@@ -211,14 +211,15 @@ TEST_F(TextTokensTest, TokenizerFilesByteForByte) {
   write_file(dir_ / "src/tokenizer.json", read_file(kFixtures / "llama3/tokenizer.json"));
   write_file(dir_ / "src/tokenizer_config.json", "{\"eos_token\": \"<|end_of_text|>\"}\n");
   write_file(dir_ / "src/generation_config.json", std::string("{\"eos_token_id\": [1]}\0x", 23));
+  write_file(dir_ / "src/chat_template.jinja", "{{ messages[0].content }}");
   write_file(dir_ / "src/config.json", "{}");
   write_file(dir_ / "src/notes.txt", "not a tokenizer file");
   EXPECT_TRUE(has_tokenizer((dir_ / "src").string()));
   EXPECT_FALSE(has_tokenizer((dir_ / "dst").string()));
   const std::vector<ModelFile> files = read_tokenizer_files((dir_ / "src").string());
-  EXPECT_EQ(file_names_text(files), "tokenizer.json, tokenizer_config.json, generation_config.json");
+  EXPECT_EQ(file_names_text(files), "tokenizer.json, tokenizer_config.json, chat_template.jinja, generation_config.json");
   write_tokenizer_files((dir_ / "dst").string(), files);
-  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "generation_config.json"}) {
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json"}) {
     EXPECT_EQ(read_file(dir_ / "dst" / name), read_file(dir_ / "src" / name)) << name;
   }
   EXPECT_FALSE(fs::exists(dir_ / "dst/notes.txt"));
