@@ -97,21 +97,14 @@ std::string Metrics::render() const {
   std::string out;
   out += "# HELP strata_requests_total Requests finished, by outcome.\n# TYPE strata_requests_total counter\n";
   for (int i = 0; i < 6; ++i) out += fmt::format("strata_requests_total{{outcome=\"{}\"}} {}\n", outcome_name(i), outcomes_[i]);
-  out += fmt::format("# HELP strata_prompt_tokens_total Prompt tokens prefilled.\n"
-                     "# TYPE strata_prompt_tokens_total counter\nstrata_prompt_tokens_total {}\n",
-                     prompt_tokens_);
-  out += fmt::format("# HELP strata_generation_tokens_total Tokens generated.\n"
-                     "# TYPE strata_generation_tokens_total counter\nstrata_generation_tokens_total {}\n",
-                     generated_);
-  out += fmt::format("# HELP strata_requests_running Requests holding a batch slot.\n"
-                     "# TYPE strata_requests_running gauge\nstrata_requests_running {}\n",
-                     running_);
-  out += fmt::format("# HELP strata_queue_length Requests waiting for a batch slot.\n"
-                     "# TYPE strata_queue_length gauge\nstrata_queue_length {}\n",
-                     queued_);
-  out += fmt::format("# HELP strata_batch_size Rows of the last decoding step.\n"
-                     "# TYPE strata_batch_size gauge\nstrata_batch_size {}\n",
-                     batch_);
+  auto single = [&](const char* name, const char* type, const char* help, auto value) {
+    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n{} {}\n", name, help, name, type, name, value);
+  };
+  single("strata_prompt_tokens_total", "counter", "Prompt tokens prefilled.", prompt_tokens_);
+  single("strata_generation_tokens_total", "counter", "Tokens generated.", generated_);
+  single("strata_requests_running", "gauge", "Requests holding a batch slot.", running_);
+  single("strata_queue_length", "gauge", "Requests waiting for a batch slot.", queued_);
+  single("strata_batch_size", "gauge", "Rows of the last decoding step.", batch_);
   ttft_.render(out, "strata_time_to_first_token_seconds", "From a request's arrival to its first generated token.");
   tpot_.render(out, "strata_time_per_output_token_seconds", "Between two generated tokens of one request.");
   batch_sizes_.render(out, "strata_step_batch_size", "Rows per decoding step.");

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/utf8.h"
 
 namespace strata::models::chat {
 
@@ -242,7 +243,7 @@ class Lexer {
           }
           p += n;
           if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) fail("an escape that is not a Unicode scalar value", p - n - 2);
-          append_utf8(value, cp);
+          utf8_append(value, cp);
           break;
         }
         default:
@@ -252,24 +253,6 @@ class Lexer {
     }
     push(Token::Kind::kString, std::move(value), pos);
     return p + 1;
-  }
-
-  static void append_utf8(std::string& out, std::uint32_t cp) {
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xC0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      out += static_cast<char>(0xE0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      out += static_cast<char>(0xF0 | (cp >> 18));
-      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
   }
 
   const std::string& src_;

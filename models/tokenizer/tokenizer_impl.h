@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/utf8.h"
 #include "models/tokenizer/tokenizer.h"
 
 namespace strata::models::tok {
@@ -43,7 +44,7 @@ std::optional<std::string> byte_level_decode(std::string_view token);
 std::optional<std::size_t> utf8_invalid_at(std::string_view s);
 // Decodes the code point at s[i] (s valid UTF-8) and advances i.
 std::uint32_t utf8_next(std::string_view s, std::size_t& i);
-void utf8_append(std::string& out, std::uint32_t cp);
+// utf8_append: core/utf8.h.
 
 // ---- regex (PCRE2, UTF + UCP) -------------------------------------------------------------
 class Regex {

@@ -53,14 +53,14 @@ def main():
     import openai
 
     sys.path.insert(0, HERE)
-    from serve_util import Server, infer_alone, make_model_folder, render_chatml
+    from serve_util import Server, serving, infer_alone, make_model_folder, render_chatml
 
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     model_dir = make_model_folder(os.path.join(work, "tiny-llama"), tokenizer)
     key = "sk-client-test"
     server = Server(strata, ["--model", model_dir, "--max-batch", "4", "--ctx", "512"], work, api_key=key)
-    try:
+    with serving(server):
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key=key, max_retries=0)
         models = client.models.list()
         assert [m.id for m in models.data] == ["tiny-llama"], models
@@ -140,11 +140,6 @@ def main():
         except openai.BadRequestError as e:
             assert e.status_code == 400 and "must be 1" in str(e), e
         print("client: a bad request raises BadRequestError with the server's message")
-    except BaseException:
-        server.kill()
-        print(server.output()[-4000:], file=sys.stderr)
-        raise
-    assert server.stop() == 0
     print("ok")
 
 

@@ -27,7 +27,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_util import (Server, infer_alone, make_model_folder, render_chatml, streamed_text)  # noqa: E402
+from serve_util import (Server, serving, infer_alone, make_model_folder, render_chatml, streamed_text)  # noqa: E402
 
 KEY = "sk-test-123"
 
@@ -252,15 +252,11 @@ def main():
     max_body = 64 * 1024
     server = Server(strata, ["--model", model_dir, "--max-batch", "4", "--max-queue", "2", "--ctx", "512",
                              "--max-body", "64KiB", "--prefill-chunk", "64"], work, api_key=KEY)
-    try:
+    with serving(server, stop=False):
         basics(server, model_dir, strata, work)
         errors(server, max_body)
         disconnects_and_queue(server)
         drain(server)
-    except BaseException:
-        server.kill()
-        print(server.output()[-4000:], file=sys.stderr)
-        raise
     print("ok")
 
 

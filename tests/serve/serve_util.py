@@ -5,6 +5,7 @@ tokens `strata infer` gives a prompt alone (the reference every reply is checked
 Standard library only (the tests run with /usr/bin/python3; the openai client test adds its own
 venv).
 """
+import contextlib
 import http.client
 import json
 import os
@@ -12,6 +13,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 
 # Qwen2's ChatML template as transformers renders it (the goldens of tests/models/chat_templates
@@ -140,6 +142,21 @@ class Server:
             self.proc.kill()
             self.proc.wait()
         self.log.close()
+
+
+@contextlib.contextmanager
+def serving(server, stop=True):
+    """Runs the body against `server`; on a failure kills it and prints the end of its log. With
+    `stop`, a body that ends well is followed by SIGTERM, which must exit 0."""
+    try:
+        yield server
+    except BaseException:
+        server.kill()
+        print(server.output()[-4000:], file=sys.stderr)
+        raise
+    if stop:
+        code = server.stop()
+        assert code == 0, f"strata serve exited {code} after SIGTERM:\n{server.output()[-2000:]}"
 
 
 def streamed_text(events):

@@ -18,7 +18,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_util import Server, make_model_folder, streamed_text  # noqa: E402
+from serve_util import Server, serving, make_model_folder, streamed_text  # noqa: E402
 
 PROMPTS = ["Tell me a story.", "The weather today", "1, 2, 3, 4,", "Le chat est", "def main():",
            "Ein kurzer Satz über das Meer, die Wellen und den Wind."]
@@ -61,7 +61,7 @@ def main():
     model = make_model_folder(os.path.join(a.work, "tiny-llama"), a.tokenizer)
     server = Server(a.strata, ["--model", model, "--max-batch", "4", "--max-queue", "256", "--ctx", "256",
                                "--prefill-chunk", "8"], a.work)
-    try:
+    with serving(server):
         # References: each (prompt, length, sampling) served alone.
         combos = [(p, n, t) for p in PROMPTS for n in LENGTHS for t in (0.0, 0.7)]
         ref = {}
@@ -127,11 +127,6 @@ def main():
         assert after - before < 32 * 2**20, f"resident memory grew from {before / 2**20:.1f} to {after / 2**20:.1f} MiB"
         print(f"soak: {counts['issued']} requests in {elapsed:.0f} s from 8 clients: {counts['checked']} replies "
               f"checked, {counts['dropped']} dropped mid-way; RSS {before / 2**20:.1f} -> {after / 2**20:.1f} MiB")
-    except BaseException:
-        server.kill()
-        print(server.output()[-4000:], file=sys.stderr)
-        raise
-    assert server.stop() == 0
     print("ok")
 
 
