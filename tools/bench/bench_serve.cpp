@@ -188,7 +188,7 @@ void bench_serve(const ServeBenchOptions& o) {
     throw Error("--clients, --requests, --batch, --output-tokens and --prompt-min must be positive, and "
                 "--prompt-max at least --prompt-min");
   }
-  const models::ModelSpecPtr spec = models::model_from_flags(o.model, o.preset);
+  const models::ModelSpecPtr spec = models::model_from_flags(o.model, o.model.empty() ? o.preset : std::string());
   const int max_T = o.prompt_max + o.output_tokens;
   if (max_T > spec->max_positions()) {
     throw Error(fmt::format("--prompt-max {} + --output-tokens {} exceed the model's {} positions", o.prompt_max,
