@@ -63,23 +63,6 @@ std::vector<Prompt> load_prompts(const InferOptions& o, const TextCodec* codec, 
   return prompts;
 }
 
-runtime::tiers::WeightQuant weight_quant(const InferOptions& o) {
-  runtime::tiers::WeightQuant q;
-  if (o.quantize.empty() || o.quantize == "none") return q;
-  if (o.quantize == "int8") {
-    q.bits = 8;
-  } else if (o.quantize == "int4") {
-    q.bits = 4;
-  } else {
-    throw Error("--quantize " + o.quantize + " is not one of int8, int4", "--quantize");
-  }
-  if (o.quantize_group != 64 && o.quantize_group != 128) {
-    throw Error("--quantize-group " + std::to_string(o.quantize_group) + " is not 64 or 128", "--quantize-group");
-  }
-  q.group = o.quantize_group;
-  return q;
-}
-
 // The --perplexity text's ids: the tokenizer's when the model folder has one, else its bytes
 // (a byte-level model, vocabulary >= 256, as `strata train --text` trains).
 std::vector<std::int32_t> perplexity_ids(const InferOptions& o, const TextCodec* codec) {
@@ -105,7 +88,7 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 }  // namespace
 
 int run_inference(const InferOptions& o) {
-  const runtime::tiers::WeightQuant quant = weight_quant(o);
+  const runtime::tiers::WeightQuant quant = weight_quant(o.quantize, o.quantize_group);
   validate(o.sampling);
   const auto start = std::chrono::steady_clock::now();
   const models::ModelSpecPtr spec = models::model_from_flags(o.model_path, o.preset);
@@ -192,10 +175,7 @@ int run_inference(const InferOptions& o) {
   gen.batch = server.batch();
   gen.sampling = o.sampling;
   gen.kv_cache = server.kv_cache_options();
-  if (codec) gen.stop_ids = codec->stop_ids();
-  for (int id : spec->stop_token_ids()) {
-    if (std::find(gen.stop_ids.begin(), gen.stop_ids.end(), id) == gen.stop_ids.end()) gen.stop_ids.push_back(id);
-  }
+  gen.stop_ids = generation_stop_ids(codec.get(), spec->stop_token_ids());
   Generator generator(server.model(), spec->vocab_size(), gen, server.max_T(), server.hooks());
   const bool show = o.progress && ::isatty(STDERR_FILENO) != 0;
   const auto t0 = std::chrono::steady_clock::now();

@@ -64,6 +64,23 @@ models::KvPlacement choose_kv_placement(const std::string& kv_cache, const runti
 
 }  // namespace
 
+runtime::tiers::WeightQuant weight_quant(const std::string& quantize, int group) {
+  runtime::tiers::WeightQuant q;
+  if (quantize.empty() || quantize == "none") return q;
+  if (quantize == "int8") {
+    q.bits = 8;
+  } else if (quantize == "int4") {
+    q.bits = 4;
+  } else {
+    throw Error("--quantize " + quantize + " is not one of int8, int4", "--quantize");
+  }
+  if (group != 64 && group != 128) {
+    throw Error("--quantize-group " + std::to_string(group) + " is not 64 or 128", "--quantize-group");
+  }
+  q.group = group;
+  return q;
+}
+
 runtime::config::Config inference_config(const std::string& path, const models::ModelSpec& spec) {
   runtime::config::Config config;
   if (!path.empty()) config = runtime::config::load_config_file(path).config;

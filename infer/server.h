@@ -77,6 +77,10 @@ class Server {
   std::unique_ptr<models::Model> model_;
 };
 
+// --quantize ("", none, int8, int4) and --quantize-group (64, 128) as the streamed modules'
+// storage. Throws strata::Error naming the flag for any other value.
+runtime::tiers::WeightQuant weight_quant(const std::string& quantize, int group);
+
 // The config of an inference run: the file's (when given) with a batch size filled in for the
 // resolver (the training keys mean nothing here), resolved for the model's width.
 runtime::config::Config inference_config(const std::string& path, const models::ModelSpec& spec);

@@ -85,4 +85,13 @@ std::unique_ptr<TextCodec> load_text_codec(const std::string& model_path) {
   return std::make_unique<TextCodec>(std::move(tokenizer), std::move(stop));
 }
 
+std::vector<std::int32_t> generation_stop_ids(const TextCodec* codec, const std::vector<int>& model_stop_ids) {
+  std::vector<std::int32_t> ids;
+  if (codec != nullptr) ids = codec->stop_ids();
+  for (int id : model_stop_ids) {
+    if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+  }
+  return ids;
+}
+
 }  // namespace strata::infer

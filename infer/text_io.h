@@ -23,7 +23,6 @@ class TextCodec {
   // <|begin_of_text|>) unless add_special is false (a chat template's text already holds them);
   // the bytes themselves without a tokenizer.
   std::vector<std::int32_t> encode(const std::string& text, bool add_special = true) const;
-  bool has_tokenizer() const { return tokenizer_.has_value(); }
   const models::Tokenizer* tokenizer() const { return tokenizer_ ? &*tokenizer_ : nullptr; }
   // Generated ids as text, special tokens dropped, ids the tokenizer does not have (a padded
   // vocabulary's) skipped (without a tokenizer: ids 0..255 as bytes, the others dropped, each
@@ -41,5 +40,9 @@ class TextCodec {
 // files (tokenizer.json, or vocab.json and merges.txt). Throws strata::Error for a tokenizer it
 // cannot read.
 std::unique_ptr<TextCodec> load_text_codec(const std::string& model_path);
+
+// The tokens that end a completion: the codec's (tokenizer and generation_config.json), then the
+// model config's that it lacks. `codec` may be null.
+std::vector<std::int32_t> generation_stop_ids(const TextCodec* codec, const std::vector<int>& model_stop_ids);
 
 }  // namespace strata::infer

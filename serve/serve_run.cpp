@@ -82,15 +82,6 @@ class SignalPipe {
   struct sigaction old_int_ {};
 };
 
-runtime::tiers::WeightQuant weight_quant(const ServeOptions& o) {
-  runtime::tiers::WeightQuant q;
-  if (o.quantize.empty() || o.quantize == "none") return q;
-  if (o.quantize != "int8" && o.quantize != "int4") throw Error("--quantize " + o.quantize + " is not one of int8, int4", "--quantize");
-  q.bits = o.quantize == "int8" ? 8 : 4;
-  q.group = o.quantize_group;
-  return q;
-}
-
 std::string served_name(const ServeOptions& o) {
   if (!o.served_name.empty()) return o.served_name;
   if (o.model_path.empty()) return o.preset;
@@ -118,7 +109,7 @@ std::unique_ptr<models::chat::ChatTemplate> load_chat_template(const ServeOption
 int run_serve(const ServeOptions& o) {
   SignalPipe signals;
   const auto start = std::chrono::steady_clock::now();
-  const runtime::tiers::WeightQuant quant = weight_quant(o);
+  const runtime::tiers::WeightQuant quant = infer::weight_quant(o.quantize, o.quantize_group);
   const models::ModelSpecPtr spec = models::model_from_flags(o.model_path, o.preset);
   const int context = o.context > 0 ? o.context : std::min(spec->max_positions(), 4096);
   if (context < 2 || context > spec->max_positions()) {
@@ -180,10 +171,7 @@ int run_serve(const ServeOptions& o) {
     bo.prefill_chunk = o.prefill_chunk;
     bo.context = context;
     bo.kv_cache = server->kv_cache_options();
-    bo.stop_ids = codec->stop_ids();
-    for (int id : spec->stop_token_ids()) {
-      if (std::find(bo.stop_ids.begin(), bo.stop_ids.end(), id) == bo.stop_ids.end()) bo.stop_ids.push_back(id);
-    }
+    bo.stop_ids = infer::generation_stop_ids(codec.get(), spec->stop_token_ids());
     // After every pass, on the engine thread: the bytes streamed so far (since the weights loaded).
     runtime::zero::InferenceEngine& engine = server->engine();
     const runtime::zero::EngineCounters loaded = engine.counters();

@@ -187,7 +187,7 @@ def disconnects_and_queue(server):
 
     def one(i):
         code, hdrs, data = server.request("POST", "/v1/completions",
-                                          {"prompt": f"q{i}", "max_tokens": 300, "temperature": 0})
+                                          {"prompt": f"q{i}", "max_tokens": 480, "temperature": 0})
         with lock:
             results.append((code, hdrs, data))
 
@@ -227,7 +227,10 @@ def drain(server):
     while server.metric("strata_requests_running") < 4 and time.time() < deadline:
         time.sleep(0.005)
     server.proc.send_signal(signal.SIGTERM)
-    time.sleep(0.05)
+    # The drain has begun once /health says so (480 tokens x 4 streams keep it going well past that).
+    deadline = time.time() + 30
+    while server.json("GET", "/health", auth=False)[2]["status"] != "draining" and time.time() < deadline:
+        time.sleep(0.005)
     code, _, data = server.request("POST", "/v1/completions", {"prompt": "late", "max_tokens": 2})
     check(code == 503 and "shutting down" in json.loads(data)["error"]["message"], f"a request while draining: {code}")
     code, _, health = server.json("GET", "/health", auth=False)
