@@ -1,6 +1,6 @@
 #pragma once
 // The GPT and LLaMA ops on CUDA: the same signatures and semantics as kernels/host/{embedding,
-// layernorm, rmsnorm, matmul, attention, rope, elementwise, swiglu, cross_entropy}.h (read those
+// layernorm, rmsnorm, qk_norm, matmul, attention, rope, elementwise, swiglu, cross_entropy}.h (read those
 // for shapes, meaning and roundings), plus the stream they are enqueued on. Includes no CUDA header. Every launch is
 // checked (strata::Error on failure); each call returns after enqueueing. Pointers are device
 // accessible; fp32 accumulation everywhere; matmuls on cuBLAS / cuBLASLt (fp32 compute) with
@@ -40,6 +40,14 @@ void rmsnorm_fwd(void* out, float* rstd, const void* inp, const void* weight, st
 void rmsnorm_bwd(void* dinp, void* dweight, const void* dout, const void* inp,
                  const void* weight, const float* rstd, std::int64_t N, int C, DType dtype,
                  cudaStream_t stream);
+// Qwen3's per-head RMSNorm of q and k inside qkv: kernels/host/qk_norm.h (kernels/cuda/
+// qk_norm.cu). The weight gradients without atomics (deterministic); rstd from fp32 sums.
+void qk_rmsnorm_fwd(void* out, float* rstd, const void* qkv, const void* q_weight,
+                    const void* k_weight, std::int64_t N, int NH, int NKV, int hs, float eps,
+                    DType dtype, cudaStream_t stream);
+void qk_rmsnorm_bwd(void* dqkv, void* dq_weight, void* dk_weight, const void* qkv,
+                    const void* q_weight, const void* k_weight, const float* rstd, std::int64_t N,
+                    int NH, int NKV, int hs, DType dtype, cudaStream_t stream);
 
 void matmul_fwd(void* out, const void* inp, const void* weight, const void* bias,
                 std::int64_t N, int C, int OC, DType dtype, cudaStream_t stream);

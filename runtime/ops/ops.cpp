@@ -3,6 +3,7 @@
 #include "runtime/ops/ops.h"
 
 #include "kernels/cuda/cast.h"
+#include "kernels/cuda/moe.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/host/attention.h"
 #include "kernels/host/cast.h"
@@ -11,6 +12,8 @@
 #include "kernels/host/embedding.h"
 #include "kernels/host/layernorm.h"
 #include "kernels/host/matmul.h"
+#include "kernels/host/moe.h"
+#include "kernels/host/qk_norm.h"
 #include "kernels/host/quantize.h"
 #include "kernels/host/rmsnorm.h"
 #include "kernels/host/rope.h"
@@ -110,6 +113,33 @@ void rmsnorm_bwd(device::Stream& s, void* dinp, void* dweight, const void* dout,
   }
   s.host_task([=] { kh::rmsnorm_bwd(dinp, dweight, dout, inp, weight, rstd, N, C, dtype); },
               "rmsnorm_bwd");
+}
+
+void qk_rmsnorm_fwd(device::Stream& s, void* out, float* rstd, const void* qkv, const void* q_weight,
+                    const void* k_weight, std::int64_t N, int NH, int NKV, int hs, float eps, DType dtype) {
+  const OpScope scope(s, "qk_rmsnorm_fwd");
+  if (cudaStream_t cs = cuda_stream(s)) {
+    CUDA_OP(kc::qk_rmsnorm_fwd(out, rstd, qkv, q_weight, k_weight, N, NH, NKV, hs, eps, dtype, cs));
+    return;
+  }
+  s.host_task([=] { kh::qk_rmsnorm_fwd(out, rstd, qkv, q_weight, k_weight, N, NH, NKV, hs, eps, dtype); },
+              "qk_rmsnorm_fwd");
+}
+
+void qk_rmsnorm_bwd(device::Stream& s, void* dqkv, void* dq_weight, void* dk_weight, const void* qkv,
+                    const void* q_weight, const void* k_weight, const float* rstd, std::int64_t N, int NH,
+                    int NKV, int hs, DType dtype) {
+  const OpScope scope(s, "qk_rmsnorm_bwd");
+  if (cudaStream_t cs = cuda_stream(s)) {
+    CUDA_OP(kc::qk_rmsnorm_bwd(dqkv, dq_weight, dk_weight, qkv, q_weight, k_weight, rstd, N, NH, NKV, hs,
+                               dtype, cs));
+    return;
+  }
+  s.host_task(
+      [=] {
+        kh::qk_rmsnorm_bwd(dqkv, dq_weight, dk_weight, qkv, q_weight, k_weight, rstd, N, NH, NKV, hs, dtype);
+      },
+      "qk_rmsnorm_bwd");
 }
 
 void matmul_fwd(device::Stream& s, void* out, const void* inp, const void* weight, const void* bias,
@@ -293,6 +323,81 @@ void softmax_xent_bwd(device::Stream& s, void* dlogits, const void* logits,
   }
   s.host_task([=] { kh::softmax_xent_bwd(dlogits, logits, targets, N, V, ld, dloss, dtype); },
               "softmax_xent_bwd");
+}
+
+void moe_router_fwd(device::Stream& s, float* probs, std::int32_t* idx, float* weights, float* prob_sum,
+                    const void* logits, std::int64_t N, int E, int k, bool renormalize, DType dtype) {
+  const OpScope scope(s, "moe_router_fwd");
+  if (cudaStream_t cs = cuda_stream(s)) {
+    CUDA_OP(kc::moe_router_fwd(probs, idx, weights, prob_sum, logits, N, E, k, renormalize, dtype, cs));
+    return;
+  }
+  s.host_task([=] { kh::moe_router_fwd(probs, idx, weights, prob_sum, logits, N, E, k, renormalize, dtype); },
+              "moe_router_fwd");
+}
+
+void moe_router_bwd(device::Stream& s, void* dlogits, const float* dweights, const float* probs,
+                    const std::int32_t* idx, const float* daux, std::int64_t N, int E, int k, bool renormalize,
+                    DType dtype) {
+  const OpScope scope(s, "moe_router_bwd");
+  if (cudaStream_t cs = cuda_stream(s)) {
+    CUDA_OP(kc::moe_router_bwd(dlogits, dweights, probs, idx, daux, N, E, k, renormalize, dtype, cs));
+    return;
+  }
+  s.host_task([=] { kh::moe_router_bwd(dlogits, dweights, probs, idx, daux, N, E, k, renormalize, dtype); },
+              "moe_router_bwd");
+}
+
+void moe_sort(device::Stream& s, std::int32_t* offsets, std::int32_t* order, std::int32_t* position,
+              const std::int32_t* idx, std::int64_t N, int E, int k) {
+  const OpScope scope(s, "moe_sort");
+  if (cudaStream_t cs = cuda_stream(s)) {
+    CUDA_OP(kc::moe_sort(offsets, order, position, idx, N, E, k, cs));
+    return;
+  }
+  s.host_task([=] { kh::moe_sort(offsets, order, position, idx, N, E, k); }, "moe_sort");
+}
+
+void moe_gather(device::Stream& s, void* out, const void* inp, const std::int32_t* order, std::int64_t N, int k,
+                int C, DType dtype) {
+  const OpScope scope(s, "moe_gather");
+  if (cudaStream_t cs = cuda_stream(s)) {
+    CUDA_OP(kc::moe_gather(out, inp, order, N, k, C, dtype, cs));
+    return;
+  }
+  s.host_task([=] { kh::moe_gather(out, inp, order, N, k, C, dtype); }, "moe_gather");
+}
+
+void moe_combine_fwd(device::Stream& s, void* out, const void* y, const float* weights,
+                     const std::int32_t* position, std::int64_t N, int k, int C, DType dtype) {
+  const OpScope scope(s, "moe_combine_fwd");
+  if (cudaStream_t cs = cuda_stream(s)) {
+    CUDA_OP(kc::moe_combine_fwd(out, y, weights, position, N, k, C, dtype, cs));
+    return;
+  }
+  s.host_task([=] { kh::moe_combine_fwd(out, y, weights, position, N, k, C, dtype); }, "moe_combine_fwd");
+}
+
+void moe_combine_bwd(device::Stream& s, void* dy, float* dweights, const void* dout, const void* y,
+                     const float* weights, const std::int32_t* position, std::int64_t N, int k, int C,
+                     DType dtype) {
+  const OpScope scope(s, "moe_combine_bwd");
+  if (cudaStream_t cs = cuda_stream(s)) {
+    CUDA_OP(kc::moe_combine_bwd(dy, dweights, dout, y, weights, position, N, k, C, dtype, cs));
+    return;
+  }
+  s.host_task([=] { kh::moe_combine_bwd(dy, dweights, dout, y, weights, position, N, k, C, dtype); },
+              "moe_combine_bwd");
+}
+
+void moe_scatter_add(device::Stream& s, void* dinp, const void* dx, const std::int32_t* position, std::int64_t N,
+                     int k, int C, DType dtype) {
+  const OpScope scope(s, "moe_scatter_add");
+  if (cudaStream_t cs = cuda_stream(s)) {
+    CUDA_OP(kc::moe_scatter_add(dinp, dx, position, N, k, C, dtype, cs));
+    return;
+  }
+  s.host_task([=] { kh::moe_scatter_add(dinp, dx, position, N, k, C, dtype); }, "moe_scatter_add");
 }
 
 void cast(device::Stream& s, const void* src, DType src_dtype, void* dst, DType dst_dtype,

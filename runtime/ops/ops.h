@@ -35,6 +35,14 @@ void rmsnorm_fwd(device::Stream& s, void* out, float* rstd, const void* inp, con
 void rmsnorm_bwd(device::Stream& s, void* dinp, void* dweight, const void* dout, const void* inp,
                  const void* weight, const float* rstd, std::int64_t N, int C, DType dtype);
 
+// Qwen3's per-head RMSNorm of q and k inside a packed qkv row: kernels/host/qk_norm.h. out may
+// equal qkv; the backward is in place on dqkv and accumulates into dq_weight / dk_weight.
+void qk_rmsnorm_fwd(device::Stream& s, void* out, float* rstd, const void* qkv, const void* q_weight,
+                    const void* k_weight, std::int64_t N, int NH, int NKV, int hs, float eps, DType dtype);
+void qk_rmsnorm_bwd(device::Stream& s, void* dqkv, void* dq_weight, void* dk_weight, const void* qkv,
+                    const void* q_weight, const void* k_weight, const float* rstd, std::int64_t N, int NH,
+                    int NKV, int hs, DType dtype);
+
 void matmul_fwd(device::Stream& s, void* out, const void* inp, const void* weight, const void* bias,
                 std::int64_t N, int C, int OC, DType dtype);
 void matmul_bwd(device::Stream& s, void* dinp, void* dweight, void* dbias, const void* dout,
@@ -79,6 +87,27 @@ void softmax_xent_fwd(device::Stream& s, float* losses, const void* logits,
 void softmax_xent_bwd(device::Stream& s, void* dlogits, const void* logits,
                       const std::int32_t* targets, std::int64_t N, int V, int ld, float dloss,
                       DType dtype);
+
+// Mixture of experts (Mixtral, Qwen3-MoE): routing, grouping by expert, gather, weighted
+// combine and their backwards: kernels/host/moe.h (shapes, roundings, the order of the calls).
+// moe_sort's offsets live in the stream's memory: the caller copies them to the host to loop over
+// the experts.
+void moe_router_fwd(device::Stream& s, float* probs, std::int32_t* idx, float* weights, float* prob_sum,
+                    const void* logits, std::int64_t N, int E, int k, bool renormalize, DType dtype);
+void moe_router_bwd(device::Stream& s, void* dlogits, const float* dweights, const float* probs,
+                    const std::int32_t* idx, const float* daux, std::int64_t N, int E, int k, bool renormalize,
+                    DType dtype);
+void moe_sort(device::Stream& s, std::int32_t* offsets, std::int32_t* order, std::int32_t* position,
+              const std::int32_t* idx, std::int64_t N, int E, int k);
+void moe_gather(device::Stream& s, void* out, const void* inp, const std::int32_t* order, std::int64_t N, int k,
+                int C, DType dtype);
+void moe_combine_fwd(device::Stream& s, void* out, const void* y, const float* weights,
+                     const std::int32_t* position, std::int64_t N, int k, int C, DType dtype);
+void moe_combine_bwd(device::Stream& s, void* dy, float* dweights, const void* dout, const void* y,
+                     const float* weights, const std::int32_t* position, std::int64_t N, int k, int C,
+                     DType dtype);
+void moe_scatter_add(device::Stream& s, void* dinp, const void* dx, const std::int32_t* position, std::int64_t N,
+                     int k, int C, DType dtype);
 
 void cast(device::Stream& s, const void* src, DType src_dtype, void* dst, DType dst_dtype,
           std::size_t n);
