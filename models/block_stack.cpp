@@ -210,7 +210,10 @@ float BlockStack::forward(const std::int32_t* inputs, const std::int32_t* target
     compute_.copy_async(host_losses_.data(), s.losses, BT * sizeof(float));
   }
   compute_.synchronize();
-  if (targets != nullptr) loss = mean_loss(host_losses_);
+  if (targets != nullptr) {
+    loss = mean_loss(host_losses_);
+    if (for_backward) loss = static_cast<float>(static_cast<double>(loss) + parts_->extra_loss(B, T));
+  }
   B_ = B;
   T_ = T;
   backward_ready_ = for_backward;
@@ -244,6 +247,7 @@ void BlockStack::backward(float loss_scale) {
   }
   compute_.memset_async(s.dres, 0,
                         static_cast<std::size_t>(BT) * static_cast<std::size_t>(parts_->width()) * dtype_size(dt));
+  parts_->begin_backward(compute_, loss_scale, B, T);
   parts_->final_norm_backward(compute_, head, ghead, s.dres, s.dx, s.residual.back(), BT);
   modules_.release(H);
   modules_.grads_ready(H);

@@ -22,12 +22,13 @@
 // activation_bytes / inference_bytes are the same sum the allocations make).
 //
 // Blocks that span more modules (an MoE layer: attention and router, then one module per
-// expert). The driver acquires the block's module (ModelLayout::block_module(l)) around each
-// block call and passes the call's ModuleAccess in BlockCall: a block that needs more modules
-// (the experts its router picked) acquires, releases and reports them itself through it, in
-// the order it computes, with the same protocol (ModuleAccess, models/model_parts.h). The one
-// place that assumes a module per block is ModelLayout::block_module(l) = 1 + l: a layout with
-// expert modules between the blocks changes that index, not the driver.
+// expert, models/moe/moe_mlp.h). The driver acquires the block's module
+// (ModelLayout::block_module(l)) around each block call and passes the call's ModuleAccess in
+// BlockCall: a block that needs more modules (the experts its router picked) acquires, releases
+// and reports them itself through it, in the order it computes, with the same protocol
+// (ModuleAccess, models/model_parts.h), reporting grads_ready for every module it owns in each
+// backward. A family's own loss terms (the load-balancing loss) join the training loss through
+// extra_loss / begin_backward.
 //
 // Decoding with a tied head releases the head module as soon as the final norm has read it,
 // before a prefill gathers each row's last token: the module goes back as early as it can.
@@ -131,6 +132,14 @@ class StackParts {
   virtual void final_norm_backward(runtime::device::Stream& s, const runtime::params::ModuleView& head,
                                    const runtime::params::ModuleView& grads, void* dres, const void* dout,
                                    const void* in, std::int64_t rows) = 0;
+
+  // ---- The family's training-loss terms beyond the mean cross-entropy (a mixture of experts'
+  // load-balancing loss), from what the last forward's blocks recorded over B*T tokens: added to
+  // a forward-for-backward's loss once its stream work is complete. 0 by default.
+  virtual double extra_loss(int /*B*/, int /*T*/) { return 0.0; }
+  // Before a backward's first block, with its loss scale (the blocks add loss_scale x
+  // d(extra_loss)); nothing by default.
+  virtual void begin_backward(runtime::device::Stream& /*s*/, float /*loss_scale*/, int /*B*/, int /*T*/) {}
 
  protected:
   StackParts() = default;

@@ -57,7 +57,10 @@ class Model {
 
   // Runs the forward pass on host token ids `inputs` (B*T, values in [0, vocab_size)), and
   // returns the mean cross-entropy over `targets` (B*T), or NaN without targets. With
-  // `for_backward`, the state backward() needs is kept (targets required). `logits_out`, when
+  // `for_backward`, the state backward() needs is kept (targets required), and the loss is the
+  // training loss: with a mixture of experts whose config has output_router_logits, the mean
+  // cross-entropy plus router_aux_loss_coef x the load-balancing loss, as HF trains it
+  // (models/moe/moe_mlp.h); backward() differentiates that. `logits_out`, when
   // given, receives the (B, T, V) logits as fp32. Blocks until the loss is known. Throws
   // strata::Error for tokens out of range or T longer than the model allows.
   virtual float forward(const std::int32_t* inputs, const std::int32_t* targets, int B, int T,

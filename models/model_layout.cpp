@@ -24,6 +24,16 @@ void ModuleLayout::add(std::string tensor_name, std::vector<std::int64_t> shape,
 
 void ModuleLayout::close() { numel = align_up(numel); }
 
+void ModelLayout::index_blocks() {
+  blocks_.clear();
+  bool experts = false;
+  for (std::size_t m = 0; m < modules.size(); ++m) {
+    if (modules[m].kind == ModuleKind::block) blocks_.push_back(static_cast<int>(m));
+    experts = experts || modules[m].kind == ModuleKind::expert;
+  }
+  if (!experts) blocks_.clear();  // 1 + l
+}
+
 std::size_t ModelLayout::total_numel() const {
   std::size_t n = 0;
   for (const ModuleLayout& m : modules) n += m.numel;

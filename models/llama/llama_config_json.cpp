@@ -17,21 +17,32 @@
 
 // LlamaConfig::from_json and to_json: config.json as transformers reads and writes it.
 //
-// Defaults of absent keys: those of transformers' LlamaConfig, MistralConfig and Qwen2Config
-// (transformers 4.4x), so that a config.json means here what it means there:
+// Defaults of absent keys: those of transformers' LlamaConfig, MistralConfig, Qwen2Config,
+// Qwen3Config, MixtralConfig and Qwen3MoeConfig, so that a config.json means here what it means
+// there:
 //
-//                            Llama          Mistral        Qwen2
-//   num_key_value_heads      NH             8              32         (null: NH in all three)
-//   head_dim                 C / NH         C / NH         C / NH     (null: C / NH)
-//   max_position_embeddings  2048           131072         32768
-//   rope_theta               10000          10000          10000
-//   rms_norm_eps             1e-6           1e-6           1e-6
-//   tie_word_embeddings      false          false          false
-//   attention_bias           the key        always false   always true (the key is ignored)
-//   sliding_window           ignored        4096 (null: none)  only with use_sliding_window,
-//                                                          which is refused: none
-//   bos_token_id             1              1              none (PretrainedConfig's None)
-//   eos_token_id             2              2              none
+//                            Llama     Mistral    Qwen2     Qwen3     Mixtral    Qwen3-MoE
+//   num_key_value_heads      NH        8          32        32        8          4      (null: NH)
+//   head_dim                 C / NH    C / NH     C / NH    128       C / NH     C / NH (null: C / NH)
+//   max_position_embeddings  2048      131072     32768     32768     131072     32768
+//   rope_theta               10000     10000      10000     10000     1e6        10000
+//   rms_norm_eps             1e-6      1e-6       1e-6      1e-6      1e-5       1e-6
+//   tie_word_embeddings      false     false      false     false     false      false
+//   attention_bias           the key   false      true      the key   false      the key
+//                                      (Mistral, Qwen2, Mixtral: fixed, the key is ignored)
+//   sliding_window           ignored   4096       none: use_sliding_window is refused (Qwen2,
+//                                      (null:     Qwen3, Qwen3-MoE)     none (null: none)
+//                                      none)
+//   bos_token_id             1         1          none      none      1          none
+//   eos_token_id             2         2          none      none      2          none
+//   experts (E)              -         -          -         -         num_local_experts 8,
+//                                                                                num_experts 128
+//   num_experts_per_tok      -         -          -         -         2          8
+//   expert width             -         -          -         -         intermediate_size,
+//                                                                                moe_intermediate_size 768
+//   norm_topk_prob           -         -          -         -         always     false
+//   decoder_sparse_step, mlp_only_layers                                          1, []
+//   router_aux_loss_coef, output_router_logits                         0.001, false (both MoE)
 //
 // C / NH is Python's floor division, as transformers'. One deliberate difference: transformers
 // fills vocab_size, hidden_size, intermediate_size, num_hidden_layers and num_attention_heads
@@ -150,6 +161,14 @@ json integral_or_number(double x) {
 bool is_mistral(const LlamaConfig& c) { return c.architecture == kMistral; }
 bool is_qwen2(const LlamaConfig& c) { return c.architecture == kQwen2; }
 bool is_llama(const LlamaConfig& c) { return c.architecture == kLlama; }
+bool is_qwen3(const LlamaConfig& c) { return c.architecture == kQwen3; }
+bool is_mixtral(const LlamaConfig& c) { return c.architecture == kMixtral; }
+bool is_qwen3_moe(const LlamaConfig& c) { return c.architecture == kQwen3Moe; }
+bool is_moe(const LlamaConfig& c) { return is_mixtral(c) || is_qwen3_moe(c); }
+// The architectures whose attention reads attention_bias.
+bool reads_attention_bias(const LlamaConfig& c) { return is_llama(c) || is_qwen3(c) || is_qwen3_moe(c); }
+// No bos / eos of the class: Qwen's.
+bool qwen(const LlamaConfig& c) { return is_qwen2(c) || is_qwen3(c) || is_qwen3_moe(c); }
 
 float as_float(const std::string& key, const json& v, std::string_view where) {
   return static_cast<float>(as_number(key, v, where));
@@ -169,6 +188,14 @@ std::vector<int> as_token_ids(const std::string& key, const json& v, std::string
   if (!v.is_number_integer()) wrong_type(key, v, "an integer, a list or null", where);
   ids.push_back(as_int(key, v, where));
   return ids;
+}
+
+// "mlp_only_layers": a list of layer indices.
+std::vector<int> as_int_list(const std::string& key, const json& v, std::string_view where) {
+  if (!v.is_array()) wrong_type(key, v, "a list of integers", where);
+  std::vector<int> out;
+  for (const json& x : v) out.push_back(as_int(key, x, where));
+  return out;
 }
 
 // A value for a key config.json does not give: from the architecture and the keys read before.
@@ -203,21 +230,24 @@ const auto kKeys = std::tuple{
     Key<int>{.name = "num_key_value_heads",
              .member = &LlamaConfig::num_key_value_heads,
              .read = as_int,
-             .absent = [](const LlamaConfig& c) { return is_mistral(c) ? 8 : is_qwen2(c) ? 32 : c.num_attention_heads; },
+             .absent = [](const LlamaConfig& c) {
+               return is_mistral(c) || is_mixtral(c) ? 8 : is_qwen2(c) || is_qwen3(c) ? 32 : is_qwen3_moe(c) ? 4 : c.num_attention_heads;
+             },
              .null = [](const LlamaConfig& c) { return c.num_attention_heads; }},
     // Python's floor division, as transformers'.
     Key<int>{.name = "head_dim",
              .member = &LlamaConfig::head_dim,
              .read = as_int,
-             .absent = [](const LlamaConfig& c) { return c.hidden_size / c.num_attention_heads; }},
+             .absent = [](const LlamaConfig& c) { return is_qwen3(c) ? 128 : c.hidden_size / c.num_attention_heads; },
+             .null = [](const LlamaConfig& c) { return c.hidden_size / c.num_attention_heads; }},
     Key<int>{.name = "max_position_embeddings",
              .member = &LlamaConfig::max_position_embeddings,
              .read = as_int,
-             .absent = [](const LlamaConfig& c) { return is_mistral(c) ? 131072 : is_qwen2(c) ? 32768 : 2048; }},
+             .absent = [](const LlamaConfig& c) { return is_mistral(c) || is_mixtral(c) ? 131072 : qwen(c) ? 32768 : 2048; }},
     Key<double>{.name = "rope_theta",
                 .member = &LlamaConfig::rope_theta,
                 .read = as_number,
-                .absent = [](const LlamaConfig&) { return 10000.0; }},
+                .absent = [](const LlamaConfig& c) { return is_mixtral(c) ? 1e6 : 10000.0; }},
     Key<std::optional<RopeLlama3Scaling>>{
         .name = "rope_scaling",
         .member = &LlamaConfig::rope_scaling,
@@ -236,36 +266,88 @@ const auto kKeys = std::tuple{
     Key<float>{.name = "rms_norm_eps",
                .member = &LlamaConfig::rms_norm_eps,
                .read = as_float,
-               .absent = [](const LlamaConfig&) { return 1e-6f; }},
+               .absent = [](const LlamaConfig& c) { return is_mixtral(c) ? 1e-5f : 1e-6f; }},
     Key<bool>{.name = "tie_word_embeddings",
               .member = &LlamaConfig::tie_word_embeddings,
               .read = as_bool,
               .absent = [](const LlamaConfig&) { return false; }},
-    // Hard-wired in MistralAttention (none) and Qwen2Attention (q/k/v): the key is Llama's.
+    // Hard-wired in MistralAttention, MixtralAttention (none) and Qwen2Attention (q/k/v).
     Key<bool>{.name = "attention_bias",
               .member = &LlamaConfig::attention_bias,
               .read = as_bool,
               .absent = [](const LlamaConfig& c) { return is_qwen2(c); },
-              .applies = is_llama},
-    // Mistral's (4096 when absent, none when null); Qwen2's needs use_sliding_window, refused.
+              .applies = reads_attention_bias},
+    // Mistral's (4096 when absent, none when null) and Mixtral's (none); the Qwens' need
+    // use_sliding_window, refused.
     Key<int>{.name = "sliding_window",
              .member = &LlamaConfig::sliding_window,
              .read = as_int,
              .absent = [](const LlamaConfig& c) { return is_mistral(c) ? 4096 : 0; },
              .null = [](const LlamaConfig&) { return 0; },
-             .applies = is_mistral,
+             .applies = [](const LlamaConfig& c) { return is_mistral(c) || is_mixtral(c); },
              .rule = "positive or null"},
     // Token ids: absent takes the class default, null means none.
     Key<std::vector<int>>{.name = "eos_token_id",
                           .member = &LlamaConfig::eos_token_ids,
                           .read = as_token_ids,
-                          .absent = [](const LlamaConfig& c) { return is_qwen2(c) ? std::vector<int>{} : std::vector<int>{2}; },
+                          .absent = [](const LlamaConfig& c) { return qwen(c) ? std::vector<int>{} : std::vector<int>{2}; },
                           .null = [](const LlamaConfig&) { return std::vector<int>{}; }},
     Key<std::optional<int>>{.name = "bos_token_id",
                             .member = &LlamaConfig::bos_token_id,
                             .read = as_token_id,
-                            .absent = [](const LlamaConfig& c) { return is_qwen2(c) ? std::optional<int>() : 1; },
+                            .absent = [](const LlamaConfig& c) { return qwen(c) ? std::optional<int>() : 1; },
                             .null = [](const LlamaConfig&) { return std::optional<int>(); }},
+    // Mixture of experts: Mixtral's and Qwen3-MoE's names; 0 experts elsewhere.
+    Key<int>{.name = "num_local_experts",
+             .member = &LlamaConfig::num_experts,
+             .read = as_int,
+             .absent = [](const LlamaConfig& c) { return is_mixtral(c) ? 8 : 0; },
+             .applies = is_mixtral,
+             .rule = "positive"},
+    Key<int>{.name = "num_experts",
+             .member = &LlamaConfig::num_experts,
+             .read = as_int,
+             .absent = [](const LlamaConfig& c) { return is_qwen3_moe(c) ? 128 : c.num_experts; },
+             .applies = is_qwen3_moe,
+             .rule = "positive"},
+    Key<int>{.name = "num_experts_per_tok",
+             .member = &LlamaConfig::num_experts_per_tok,
+             .read = as_int,
+             .absent = [](const LlamaConfig& c) { return is_mixtral(c) ? 2 : is_qwen3_moe(c) ? 8 : 0; },
+             .applies = is_moe,
+             .rule = "positive"},
+    Key<int>{.name = "moe_intermediate_size",
+             .member = &LlamaConfig::moe_intermediate_size,
+             .read = as_int,
+             .absent = [](const LlamaConfig& c) { return is_mixtral(c) ? c.intermediate_size : is_qwen3_moe(c) ? 768 : 0; },
+             .applies = is_qwen3_moe,
+             .rule = "positive"},
+    Key<bool>{.name = "norm_topk_prob",
+              .member = &LlamaConfig::norm_topk_prob,
+              .read = as_bool,
+              .absent = [](const LlamaConfig& c) { return is_mixtral(c); },
+              .applies = is_qwen3_moe},
+    Key<int>{.name = "decoder_sparse_step",
+             .member = &LlamaConfig::decoder_sparse_step,
+             .read = as_int,
+             .absent = [](const LlamaConfig&) { return 1; },
+             .applies = is_qwen3_moe,
+             .rule = "positive"},
+    Key<std::vector<int>>{.name = "mlp_only_layers",
+                          .member = &LlamaConfig::mlp_only_layers,
+                          .read = as_int_list,
+                          .absent = [](const LlamaConfig&) { return std::vector<int>{}; },
+                          .applies = is_qwen3_moe},
+    Key<float>{.name = "router_aux_loss_coef",
+               .member = &LlamaConfig::router_aux_loss_coef,
+               .read = as_float,
+               .absent = [](const LlamaConfig&) { return 0.001f; },
+               .applies = is_moe},
+    Key<bool>{.name = "output_router_logits",
+              .member = &LlamaConfig::output_router_logits,
+              .read = as_bool,
+              .absent = [](const LlamaConfig&) { return false; },
+              .applies = is_moe},
 };
 
 // A key whose given value would change the math: refused rather than computed differently,
@@ -293,7 +375,41 @@ const RefusedKey kRefusedKeys[] = {
      [](const std::string& key, const json& v, std::string_view where) { return as_int(key, v, where) > 1; },
      "strata computes the MLP unsliced: set pretraining_tp to 1"},
     {"use_sliding_window", as_bool,
-     "strata's Qwen2 attends to the whole sequence in every layer: set use_sliding_window false"},
+     "strata's Qwen2 and Qwen3 attend to the whole sequence in every layer: set use_sliding_window false"},
+    {"layer_types",
+     [](const std::string& key, const json& v, std::string_view where) {
+       if (!v.is_array()) wrong_type(key, v, "a list of strings", where);
+       for (const json& t : v) {
+         if (!t.is_string()) wrong_type(key, v, "a list of strings", where);
+         if (t.get<std::string>() != "full_attention") return true;
+       }
+       return false;
+     },
+     "strata attends to the whole sequence in every layer: every layer_types entry must be \"full_attention\""},
+    // Routers other than top-k of a softmax (DeepSeek's sigmoid scores, grouped top-k) and shared
+    // experts are other architectures' keys: a config that carries them means another model.
+    {"scoring_func",
+     [](const std::string& key, const json& v, std::string_view where) {
+       if (!v.is_string()) wrong_type(key, v, "a string", where);
+       return v.get<std::string>() != "softmax";
+     },
+     "strata's routers take the top k of a softmax over the router's logits (scoring_func \"softmax\")"},
+    {"topk_method",
+     [](const std::string& key, const json& v, std::string_view where) {
+       if (!v.is_string()) wrong_type(key, v, "a string", where);
+       return v.get<std::string>() != "greedy";
+     },
+     "strata's routers pick each token's top k over all experts (topk_method \"greedy\")"},
+    {"n_shared_experts",
+     [](const std::string& key, const json& v, std::string_view where) { return as_int(key, v, where) > 0; },
+     "strata's Mixtral and Qwen3-MoE have no shared experts"},
+    {"shared_expert_intermediate_size",
+     [](const std::string& key, const json& v, std::string_view where) { return as_int(key, v, where) > 0; },
+     "strata's Mixtral and Qwen3-MoE have no shared experts"},
+    // Mixtral's training-time noise on the router's input.
+    {"router_jitter_noise",
+     [](const std::string& key, const json& v, std::string_view where) { return as_number(key, v, where) != 0.0; },
+     "strata's router has no jitter: set router_jitter_noise to 0.0"},
     // Dropout in attention changes training (every published config has 0.0).
     {"attention_dropout",
      [](const std::string& key, const json& v, std::string_view where) { return as_number(key, v, where) != 0.0; },
@@ -364,12 +480,13 @@ std::string read_architecture(const json& j, std::string_view where) {
     }
     return architecture;
   }
-  for (const char* architecture : {kLlama, kMistral, kQwen2}) {
+  for (const char* architecture : kArchitectures) {
     if (model_type == model_type_of(architecture)) return architecture;
   }
   throw Error(model_type.empty() ? std::string("the model config has neither \"architectures\" nor \"model_type\"")
                                  : fmt::format("\"model_type\" = \"{}\" is not supported", model_type),
-              w, fmt::format("use one of: {} (model_type llama, mistral, qwen2)", kSupported));
+              w, fmt::format("use one of: {} (model_type llama, mistral, qwen2, qwen3, mixtral, qwen3_moe)",
+                             kSupported));
 }
 
 }  // namespace
@@ -414,7 +531,8 @@ LlamaConfig LlamaConfig::from_json(std::string_view json_text, std::string_view 
 std::string LlamaConfig::to_json() const {
   validate();
   const bool llama = architecture == kLlama, mistral = architecture == kMistral,
-             qwen2 = architecture == kQwen2;
+             qwen2 = architecture == kQwen2, qwen3 = architecture == kQwen3, mixtral = architecture == kMixtral,
+             qwen3_moe = architecture == kQwen3Moe;
   // nlohmann::json sorts keys, as transformers' json.dumps(sort_keys=True).
   json j;
   j["architectures"] = json::array({architecture});
@@ -427,6 +545,19 @@ std::string LlamaConfig::to_json() const {
   j["num_key_value_heads"] = num_key_value_heads;
   // Qwen2Config has no head_dim (transformers derives C / NH); written only where it differs.
   if (!qwen2 || head_dim != hidden_size / num_attention_heads) j["head_dim"] = head_dim;
+  if (mixtral || qwen3_moe) {
+    j[mixtral ? "num_local_experts" : "num_experts"] = num_experts;
+    j["num_experts_per_tok"] = num_experts_per_tok;
+    j["router_aux_loss_coef"] = shortest_double(router_aux_loss_coef);
+    j["output_router_logits"] = output_router_logits;
+  }
+  if (mixtral) j["router_jitter_noise"] = 0.0;
+  if (qwen3_moe) {
+    j["moe_intermediate_size"] = moe_intermediate_size;
+    j["norm_topk_prob"] = norm_topk_prob;
+    j["decoder_sparse_step"] = decoder_sparse_step;
+    j["mlp_only_layers"] = mlp_only_layers;
+  }
   j["max_position_embeddings"] = max_position_embeddings;
   j["rope_theta"] = rope_theta;
   if (rope_scaling) {
@@ -438,8 +569,8 @@ std::string LlamaConfig::to_json() const {
         {"original_max_position_embeddings",
          integral_or_number(rope_scaling->original_max_position_embeddings)},
     };
-  } else if (!mistral) {
-    j["rope_scaling"] = nullptr;  // MistralConfig writes no rope_scaling
+  } else if (!mistral && !mixtral) {
+    j["rope_scaling"] = nullptr;  // MistralConfig and MixtralConfig write no rope_scaling
   }
   j["rms_norm_eps"] = shortest_double(rms_norm_eps);
   j["hidden_act"] = "silu";
@@ -448,6 +579,7 @@ std::string LlamaConfig::to_json() const {
   j["initializer_range"] = 0.02;
   j["use_cache"] = true;
   j["torch_dtype"] = "float32";
+  if (qwen3 || qwen3_moe) j["attention_bias"] = attention_bias;
   if (llama) {
     // Qwen2Config and MistralConfig have no attention_bias / mlp_bias / pretraining_tp: their
     // biases are fixed by the class (Qwen2 q/k/v: yes; Mistral: none).
@@ -455,13 +587,13 @@ std::string LlamaConfig::to_json() const {
     j["mlp_bias"] = false;
     j["pretraining_tp"] = 1;
   }
-  if (mistral) {
+  if (mistral || mixtral) {
     j["sliding_window"] = sliding_window > 0 ? json(sliding_window) : json(nullptr);
   }
-  if (qwen2) {
+  if (qwen2 || qwen3 || qwen3_moe) {
     j["use_sliding_window"] = false;
     j["sliding_window"] = nullptr;
-    j["max_window_layers"] = num_hidden_layers;
+    if (!qwen3_moe) j["max_window_layers"] = num_hidden_layers;
   }
   if (eos_token_ids.empty()) {
     j["eos_token_id"] = nullptr;

@@ -2,9 +2,11 @@
 
 #include <fmt/format.h>
 
+#include "models/llama/llama_config_impl.h"
+
 namespace strata::models {
 
-LlamaBlockSlots LlamaBlockSlots::of(const LlamaConfig& config) {
+LlamaBlockSlots LlamaBlockSlots::of(const LlamaConfig& config, bool sparse) {
   LlamaBlockSlots s;
   int i = 0;
   s.attn_norm = i++;
@@ -15,10 +17,18 @@ LlamaBlockSlots LlamaBlockSlots::of(const LlamaConfig& config) {
     i += 3;
   }
   s.o_proj = i++;
+  if (config.qk_norm()) {
+    s.q_norm = i++;
+    s.k_norm = i++;
+  }
   s.mlp_norm = i++;
-  s.gate_up = i;
-  i += 2;
-  s.down = i;
+  if (sparse) {
+    s.router = i;
+  } else {
+    s.gate_up = i;
+    i += 2;
+    s.down = i;
+  }
   return s;
 }
 
@@ -47,11 +57,33 @@ ModelLayout llama_layout(const LlamaConfig& config) {
       b.add(p + "self_attn.v_proj.bias", {KV}, false, kPacked);
     }
     b.add(p + "self_attn.o_proj.weight", {C, Q});
+    if (config.qk_norm()) {
+      b.add(p + "self_attn.q_norm.weight", {config.head_dim});
+      b.add(p + "self_attn.k_norm.weight", {config.head_dim});
+    }
     b.add(p + "post_attention_layernorm.weight", {C});
-    b.add(p + "mlp.gate_proj.weight", {F, C});
-    b.add(p + "mlp.up_proj.weight", {F, C}, false, kPacked);
-    b.add(p + "mlp.down_proj.weight", {C, F});
+    if (!config.sparse_layer(l)) {
+      b.add(p + "mlp.gate_proj.weight", {F, C});
+      b.add(p + "mlp.up_proj.weight", {F, C}, false, kPacked);
+      b.add(p + "mlp.down_proj.weight", {C, F});
+      layout.modules.push_back(std::move(b));
+      continue;
+    }
+    // Mixtral's names, or Qwen3-MoE's.
+    const bool mixtral = config.architecture == llama_detail::kMixtral;
+    const std::string moe = p + (mixtral ? "block_sparse_moe." : "mlp.");
+    b.add(moe + "gate.weight", {config.num_experts, C});
     layout.modules.push_back(std::move(b));
+    const std::int64_t Fe = config.moe_intermediate_size;
+    for (int e = 0; e < config.num_experts; ++e) {
+      ModuleLayout x{fmt::format("layers.{}.experts.{}", l, e), ModuleKind::expert, l, {}, 0};
+      x.expert = e;
+      const std::string q = fmt::format("{}experts.{}.", moe, e);
+      x.add(q + (mixtral ? "w1.weight" : "gate_proj.weight"), {Fe, C});
+      x.add(q + (mixtral ? "w3.weight" : "up_proj.weight"), {Fe, C}, false, kPacked);
+      x.add(q + (mixtral ? "w2.weight" : "down_proj.weight"), {C, Fe});
+      layout.modules.push_back(std::move(x));
+    }
   }
 
   ModuleLayout head{"head", ModuleKind::head, -1, {}, 0};
@@ -59,6 +91,7 @@ ModelLayout llama_layout(const LlamaConfig& config) {
   if (!config.tie_word_embeddings) head.add("lm_head.weight", {V, C});
   layout.modules.push_back(std::move(head));
   for (ModuleLayout& m : layout.modules) m.close();
+  layout.index_blocks();
   return layout;
 }
 

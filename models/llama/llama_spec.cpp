@@ -29,12 +29,18 @@ LlamaSpec::LlamaSpec(const LlamaConfig& config)
     : StackSpec(llama_facts(config), llama_naming(config)), config_(config) {}
 
 std::string LlamaSpec::describe() const {
-  return fmt::format("{}: {} layers, {} channels, {} heads ({} key/value) of {}, MLP {}, vocabulary {}{}, "
-                     "{:.3f} B parameters",
-                     config_.architecture, config_.num_hidden_layers, config_.hidden_size,
-                     config_.num_attention_heads, config_.num_key_value_heads, config_.head_dim,
-                     config_.intermediate_size, config_.vocab_size, config_.tie_word_embeddings ? " (tied)" : "",
-                     static_cast<double>(config_.num_params()) / 1e9);
+  const LlamaConfig& c = config_;
+  const std::string mlp =
+      c.moe() ? fmt::format("{} experts of {}, {} per token", c.num_experts, c.moe_intermediate_size,
+                            c.num_experts_per_tok)
+              : fmt::format("MLP {}", c.intermediate_size);
+  const std::string active =
+      c.moe() ? fmt::format(" ({:.3f} B active)", static_cast<double>(c.active_params()) / 1e9) : "";
+  return fmt::format("{}: {} layers, {} channels, {} heads ({} key/value) of {}, {}, vocabulary {}{}, "
+                     "{:.3f} B parameters{}",
+                     c.architecture, c.num_hidden_layers, c.hidden_size, c.num_attention_heads,
+                     c.num_key_value_heads, c.head_dim, mlp, c.vocab_size, c.tie_word_embeddings ? " (tied)" : "",
+                     static_cast<double>(c.num_params()) / 1e9, active);
 }
 
 void LlamaSpec::init_module(const ModuleLayout& module, std::uint64_t seed, float* out) const {
@@ -53,8 +59,10 @@ void LlamaSpec::init_module(const ModuleLayout& module, std::uint64_t seed, floa
 
 const Family& llama_family() {
   static const Family kFamily =
-      stack_family<LlamaSpec>("llama", {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"},
-                              {"llama", "mistral", "qwen2"});
+      stack_family<LlamaSpec>("llama",
+                              {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+                               "MixtralForCausalLM", "Qwen3MoeForCausalLM"},
+                              {"llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe"});
   return kFamily;
 }
 

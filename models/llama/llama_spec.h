@@ -1,6 +1,8 @@
 #pragma once
 // The LLaMA family as the registry sees it (models/model_spec.h, models/stack_spec.h):
-// LlamaForCausalLM, MistralForCausalLM and Qwen2ForCausalLM.
+// LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, and the mixtures of
+// experts MixtralForCausalLM and Qwen3MoeForCausalLM (one family: the same attention, config
+// keys and driver parts; the sparse MLP is models/moe/moe_mlp.h).
 //
 // Initialization (init_module), as HF's LlamaPreTrainedModel._init_weights with
 // initializer_range 0.02: every Linear weight and the embedding N(0, 0.02), biases 0, RMSNorm

@@ -25,6 +25,7 @@
 #include "models/model_parts.h"
 #include "models/registry.h"
 #include "runtime/device/device.h"
+#include "tests/models/model_rig.h"
 #include "tests/models/model_test_util.h"
 #include "runtime/params/resident_params.h"
 
@@ -59,44 +60,10 @@ LlamaConfig small_config(bool tied, bool biases = false) {
   return c;
 }
 
-// A host device, resident parameters initialised from `seed` (norm weights perturbed so that
-// they matter), and the model over them.
-struct Rig {
+// The rig of model_rig.h over a LLaMA config.
+struct Rig : test::ModelRig {
   Rig(const LlamaConfig& config, ModelOptions options, std::uint64_t seed = 1)
-      : spec(config), layout(spec.layout()) {
-    device = runtime::device::Device::create({.kind = "host", .memory_bytes = 256ull << 20});
-    stream = device->create_stream("compute");
-    params = std::make_unique<runtime::params::ResidentParams>(*device, layout.module_numels(),
-                                                               layout.module_names(), options.dtype, true);
-    for (std::size_t m = 0; m < layout.modules.size(); ++m) {
-      std::vector<float> host = initial(m, seed);
-      copy_to_device(*stream, params->params(static_cast<int>(m)), options.dtype, host.data(), host.size());
-    }
-    model = spec.make_model(options, *device, *stream, *params);
-  }
-  std::vector<float> initial(std::size_t m, std::uint64_t seed) const {
-    std::vector<float> host(layout.modules[m].numel);
-    spec.init_module(layout.modules[m], seed, host.data());
-    std::mt19937 rng(static_cast<std::uint32_t>(seed + m));
-    std::normal_distribution<float> noise(0.0f, 0.1f);
-    for (const TensorSlot& t : layout.modules[m].tensors) {
-      if (t.name.find("norm") != std::string::npos || t.name.find("bias") != std::string::npos) {
-        for (std::size_t i = 0; i < t.numel; ++i) host[t.offset + i] += noise(rng);
-      }
-    }
-    return host;
-  }
-  std::vector<float> grads(int m) {
-    std::vector<float> g(layout.modules[static_cast<std::size_t>(m)].numel);
-    copy_from_device(*stream, g.data(), params->grads(m), model->options().dtype, g.size());
-    return g;
-  }
-  LlamaSpec spec;
-  ModelLayout layout;
-  std::unique_ptr<runtime::device::Device> device;
-  std::unique_ptr<runtime::device::Stream> stream;
-  std::unique_ptr<runtime::params::ResidentParams> params;
-  std::unique_ptr<Model> model;
+      : ModelRig(std::make_shared<LlamaSpec>(config), options, seed) {}
 };
 
 TEST(LlamaLayout, CountsPackingAndTheHead) {
@@ -108,14 +75,16 @@ TEST(LlamaLayout, CountsPackingAndTheHead) {
       for (const TensorSlot& t : m.tensors) n += static_cast<std::int64_t>(t.numel);
     }
     EXPECT_EQ(n, c.num_params()) << name;
-    EXPECT_EQ(layout.modules.size(), static_cast<std::size_t>(c.num_hidden_layers) + 2) << name;
+    std::size_t experts = 0;
+    for (int l = 0; l < c.num_hidden_layers; ++l) experts += c.sparse_layer(l) ? c.num_experts : 0;
+    EXPECT_EQ(layout.modules.size(), static_cast<std::size_t>(c.num_hidden_layers) + 2 + experts) << name;
     EXPECT_EQ(layout.modules.back().tensors.size(), c.tie_word_embeddings ? 1u : 2u) << name;
   }
   // q/k/v (and gate/up) are consecutive rows of one matrix: the fused kernels read them as one.
   const LlamaConfig c = small_config(false, true);
   const ModelLayout layout = llama_layout(c);
   const ModuleLayout& block = layout.modules[1];
-  const LlamaBlockSlots s = LlamaBlockSlots::of(c);
+  const LlamaBlockSlots s = LlamaBlockSlots::of(c, false);
   for (int first : {s.qkv, s.qkv_bias, s.gate_up}) {
     const int parts = first == s.gate_up ? 2 : 3;
     for (int i = 1; i < parts; ++i) {

@@ -199,7 +199,9 @@ TEST(LlamaConfig, PresetParameterCounts) {
 TEST(LlamaConfig, PresetsAreValidAndNamed) {
   const auto names = LlamaConfig::preset_names();
   EXPECT_EQ(names, (std::vector<std::string>{"llama-3.2-1b", "llama-3.2-3b", "llama-3-8b",
-                                             "llama-3-70b", "qwen2.5-0.5b", "mistral-7b", "llama-2-7b", "llama-tiny"}));
+                                             "llama-3-70b", "qwen2.5-0.5b", "mistral-7b", "llama-2-7b", "llama-tiny",
+                                             "qwen3-8b", "mixtral-8x7b", "qwen3-30b-a3b", "qwen3-tiny",
+                                             "mixtral-tiny", "qwen3-moe-tiny"}));
   for (const std::string& n : names) EXPECT_NO_THROW(LlamaConfig::preset(n).validate()) << n;
   try {
     LlamaConfig::preset("llama-70b");

@@ -1,0 +1,193 @@
+#include "models/moe/moe_mlp.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "runtime/ops/ops.h"
+
+namespace strata::models {
+namespace {
+
+namespace ops = runtime::ops;
+using runtime::device::Stream;
+using runtime::params::ModuleView;
+
+std::byte* rows(void* base, std::int64_t first, std::size_t width, DType dtype) {
+  return static_cast<std::byte*>(base) + static_cast<std::size_t>(first) * width * dtype_size(dtype);
+}
+
+}  // namespace
+
+MoeMlp::MoeMlp(const MoeShape& shape, DType dtype)
+    : shape_(shape),
+      dtype_(dtype),
+      counts_(static_cast<std::size_t>(shape.layers)),
+      prob_sums_(static_cast<std::size_t>(shape.layers)) {
+  STRATA_ASSERT(shape.E > 0 && shape.k >= 1 && shape.k <= shape.E && shape.F > 0 && shape.C > 0,
+                "a validated mixture-of-experts shape");
+}
+
+void MoeMlp::carve_saved(Carver& c, Saved& a, std::size_t N) {
+  const std::size_t E = static_cast<std::size_t>(shape_.E), k = static_cast<std::size_t>(shape_.k);
+  const std::size_t C = static_cast<std::size_t>(shape_.C), F = static_cast<std::size_t>(shape_.F);
+  const std::size_t Nk = N * k;
+  a.probs = static_cast<float*>(c.take(N * E * sizeof(float)));
+  a.idx = static_cast<std::int32_t*>(c.take(Nk * sizeof(std::int32_t)));
+  a.weights = static_cast<float*>(c.take(Nk * sizeof(float)));
+  a.offsets = static_cast<std::int32_t*>(c.take((E + 1) * sizeof(std::int32_t)));
+  a.order = static_cast<std::int32_t*>(c.take(Nk * sizeof(std::int32_t)));
+  a.position = static_cast<std::int32_t*>(c.take(Nk * sizeof(std::int32_t)));
+  a.xs = act(c, Nk * C);
+  a.gu = act(c, Nk * 2 * F);
+  a.h = act(c, Nk * F);
+  a.ys = act(c, Nk * C);
+  a.host_offsets.assign(E + 1, 0);
+}
+
+void MoeMlp::carve_forward_scratch(Carver& c, std::size_t N) {
+  logits_ = act(c, N * static_cast<std::size_t>(shape_.E));
+  prob_sum_ = static_cast<float*>(c.take(static_cast<std::size_t>(shape_.E) * sizeof(float)));
+}
+
+void MoeMlp::carve_backward_scratch(Carver& c, std::size_t N) {
+  const std::size_t Nk = N * static_cast<std::size_t>(shape_.k);
+  const std::size_t C = static_cast<std::size_t>(shape_.C), F = static_cast<std::size_t>(shape_.F);
+  dy_ = act(c, Nk * C);
+  dweights_ = static_cast<float*>(c.take(Nk * sizeof(float)));
+  dlogits_ = act(c, N * static_cast<std::size_t>(shape_.E));
+  dh_ = act(c, Nk * F);
+  dxs_ = act(c, Nk * C);
+}
+
+void MoeMlp::carve_decode(Carver& c, std::size_t N) {
+  carve_saved(c, decode_, N);
+  carve_forward_scratch(c, N);
+}
+
+void MoeMlp::route_and_compute(Stream& s, ModuleAccess& modules, const ModelLayout& layout, int layer,
+                               const void* router, const void* n, void* out, Saved& a, std::int64_t N,
+                               float* prob_sum) {
+  const int C = shape_.C, E = shape_.E, k = shape_.k, F = shape_.F;
+  const DType dt = dtype_;
+  ops::matmul_fwd(s, logits_, n, router, nullptr, N, C, E, dt);
+  ops::moe_router_fwd(s, a.probs, a.idx, a.weights, prob_sum, logits_, N, E, k, shape_.renormalize, dt);
+  ops::moe_sort(s, a.offsets, a.order, a.position, a.idx, N, E, k);
+  // The host decides which experts to acquire: it waits for the routing.
+  a.host_offsets.resize(static_cast<std::size_t>(E) + 1);
+  s.copy_async(a.host_offsets.data(), a.offsets, a.host_offsets.size() * sizeof(std::int32_t));
+  if (prob_sum != nullptr) {
+    host_prob_sum_.resize(static_cast<std::size_t>(E));
+    s.copy_async(host_prob_sum_.data(), prob_sum, host_prob_sum_.size() * sizeof(float));
+  }
+  ops::moe_gather(s, a.xs, n, a.order, N, k, C, dt);
+  s.synchronize();
+  const std::size_t uC = static_cast<std::size_t>(C), uF = static_cast<std::size_t>(F);
+  for (int e = 0; e < E; ++e) {
+    const std::int64_t first = a.host_offsets[static_cast<std::size_t>(e)];
+    const std::int64_t count = a.host_offsets[static_cast<std::size_t>(e) + 1] - first;
+    if (count == 0) continue;
+    const int m = layout.expert_module(layer, e);
+    const ModuleLayout& ml = layout.modules[static_cast<std::size_t>(m)];
+    const ModuleView w = modules.acquire(m);
+    void* gu = rows(a.gu, first, 2 * uF, dt);
+    void* h = rows(a.h, first, uF, dt);
+    ops::matmul_fwd(s, gu, rows(a.xs, first, uC, dt), tensor_at(w, ml.tensors[kExpertGateUp]), nullptr, count, C,
+                    2 * F, dt);
+    ops::swiglu_fwd(s, h, gu, count, F, dt);
+    ops::matmul_fwd(s, rows(a.ys, first, uC, dt), h, tensor_at(w, ml.tensors[kExpertDown]), nullptr, count, F, C,
+                    dt);
+    modules.release(m);
+  }
+  ops::moe_combine_fwd(s, out, a.ys, a.weights, a.position, N, k, C, dt);
+}
+
+void MoeMlp::forward(Stream& s, ModuleAccess& modules, const ModelLayout& layout, int layer, const void* router,
+                     const void* n, void* out, Saved& a, std::int64_t N, bool record) {
+  route_and_compute(s, modules, layout, layer, router, n, out, a, N, record ? prob_sum_ : nullptr);
+  if (!record) return;
+  // host_offsets and host_prob_sum_ are final: route_and_compute synchronized after copying them.
+  const std::size_t E = static_cast<std::size_t>(shape_.E);
+  std::vector<std::int64_t>& counts = counts_[static_cast<std::size_t>(layer)];
+  std::vector<double>& sums = prob_sums_[static_cast<std::size_t>(layer)];
+  counts.assign(E, 0);
+  sums.assign(E, 0.0);
+  for (std::size_t e = 0; e < E; ++e) {
+    counts[e] = a.host_offsets[e + 1] - a.host_offsets[e];
+    sums[e] = host_prob_sum_[e];
+  }
+}
+
+void MoeMlp::backward(Stream& s, ModuleAccess& modules, const ModelLayout& layout, int layer, const void* router,
+                      void* grad_router, const void* n, const void* dout, void* dn, Saved& a, std::int64_t N,
+                      const float* daux) {
+  const int C = shape_.C, E = shape_.E, k = shape_.k, F = shape_.F;
+  const DType dt = dtype_;
+  const std::size_t uC = static_cast<std::size_t>(C), uF = static_cast<std::size_t>(F);
+  // The combine, then the router: dn = d(logits) @ router (overwritten).
+  ops::moe_combine_bwd(s, dy_, dweights_, dout, a.ys, a.weights, a.position, N, k, C, dt);
+  ops::moe_router_bwd(s, dlogits_, dweights_, a.probs, a.idx, daux, N, E, k, shape_.renormalize, dt);
+  ops::matmul_bwd(s, dn, grad_router, nullptr, dlogits_, n, router, N, C, E, dt);
+  // The experts: each reports its gradient; the routed ones compute it.
+  for (int e = 0; e < E; ++e) {
+    const std::int64_t first = a.host_offsets[static_cast<std::size_t>(e)];
+    const std::int64_t count = a.host_offsets[static_cast<std::size_t>(e) + 1] - first;
+    const int m = layout.expert_module(layer, e);
+    const ModuleLayout& ml = layout.modules[static_cast<std::size_t>(m)];
+    const ModuleView g = modules.acquire_grads(m);
+    if (count > 0) {
+      const ModuleView w = modules.acquire(m);
+      void* gu = rows(a.gu, first, 2 * uF, dt);
+      void* dh = rows(dh_, first, uF, dt);
+      ops::matmul_bwd(s, dh, tensor_at(g, ml.tensors[kExpertDown]), nullptr, rows(dy_, first, uC, dt),
+                      rows(a.h, first, uF, dt), tensor_at(w, ml.tensors[kExpertDown]), count, F, C, dt);
+      ops::swiglu_bwd(s, gu, gu, dh, count, F, dt);  // d(gate | up), in place of gate | up
+      ops::matmul_bwd(s, rows(dxs_, first, uC, dt), tensor_at(g, ml.tensors[kExpertGateUp]), nullptr, gu,
+                      rows(a.xs, first, uC, dt), tensor_at(w, ml.tensors[kExpertGateUp]), count, C, 2 * F, dt);
+      modules.release(m);
+    }
+    modules.grads_ready(m);
+  }
+  ops::moe_scatter_add(s, dn, dxs_, a.position, N, k, C, dt);
+}
+
+void MoeMlp::decode(Stream& s, ModuleAccess& modules, const ModelLayout& layout, int layer, const void* router,
+                    const void* n, void* out, std::int64_t N) {
+  route_and_compute(s, modules, layout, layer, router, n, out, decode_, N, nullptr);
+}
+
+double MoeMlp::aux_loss(std::int64_t N) const {
+  const std::size_t E = static_cast<std::size_t>(shape_.E);
+  std::vector<double> cnt(E, 0.0), P(E, 0.0);
+  std::int64_t sparse = 0;
+  for (std::size_t l = 0; l < counts_.size(); ++l) {
+    if (counts_[l].empty()) continue;
+    ++sparse;
+    for (std::size_t e = 0; e < E; ++e) {
+      cnt[e] += static_cast<double>(counts_[l][e]);
+      P[e] += prob_sums_[l][e];
+    }
+  }
+  if (sparse == 0 || N == 0) return 0.0;
+  const double R = static_cast<double>(sparse) * static_cast<double>(N);
+  double sum = 0.0;
+  for (std::size_t e = 0; e < E; ++e) sum += (cnt[e] / R) * (P[e] / R);
+  return static_cast<double>(E) * sum;
+}
+
+std::vector<float> MoeMlp::aux_gradient(std::int64_t N, double scale) const {
+  const std::size_t E = static_cast<std::size_t>(shape_.E);
+  std::vector<double> cnt(E, 0.0);
+  std::int64_t sparse = 0;
+  for (const std::vector<std::int64_t>& c : counts_) {
+    if (c.empty()) continue;
+    ++sparse;
+    for (std::size_t e = 0; e < E; ++e) cnt[e] += static_cast<double>(c[e]);
+  }
+  std::vector<float> g(E, 0.0f);
+  if (sparse == 0 || N == 0) return g;
+  const double R = static_cast<double>(sparse) * static_cast<double>(N);
+  for (std::size_t e = 0; e < E; ++e) g[e] = static_cast<float>(scale * static_cast<double>(E) * cnt[e] / (R * R));
+  return g;
+}
+
+}  // namespace strata::models
