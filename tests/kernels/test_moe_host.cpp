@@ -8,7 +8,8 @@
 //    fails the explicit expectations).
 //  - Router backward: central finite differences of L = sum(weights * Rw) + dot(prob_sum, daux)
 //    with respect to the logits (well-separated logits so the picks do not change), renormalize
-//    on and off, daux null and not; each shown to reject a wrong formula.
+//    on and off, daux null and not; each shown to reject a wrong formula. In bf16 / fp16 its
+//    result is the fp32 one rounded once, bit for bit.
 //  - moe_sort against a stable reference sort, offsets, position the inverse of order; N = 0
 //    zeroes offsets.
 //  - moe_gather exact copies; moe_scatter_add its adjoint (<gather x, y> = <x, scatter y>) and
@@ -192,6 +193,24 @@ TEST(MoeHost, RouterBackwardMatchesFiniteDifferences) {
                            r.k, renorm, DType::f32);
       expect_fd_rejects(aux ? "daux dropped" : "daux added", bad, num);
     }
+}
+
+// Every input of the backward is fp32: in bf16 / fp16 dlogits is the fp32 result rounded once,
+// bit for bit.
+TEST(MoeHost, RouterBackwardRoundsOnceToTheDtype) {
+  const Route r{37, 7, 3};
+  const Vec logits = random_vec(r.N * r.E, 45, -3, 3), dw = random_vec(r.N * r.k, 46), daux = random_vec(r.E, 47);
+  Vec probs(r.N * r.E), weights(r.N * r.k), want(logits.size());
+  Ints idx(r.N * r.k);
+  host::moe_router_fwd(probs.data(), idx.data(), weights.data(), nullptr, logits.data(), r.N, r.E, r.k, true,
+                       DType::f32);
+  host::moe_router_bwd(want.data(), dw.data(), probs.data(), idx.data(), daux.data(), r.N, r.E, r.k, true,
+                       DType::f32);
+  for (DType dt : {DType::bf16, DType::f16}) {
+    Bytes got(logits.size() * dtype_size(dt));
+    host::moe_router_bwd(got.data(), dw.data(), probs.data(), idx.data(), daux.data(), r.N, r.E, r.k, true, dt);
+    EXPECT_TRUE(got == pack(want, dt)) << dtype_name(dt);
+  }
 }
 
 // ---- sort, gather, scatter ------------------------------------------------------------------
