@@ -266,7 +266,8 @@ TEST(MoeOpsCuda, SortGatherCombineScatter) {
       host::moe_combine_bwd(dy.data(), dw.data(), dout.data(), y.data(), w.data(), position.data(), r.N, r.k, C, t);
       host::moe_scatter_add(dinp.data(), y.data(), position.data(), r.N, r.k, C, t);
 
-      DeviceBuffer d_x(x), d_y(y), d_dout(dout), d_xs(Bytes(xs.size(), 0xEE), 64), d_out(nan_bytes(t, x.size() / es), 64),
+      DeviceBuffer d_x(x), d_y(y), d_dout(dout), d_xs(Bytes(xs.size(), 0xEE), 64),
+          d_out(nan_bytes(t, x.size() / es), 64),
           d_dy(nan_bytes(t, nk * C), 64), d_dw(nan_bytes(DType::f32, nk), 64), d_dinp(dinp0, 64);
       const auto run = [&] {
         d_dinp.upload(dinp0);
