@@ -13,11 +13,12 @@
 // within an fp32 rounding of each other (expf and the sum differ from the host's by an ulp;
 // exact ties stay ties and go to the lower index on both). An index out of range (an expert
 // outside [0, E) in idx, a position / order entry outside [0, N k)) cannot be reported from the
-// device: the kernels skip it, and the outputs it would have written are left as they were.
+// device: the kernels skip it (its slot adds nothing; rows only it would write keep their bytes).
 //
 // moe_sort is a single-block counting sort (1024 threads, each a contiguous slice of the pairs;
 // scratch of E x 1024 int32 counts): correct for any N k that fits in int32, but it runs on one
-// SM (not measured yet). A multi-block sort is future work if N k gets large. The host needs offsets (copied back) to loop over the experts.
+// SM (not measured yet). A multi-block sort is future work if N k gets large. The host needs
+// offsets (copied back) to loop over the experts.
 #include <cstdint>
 
 #include "core/dtype.h"
