@@ -191,8 +191,9 @@ class Expert(nn.Module):
 
 class SparseMoe(nn.Module):
     """The router ("gate") and E experts; forward returns (out (B, T, C), router logits (N, E))
-    and appends what it routed to `log` (a list, when set): the tokens per expert and the
-    smallest relative margin (p_k - p_k+1) / p_k between the k-th and (k+1)-th probability."""
+    and appends what it routed to `log` (a list, when set): the tokens per expert ("counts"),
+    the smallest relative margin (p_k - p_k+1) / p_k between the k-th and (k+1)-th probability
+    ("margin"), and each row's chosen experts, ascending ("chosen", (N, k))."""
 
     def __init__(self, cfg):
         super().__init__()
@@ -224,7 +225,8 @@ class SparseMoe(nn.Module):
             d = ordered.detach()
             margin = (float(torch.min((d[:, k - 1] - d[:, k]) / d[:, k - 1])) if k < E
                       else float("inf"))
-            self.log.append({"counts": counts, "margin": margin})
+            chosen = np.sort(idx.detach().numpy(), axis=-1)
+            self.log.append({"counts": counts, "margin": margin, "chosen": chosen})
         return out.view(B, T, C), logits
 
 
@@ -377,8 +379,13 @@ def random_weights(cfg, seed, router_scale=2.0, starve=1, starve_logit=-2.5):
     layers:
       - routers N(0, router_scale^2 / C): router logits O(router_scale), routing neither uniform
         nor one-hot;
-      - a bias channel c0 = C // 3: embed_tokens[:, c0] = 3 for every token (a "massive
-        activation", as real LLMs have), about 3 / rms ~ 4 after every RMSNorm for every token;
+      - a bias channel c0 = C // 3: embed_tokens[:, c0] = 3 (1 + 0.1 N(0,1)) for every token
+        (a "massive activation", as real LLMs have), about 4 after every RMSNorm for every
+        token; the other projections' column c0 is scaled by 0.1, so that the channel feeds
+        the routers and little else (the residual stream keeps its token-to-token variety),
+        and model.norm.weight[c0] by 0.1 (a tied head's logits would otherwise get ~12 from
+        the channel, nearly the same for every token: a gradient of norm.weight[c0] that is a
+        cancellation, rounding-decided);
         each router's column c0 then acts as a per-expert bias, and `starve` experts per sparse
         layer (starved()) get router[e, c0] = starve_logit, about 4 starve_logit below the others
         for every token: they receive no token at all (while B*T is small), the case where an
@@ -402,7 +409,9 @@ def random_weights(cfg, seed, router_scale=2.0, starve=1, starve_logit=-2.5):
         out[name] = a
     if any(cfg.sparse):
         c0 = bias_channel(cfg)
-        out["model.embed_tokens.weight"][:, c0] = 3.0
+        V = cfg.vocab_size  # 3 (1 + 0.1 N(0,1)): not one constant, which a tied head ignores
+        out["model.embed_tokens.weight"][:, c0] = 3.0 * (1.0 + 0.1 * rng.standard_normal(V))
+        out["model.norm.weight"][c0] *= 0.1  # the head sees the channel weakly
         for name, a in out.items():  # the channel feeds the routers, hardly anything else
             if a.ndim == 2 and name != "model.embed_tokens.weight" and a.shape[1] == C:
                 a[:, c0] *= 0.1
@@ -453,6 +462,18 @@ def routing_summary(log, cfg):
     for n, rec in enumerate(log):
         counts[layers[n % len(layers)]] += np.array(rec["counts"])
     return min((r["margin"] for r in log), default=float("inf")), counts
+
+
+def first_routing_difference(log_a, log_b):
+    """None when two runs' logs (train's "routing") chose the same experts for every row of
+    every sparse layer at every forward; else (record index, row) of the first difference."""
+    if len(log_a) != len(log_b):
+        return (min(len(log_a), len(log_b)), None)
+    for n, (a, b) in enumerate(zip(log_a, log_b)):
+        rows = np.flatnonzero(np.any(a["chosen"] != b["chosen"], axis=-1))
+        if len(rows):
+            return (n, int(rows[0]))
+    return None
 
 
 def unrouted_params(cfg, counts):
