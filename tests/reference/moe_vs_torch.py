@@ -38,8 +38,9 @@ the relative margin (p_k - p_k+1) / p_k between the k-th and (k+1)-th probabilit
 asserts it exceeds MIN_MARGIN = 1e-4 at the chosen seeds (fp32 rounding moves the logits by
 ~1e-6), and that torch fp32 chooses the same experts for every row at every forward. Measured at
 these seeds: smallest margins 1.2e-3 (qwen3moe_k3) .. 2.3e-3 (mixtral_aux); torch fp32 is
-0.17..0.30 x the bounds from float64 (its logits 1.7e-7..3.0e-7: the 1e-6 bound is reachable). An expert that no token reaches over the whole run (at least one per MoE case, by
-construction) has a zero gradient: the driver's must be exactly 0, and its weights after S steps
+0.17..0.30 x the bounds from float64 (its logits 1.7e-7..3.0e-7: the 1e-6 bound is reachable).
+An expert that no token reaches over the whole run (at least one per MoE case, by construction)
+has a zero gradient: the driver's must be exactly 0, and its weights after S steps
 must be exactly decayed, w0 (1 - lr wd)^S, to 1e-6 (AdamW's m and v stay 0: no step).
 
 Self-checks, run before the driver and without it:
