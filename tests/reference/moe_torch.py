@@ -42,7 +42,9 @@ Loss: ce = mean cross-entropy; with output_router_logits (config key, default fa
     pooled BEFORE f and P are formed (not a sum of per-layer losses), the gradient reaches the
     routers through P only, dense Qwen3-MoE layers contribute no rows (their MLP has no router;
     v5 records router_logits from the router modules only), and the loss is added only when
-    labels are given. Qwen3 (dense) has no aux.
+    labels are given. Qwen3 (dense) has no aux. (transformers 4.51 appends None for a dense
+    Qwen3-MoE layer and its load_balancing_loss_func then fails on it: output_router_logits with
+    dense layers only works in v5, which pools the sparse layers, as here.)
 
 HF facts this follows (read from transformers' source, not copied): softmax, then topk, then
 (optionally) the renormalisation; topk's order among the chosen does not matter (a sum), and
@@ -53,6 +55,14 @@ from and to the per-expert checkpoint names above, which remain the on-disk cont
 defaults: Qwen3 128 (Qwen3Config), Qwen3-MoE and Mixtral C / NH; the tests always give it.
 In HF's Qwen3 / Qwen3-MoE attention_bias also gives o_proj a bias (llama_torch models none), so
 attention_bias is refused here. Sliding windows are not modelled: forward refuses T past one.
+
+Checked once by hand against transformers 4.51.3 itself (its Qwen3 / Mixtral / Qwen3-MoE
+ForCausalLM in float64 with eager attention, on torch 1.13 with a few import shims, not part of
+the tests; the aux term added to the cross-entropy of the same unshifted targets): on the five
+moe_vs_torch.py cases the logits agree to <= 1.2e-7, the losses (aux included) to 2e-10 and
+every gradient to <= 9e-7 (rel) -- HF's fp32 upcasts in RMSNorm and the router softmax are the
+difference --, while top-k renormalisation flipped or q/k norm after RoPE move the logits by
+1.5e-2..2.8e-2.
 
 The deviations (renormalize "flip", aux "off" / "per_layer", qk_norm_at "after_rope", and
 llama_torch.py's rope / kv_map / causal) exist only for the tests' self-checks; the defaults are
