@@ -52,14 +52,16 @@ ties at the k-th place are excluded by the tests (min_margin below). router_jitt
 0 (Mixtral multiplies the input by uniform noise while training otherwise). v5 stores the
 experts fused (gate_up_proj (E, 2F, C) = cat(w1, w3) rows, down_proj (E, C, F)) but converts
 from and to the per-expert checkpoint names above, which remain the on-disk contract. head_dim
-defaults: Qwen3 128 (Qwen3Config), Qwen3-MoE and Mixtral C / NH; the tests always give it.
+defaults: Qwen3 128 (Qwen3Config), Qwen3-MoE and Mixtral C / NH; num_key_value_heads defaults
+(absent key): Qwen3 32, Qwen3-MoE 4, Mixtral 8 -- not NH; rope_theta: Qwen3 / Qwen3-MoE 1e4,
+Mixtral 1e6; the tests always give all of them.
 In HF's Qwen3 / Qwen3-MoE attention_bias also gives o_proj a bias (llama_torch models none), so
 attention_bias is refused here. Sliding windows are not modelled: forward refuses T past one.
 
 Checked once by hand against transformers 4.51.3 itself (its Qwen3 / Mixtral / Qwen3-MoE
 ForCausalLM in float64 with eager attention, on torch 1.13 with a few import shims, not part of
 the tests; the aux term added to the cross-entropy of the same unshifted targets): on the five
-moe_vs_torch.py cases the logits agree to <= 1.2e-7, the losses (aux included) to 2e-10 and
+moe_vs_torch.py cases the logits agree to <= 1.2e-7, the losses (aux included) to 1.7e-9 and
 every gradient to <= 9e-7 (rel) -- HF's fp32 upcasts in RMSNorm and the router softmax are the
 difference --, while top-k renormalisation flipped or q/k norm after RoPE move the logits by
 1.5e-2..2.8e-2.
@@ -82,6 +84,8 @@ from llama_torch import RmsNorm
 ARCHITECTURES = ("Qwen3ForCausalLM", "MixtralForCausalLM", "Qwen3MoeForCausalLM")
 EXPERT_NAMES = {"MixtralForCausalLM": ("w1", "w3", "w2"),          # (gate, up, down)
                 "Qwen3MoeForCausalLM": ("gate_proj", "up_proj", "down_proj")}
+NKV_DEFAULT = {"Qwen3ForCausalLM": 32, "MixtralForCausalLM": 8,  # HF's, when the key is absent
+               "Qwen3MoeForCausalLM": 4}
 MOE_ATTR = {"MixtralForCausalLM": "block_sparse_moe", "Qwen3MoeForCausalLM": "mlp"}
 
 
@@ -128,7 +132,8 @@ class MoeConfig(llama_torch.LlamaConfig):
             window = None
         kw = dict(architecture=arch, vocab_size=j["vocab_size"], hidden_size=C,
                   intermediate_size=j["intermediate_size"], num_hidden_layers=L,
-                  num_attention_heads=NH, num_key_value_heads=j.get("num_key_value_heads") or NH,
+                  num_attention_heads=NH,
+                  num_key_value_heads=j.get("num_key_value_heads") or NKV_DEFAULT[arch],
                   head_dim=j.get("head_dim") or (128 if arch == "Qwen3ForCausalLM" else C // NH),
                   rope_theta=float(theta), rms_norm_eps=float(j.get("rms_norm_eps", 1e-6)),
                   tie_word_embeddings=bool(j.get("tie_word_embeddings", False)),
