@@ -47,7 +47,7 @@ import ref_util  # noqa: E402  (first: without torch / numpy it exits 77, skippe
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import moe_torch  # noqa: E402
-from llama_train_vs_torch import write_model_dir, short  # noqa: E402
+from llama_train_vs_torch import write_model_dir  # noqa: E402
 from ref_util import f32, rel, worst, worst_ratio  # noqa: E402
 
 BOUNDS = {"loss": 1e-4, "grad_norm": 1e-4, "lr": 1e-12, "param": 1e-4}
@@ -98,6 +98,11 @@ SAME_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layer
              "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob",
              "decoder_sparse_step", "mlp_only_layers", "output_router_logits",
              "router_aux_loss_coef")
+
+
+def short(name):
+    return (name.replace("model.layers.", "L").replace("self_attn.", "").replace("mlp.", "")
+            .replace("block_sparse_moe.", "").replace("experts.", "x"))
 
 
 # ---- strata -----------------------------------------------------------------------------------

@@ -69,7 +69,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import moe_torch  # noqa: E402
 import st_io  # noqa: E402
-from llama_vs_torch import arg, make_batch, short  # noqa: E402
+from llama_vs_torch import arg, make_batch  # noqa: E402
 from ref_util import f32, rel, worst, worst_ratio  # noqa: E402
 
 BOUNDS = {"logits": 1e-6, "loss": 1e-4, "grad": 1e-5, "param": 1e-4}
@@ -148,6 +148,11 @@ def run_torch(c, weights, inputs, targets, dtype=torch.float64, optimizer="adamw
     return moe_torch.train(cfg, weights, inputs, targets, STEPS, lr=f32(LR),
                            weight_decay=f32(WEIGHT_DECAY), betas=(f32(BETAS[0]), f32(BETAS[1])),
                            eps=f32(EPS), dtype=dtype, optimizer=optimizer)
+
+
+def short(name):
+    return (name.replace("model.layers.", "L").replace("self_attn.", "").replace("mlp.", "")
+            .replace("block_sparse_moe.", "").replace("experts.", "x"))
 
 
 # ---- the driver -------------------------------------------------------------------------------
