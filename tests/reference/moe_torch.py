@@ -48,8 +48,9 @@ Loss: ce = mean cross-entropy; with output_router_logits (config key, default fa
 
 HF facts this follows (read from transformers' source, not copied): softmax, then topk, then
 (optionally) the renormalisation; topk's order among the chosen does not matter (a sum), and
-ties at the k-th place are excluded by the tests (SparseMoe logs each forward's margin). router_jitter_noise must be
-0 (Mixtral multiplies the input by uniform noise while training otherwise). v5 stores the
+ties at the k-th place are excluded by the tests (SparseMoe logs each forward's margin).
+router_jitter_noise must be 0 (Mixtral multiplies the input by uniform noise while training
+otherwise). v5 stores the
 experts fused (gate_up_proj (E, 2F, C) = cat(w1, w3) rows, down_proj (E, C, F)) but converts
 from and to the per-expert checkpoint names above, which remain the on-disk contract. head_dim
 defaults: Qwen3 128 (Qwen3Config), Qwen3-MoE and Mixtral C / NH; num_key_value_heads defaults
