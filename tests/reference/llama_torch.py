@@ -170,6 +170,15 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(C, NKV * hs, bias=cfg.attention_bias)
         self.o_proj = nn.Linear(NH * hs, C, bias=False)
 
+    def before_rope(self, q, k):
+        """q (B, NH, T, hs), k (B, NKV, T, hs) as projected; the identity here (moe_torch.py's
+        Qwen3 attention normalizes each head here)."""
+        return q, k
+
+    def after_rope(self, q, k):
+        """q, k as rotated; the identity (a hook for the self-checks' deviations)."""
+        return q, k
+
     def forward(self, x, cos, sin):
         B, T, _ = x.shape
         cfg = self.cfg
@@ -177,7 +186,9 @@ class Attention(nn.Module):
         q = self.q_proj(x).view(B, T, NH, hs).transpose(1, 2)      # (B, NH, T, hs)
         k = self.k_proj(x).view(B, T, NKV, hs).transpose(1, 2)     # (B, NKV, T, hs)
         v = self.v_proj(x).view(B, T, NKV, hs).transpose(1, 2)
+        q, k = self.before_rope(q, k)
         q, k = rotate(q, cos, sin, cfg.rope), rotate(k, cos, sin, cfg.rope)
+        q, k = self.after_rope(q, k)
         if cfg.kv_map == "repeat":  # HF's repeat_kv: kv head j serves heads j*rep .. j*rep+rep-1
             kv_of = torch.arange(NH) // (NH // NKV)
         else:
