@@ -111,6 +111,7 @@ Server::Server(ServerSetup setup, bool verbose) : setup_(std::move(setup)) {
   runtime::zero::EngineSetup engine_setup;
   engine_setup.module_numels = layout.module_numels();
   engine_setup.module_names = layout.module_names();
+  engine_setup.routed_modules = layout.routed_modules();
   engine_setup.dtype = dtype_;
   engine_setup.quant = setup_.quant;
   if (setup_.perplexity_window > 0) {  // training-style forwards: no KV cache

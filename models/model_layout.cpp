@@ -52,6 +52,12 @@ std::vector<std::string> ModelLayout::module_names() const {
   return n;
 }
 
+std::vector<char> ModelLayout::routed_modules() const {
+  std::vector<char> r;
+  for (const ModuleLayout& m : modules) r.push_back(m.kind == ModuleKind::expert ? 1 : 0);
+  return r;
+}
+
 bool ModelLayout::find(const std::string& name, int* module, int* tensor) const {
   for (std::size_t m = 0; m < modules.size(); ++m) {
     for (std::size_t t = 0; t < modules[m].tensors.size(); ++t) {

@@ -63,6 +63,9 @@ struct ModelLayout {
   std::size_t total_numel() const;  // over all modules, gaps included
   std::vector<std::size_t> module_numels() const;
   std::vector<std::string> module_names() const;
+  // 1 for the modules a pass takes only when its router picks them (experts), else 0: the
+  // engine's routed_modules (runtime/zero/engine_setup.h).
+  std::vector<char> routed_modules() const;
   // The module and slot holding `name` (HF name without prefix); false when none does.
   bool find(const std::string& name, int* module, int* tensor) const;
 

@@ -52,6 +52,11 @@ void ModuleAccess::grads_ready(int module) {
   params_.grads_ready(module, *done_);
 }
 
+void ModuleAccess::grads_none(int module) {
+  done_->record(compute_);
+  params_.grads_none(module, *done_);
+}
+
 void check_tokens(const std::int32_t* tokens, std::size_t n, int vocab, const char* what) {
   for (std::size_t i = 0; i < n; ++i) {
     if (tokens[i] < 0 || tokens[i] >= vocab) {

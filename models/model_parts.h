@@ -50,6 +50,7 @@ class ModuleAccess {
   void release(int module);
   runtime::params::ModuleView acquire_grads(int module);
   void grads_ready(int module);
+  void grads_none(int module);  // no contribution this micro-batch (ParamProvider::grads_none)
 
  private:
   const ModelLayout& layout_;

@@ -16,6 +16,7 @@ runtime::zero::EngineSetup run_engine_setup(const models::ModelSpec& spec, const
   runtime::zero::EngineSetup setup;
   setup.module_numels = layout.module_numels();
   setup.module_names = layout.module_names();
+  setup.routed_modules = layout.routed_modules();
   setup.dtype = options.dtype;
   setup.activation_bytes = spec.activation_bytes(options, B, T);
   return setup;

@@ -11,7 +11,7 @@
 //     / LM head); each acquire has its own release.
 //   - acquire_grads(m) before its first gradient contribution of the step (the view is
 //     accumulated into, +=), and grads_ready(m, done) after its last one: the gradient is
-//     final once `done` has completed.
+//     final once `done` has completed. Or grads_none(m, done) instead of both: no contribution.
 // Events passed to the provider are borrowed for the duration of the call only: a provider
 // that needs the point in the stream later makes its stream wait on it (or records its own).
 #include <cstddef>
@@ -40,6 +40,13 @@ class ParamProvider {
   virtual void release(int module, const device::Event& done) = 0;
   virtual ModuleView acquire_grads(int module) = 0;
   virtual void grads_ready(int module, const device::Event& done) = 0;
+  // Module m contributes nothing to this micro-batch's gradient (a mixture's expert that no token
+  // was routed to): means acquire_grads(m) with nothing added, then grads_ready(m, done), which
+  // is what this default does. A provider may skip the zero buffer and its copies.
+  virtual void grads_none(int module, const device::Event& done) {
+    acquire_grads(module);
+    grads_ready(module, done);
+  }
 
  protected:
   ParamProvider() = default;

@@ -47,6 +47,13 @@ struct WeightQuant {
 struct PlanInputs {
   std::vector<std::size_t> module_numels;
   std::vector<std::string> module_names;
+  // routed_modules[m]: module m is acquired only when the model's router picks it (a mixture's
+  // expert), not in every pass; the fetcher keeps it off the prefetch trace (fetched on demand
+  // or on a hint) so that a pass moves only the experts it uses. Empty: none.
+  std::vector<char> routed_modules;
+  bool routed(int m) const {
+    return static_cast<std::size_t>(m) < routed_modules.size() && routed_modules[static_cast<std::size_t>(m)] != 0;
+  }
   int world = 1;
   DType dtype = DType::f32;
   DType grad_dtype = DType::f32;       // the gradient accumulators' (data_types.grad_accum_dtype)

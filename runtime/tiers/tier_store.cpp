@@ -120,6 +120,7 @@ void TierStore::register_usage(device::Device& device) {
 void TierStore::fill_inputs(const StoreSetup& setup, device::Device& device) {
   inputs_.module_numels = setup.module_numels;
   inputs_.module_names = setup.module_names;
+  inputs_.routed_modules = setup.routed_modules;
   inputs_.world = setup.world;
   inputs_.dtype = setup.dtype;
   inputs_.activation_bytes = setup.activation_bytes;

@@ -40,6 +40,7 @@ namespace strata::runtime::tiers {
 struct StoreSetup {
   std::vector<std::size_t> module_numels;
   std::vector<std::string> module_names;
+  std::vector<char> routed_modules;    // PlanInputs::routed_modules
   DType dtype = DType::f32;            // compute dtype of the parameters
   std::uint64_t activation_bytes = 0;  // the model's reserve() for the micro-batch (for the plan)
   std::uint64_t kv_cache_pinned_bytes = 0;  // inference: a KV cache allocated from pinned() (for the plan)

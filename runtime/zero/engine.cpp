@@ -27,6 +27,7 @@ tiers::StoreSetup ZeroEngine::Parts::store_setup(const EngineSetup& setup, const
   tiers::StoreSetup s;
   s.module_numels = setup.module_numels;
   s.module_names = setup.module_names;
+  s.routed_modules = setup.routed_modules;
   s.dtype = setup.dtype;
   s.activation_bytes = setup.activation_bytes;
   s.world = comm.world();
@@ -180,8 +181,14 @@ void ZeroEngine::release(int module, const device::Event& /*done: recorded on th
 params::ModuleView ZeroEngine::acquire_grads(int module) { return parts_->grads.acquire(module); }
 
 void ZeroEngine::grads_ready(int module, const device::Event& done) {
-  if (!parts_->grads.ready(module, done)) return;
-  if (!global_before_update_) {
+  if (parts_->grads.ready(module, done)) gradient_final(module);
+}
+
+void ZeroEngine::grads_none(int module, const device::Event& done) {
+  if (parts_->grads.ready_none(module, done)) gradient_final(module);
+}
+
+void ZeroEngine::gradient_final(int module) {  if (!global_before_update_) {
     post_update(module, 1.0f);
   } else if (speculate_ && !last_step_clipped_) {
     // Speculate while the norm stays under the threshold: after a clipped step it would most

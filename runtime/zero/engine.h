@@ -130,11 +130,16 @@ class ZeroEngine final : public params::ParamProvider {
   void release(int module, const device::Event& done) override;
   params::ModuleView acquire_grads(int module) override;
   void grads_ready(int module, const device::Event& done) override;
+  // No gradient buffer, no copy: the accumulator is left as it is (zeroed at a step's first
+  // micro-batch). With several ranks the module's collective still runs, on a zero buffer.
+  void grads_none(int module, const device::Event& done) override;
 
   struct Parts;  // engine.cpp: the streams, the tier store and the parts below
 
  private:
   cpu_adam::AdamHyper make_hyper(double lr) const;
+  // Module m's gradient is final for the step: its update is posted (or speculated).
+  void gradient_final(int module);
   void post_update(int module, float grad_scale);
 
   const config::Config& config_;

@@ -16,6 +16,9 @@ namespace strata::runtime::zero {
 struct EngineSetup {
   std::vector<std::size_t> module_numels;
   std::vector<std::string> module_names;
+  // Modules the model acquires only when its router picks them (a mixture's experts): kept off
+  // the prefetch trace (tiers::PlanInputs::routed_modules). Empty: none.
+  std::vector<char> routed_modules;
   DType dtype = DType::f32;              // compute dtype of parameters and gradients
   std::uint64_t activation_bytes = 0;    // the model's reserve() for the micro-batch (for the plan)
   std::uint64_t kv_cache_pinned_bytes = 0;  // inference: a KV cache in pinned host memory (for the plan)

@@ -1,6 +1,7 @@
 #include "runtime/zero/grad_path.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "core/cpu_features.h"
 #include "core/error.h"
@@ -117,6 +118,27 @@ bool GradPath::ready(int module, const device::Event& done) {
   return last;
 }
 
+bool GradPath::ready_none(int module, const device::Event& done) {
+  Module& s = modules_.at(static_cast<std::size_t>(module));
+  if (world_ > 1 || !s.grad.empty()) {
+    acquire(module);
+    return ready(module, done);
+  }
+  device::Stream& comm = *streams_.comm;
+  const bool last = ++s.calls == gas_;
+  if (s.calls == 1) {
+    gate_.wait(module);
+    comm.wait(gate_.updated(module));
+  }
+  tiers::TierState& acc = store_.state(module, tiers::StateKind::grad_accum);
+  if (acc.host_data() == nullptr) {
+    if (last) s.done->record(comm);
+  } else if (s.calls == 1) {
+    zero_on_host(module);
+  }
+  return last;
+}
+
 // Reduces the module's gradient buffer over the ranks on the comm stream, in collectives of at
 // most reduce_bucket_size elements. Stages 1-3 reduce-scatter (each rank accumulates and updates
 // only its shard, so it needs only its shard's sum: ZeRO's 2Ψ per step at stage 1 too, not an
@@ -169,6 +191,26 @@ void GradPath::reduce(int module) {
 // D2H of this rank's gradient shard into pinned staging (enqueued here), then the fp32
 // accumulation on the accumulator thread once the copy's event completes. The trainer waits only
 // when both staging buffers still hold gradients the accumulator has not read.
+// The step's first micro-batch of module m added nothing: its host accumulator becomes zero, in
+// order with the accumulations posted before (the update gate has released it already).
+void GradPath::zero_on_host(int module) {
+  const tiers::ModulePlan& mp = store_.module_plan(module);
+  {
+    std::lock_guard lock(mutex_);
+    ++host_posted_[static_cast<std::size_t>(module)];
+  }
+  std::byte* acc = store_.state(module, tiers::StateKind::grad_accum).host_data();
+  const std::size_t bytes = mp.part.shard_numel * dtype_size(grad_dtype_);
+  accumulator_.post([acc, bytes] { std::memset(acc, 0, bytes); },
+                    [this, module] {
+                      {
+                        std::lock_guard lock(mutex_);
+                        ++host_done_[static_cast<std::size_t>(module)];
+                      }
+                      changed_.notify_all();
+                    });
+}
+
 void GradPath::accumulate_on_host(int module, const void* shard, bool first) {
   Module& s = modules_[static_cast<std::size_t>(module)];
   const tiers::ModulePlan& mp = store_.module_plan(module);

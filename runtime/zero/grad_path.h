@@ -55,6 +55,11 @@ class GradPath {
   // The model's gradient of module m is in its buffer once `done` completes. Returns true when
   // this was the step's last micro-batch for m (its accumulation ends at grad_done(m)).
   bool ready(int module, const device::Event& done);
+  // ready() for a micro-batch that added nothing to module m (ParamProvider::grads_none), without
+  // a buffer or a copy when this is the only rank: a device accumulator stays as the update left
+  // it (zero), a host one is zeroed by the accumulator thread at the step's first micro-batch.
+  // With several ranks (another's tokens may reach the module) it is acquire() and ready().
+  bool ready_none(int module, const device::Event& done);
   // Asserts that every module got gradient_accumulation_steps gradients and none is held.
   void check_step_complete() const;
   // Blocks until the step's last accumulation into module m's accumulator has finished (on the
@@ -85,6 +90,7 @@ class GradPath {
   };
   void reduce(int module);
   void accumulate_on_host(int module, const void* shard, bool first);
+  void zero_on_host(int module);
   void count_reduce(std::size_t full_bytes, bool all_reduce);
 
   tiers::TierStore& store_;

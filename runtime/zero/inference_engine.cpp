@@ -18,6 +18,7 @@ tiers::StoreSetup store_setup(const EngineSetup& setup, const comm::Communicator
   tiers::StoreSetup s;
   s.module_numels = setup.module_numels;
   s.module_names = setup.module_names;
+  s.routed_modules = setup.routed_modules;
   s.dtype = setup.dtype;
   s.activation_bytes = setup.activation_bytes;
   s.kv_cache_pinned_bytes = setup.kv_cache_pinned_bytes;

@@ -324,7 +324,9 @@ params::ModuleView ParamFetcher::acquire(int module) {
   STRATA_ASSERT(module >= 0 && module < store_.module_count(), "acquire: module index out of range");
   Module& s = modules_[static_cast<std::size_t>(module)];
   const tiers::ModulePlan& mp = plan_of(module);
-  trace_.on_acquire(module);
+  // A routed module (an expert) comes when its router picks it: the trace holds the modules every
+  // pass takes, so that picks that change from pass to pass do not stop the prefetch.
+  if (!store_.plan_inputs().routed(module)) trace_.on_acquire(module);
   read_watcher_.check();  // a read fetched ahead failed
   wait_update(module);  // the last step's update of this module (only this one)
   params::ModuleView view;

@@ -18,7 +18,7 @@
 // (stage3_max_reuse_distance).
 //
 // prefetch() runs after every acquire and release: along the trace of the previous step
-// (fetch_trace.h), it starts NVMe reads while staging buffers are free, and gathers ahead while
+// (fetch_trace.h; routed modules, a mixture's experts, stay off it and are fetched when acquired), it starts NVMe reads while staging buffers are free, and gathers ahead while
 // the elements in flight stay under stage3_prefetch_bucket_size, the gathered elements under
 // stage3_max_live_parameters, and the device memory suffices without waiting. A gather ahead of
 // a read still in flight makes the staged H2D stream wait for a host flag (device.h) that the read
