@@ -237,6 +237,10 @@ void LlamaConfig::validate() const {
     throw Error("model config: Qwen2ForCausalLM always has q/k/v biases (attention_bias false)", "",
                 "set attention_bias true, or use LlamaForCausalLM");
   }
+  if ((architecture == kQwen3 || architecture == kQwen3Moe) && attention_bias) {
+    throw Error(fmt::format("model config: {} with attention_bias true is not supported", architecture), "",
+                "Qwen3's attention_bias also gives o_proj a bias, which strata's Qwen3 lacks: set it false");
+  }
   if ((architecture == kMistral || architecture == kMixtral) && attention_bias) {
     throw Error("model config: MistralForCausalLM has no biases (attention_bias true)", "",
                 "set attention_bias false, or use LlamaForCausalLM");

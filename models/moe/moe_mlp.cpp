@@ -133,8 +133,12 @@ void MoeMlp::backward(Stream& s, ModuleAccess& modules, const ModelLayout& layou
     const std::int64_t count = a.host_offsets[static_cast<std::size_t>(e) + 1] - first;
     const int m = layout.expert_module(layer, e);
     const ModuleLayout& ml = layout.modules[static_cast<std::size_t>(m)];
-    const ModuleView g = modules.acquire_grads(m);
-    if (count > 0) {
+    if (count == 0) {
+      modules.grads_none(m);  // no token: a zero gradient, without a buffer where the provider can
+      continue;
+    }
+    {
+      const ModuleView g = modules.acquire_grads(m);
       const ModuleView w = modules.acquire(m);
       void* gu = rows(a.gu, first, 2 * uF, dt);
       void* dh = rows(dh_, first, uF, dt);

@@ -19,7 +19,8 @@
 //
 // Backward: every expert of the layer reports a gradient each micro-batch (the engine steps
 // every parameter every update, as AdamW does: an expert that saw no token gets a zero gradient
-// and its decay and moments still move); only the routed ones are acquired and computed.
+// and its decay and moments still move); only the routed ones are acquired and computed, the
+// others report grads_none (no buffer, no copy on one rank: runtime/params/param_provider.h).
 //
 // The load-balancing loss (HF's load_balancing_loss_func without a mask, over the sparse layers'
 // router logits concatenated): with R = (sparse layers) x N rows, cnt_e the (row, slot) pairs

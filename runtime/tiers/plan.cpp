@@ -229,7 +229,8 @@ void device_state_lines(const PlanInputs& in, const StateBytes& b, ZeroPlan& pla
 // class's total and the smallest region that works for it; returns the two minimums' sum.
 // Transient buffers: gathered parameters of modules not resident, and every module's gradient
 // buffer during backward. Module 0 (the tied embedding) keeps its gradient buffer for the whole
-// backward.
+// backward; a routed module (an expert) is held together with its block (the last module before
+// it that is not routed).
 std::uint64_t size_transient_regions(const config::Config& config, const PlanInputs& in, ZeroPlan& plan) {
   const config::ZeroConfig& z = config.zero_optimization;
   const std::size_t ds = dtype_size(in.dtype);
@@ -267,9 +268,17 @@ std::uint64_t size_transient_regions(const config::Config& config, const PlanInp
            device::Arena::kAlignment;
   };
   std::uint64_t widest[2] = {0, 0};
+  auto held = [&](std::size_t m) { return gathered(m) + grad(m) + bucket(m) + 2 * device::Arena::kAlignment; };
+  std::size_t block = 0;  // the last module that is not routed
   for (std::size_t m = 1; m < plan.modules.size(); ++m) {
     const int c = plan.modules[m].size_class;
-    widest[c] = std::max(widest[c], gathered(m) + grad(m) + bucket(m) + 2 * device::Arena::kAlignment);
+    widest[c] = std::max(widest[c], held(m));
+    if (!in.routed(static_cast<int>(m))) {
+      block = m;
+    } else if (block > 0 && plan.modules[block].size_class == c) {
+      // A routed module (an expert) is held with its layer's block, the module before it.
+      widest[c] = std::max(widest[c], held(block) + held(m));
+    }
   }
   for (int c = 0; c < 2; ++c) {
     std::uint64_t held0 = c == c0 ? grad(0) + device::Arena::kAlignment : 0;

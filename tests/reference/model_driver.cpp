@@ -113,7 +113,10 @@ int run(const Args& a) {
       copy_to_device(*stream, params.params(mi), dtype, master[m].data(), master[m].size());
     }
   }
-  losses.push_back(model.forward(inputs.data(), targets.data(), B, T, false,
+  // A training forward: its loss is the training loss (with a mixture of experts' load-balancing
+  // term when the config asks, as the torch side's), where an evaluation forward's is the
+  // cross-entropy alone (models/model.h).
+  losses.push_back(model.forward(inputs.data(), targets.data(), B, T, true,
                                  a.steps == 0 ? logits.data() : nullptr));
   if (a.steps == 0) {  // gradients at the initial weights still wanted
     params.zero_grads(*stream);
