@@ -200,4 +200,6 @@ void InferenceEngine::grads_ready(int /*module*/, const device::Event& /*done*/)
   throw Error("the inference engine holds no gradients");
 }
 
+void InferenceEngine::prefetch(int module) { parts_->fetcher.hint(module); }
+
 }  // namespace strata::runtime::zero

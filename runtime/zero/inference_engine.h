@@ -77,6 +77,7 @@ class InferenceEngine final : public params::ParamProvider {
   void release(int module, const device::Event& done) override;
   params::ModuleView acquire_grads(int module) override;
   void grads_ready(int module, const device::Event& done) override;
+  void prefetch(int module) override;
 
   struct Parts;  // inference_engine.cpp
 

@@ -277,6 +277,18 @@ void ParamFetcher::drop_gathered(int module) {
   s.fetch = FetchState::idle;
 }
 
+void ParamFetcher::hint(int module) {
+  Module& s = modules_.at(static_cast<std::size_t>(module));
+  const tiers::ModulePlan& mp = plan_of(module);
+  if (mp.resident || s.fetch == FetchState::gathered || update_pending(module)) return;
+  if (s.fetch == FetchState::idle && store_.state(module, tiers::StateKind::param).needs_staging()) {
+    if (free_staging() < 0) return;
+    start_read(module);
+  }
+  if (prefetch_numel_ >= prefetch_bucket_ || live_numel_ + mp.part.padded_numel > max_live_) return;
+  gather(module, false);
+}
+
 void ParamFetcher::set_expert_cache(std::uint64_t bytes) {
   STRATA_ASSERT(gate_ == nullptr || bytes == 0, "the expert cache is for inference: updates rewrite parameters");
   cache_limit_ = bytes;

@@ -87,6 +87,10 @@ class ParamFetcher {
   // Keeps up to `bytes` of released routed modules gathered (0: none, the default). Inference
   // only: parameters that an update rewrites are never cached.
   void set_expert_cache(std::uint64_t bytes);
+  // Starts fetching module m ahead of its acquire (ParamProvider::prefetch): its NVMe read when a
+  // staging buffer is free, its gather when the element budgets and the memory allow without
+  // waiting; else nothing (the acquire fetches it).
+  void hint(int module);
   std::uint64_t expert_cache_bytes() const { return cache_bytes_; }
   bool held(int module) const { return modules_[static_cast<std::size_t>(module)].holders > 0; }
 
