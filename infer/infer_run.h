@@ -27,6 +27,7 @@ struct InferOptions {
   std::string kv_cache = "auto";  // --kv-cache auto|device|host (infer/server.h)
   std::string quantize;        // --quantize int8|int4: streamed modules' weights (resident ones stay in dtype)
   int quantize_group = 128;    // --quantize-group 64|128
+  std::int64_t moe_expert_cache_mb = -1;  // --moe-expert-cache-mb (infer/server.h; -1 auto)
   std::string perplexity_path; // --perplexity FILE: report the text's perplexity instead of generating
   int perplexity_window = 0;   // --perplexity-window; 0 = min(256, the model's longest sequence)
   std::string trace_path;      // --trace t.json

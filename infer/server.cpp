@@ -112,6 +112,9 @@ Server::Server(ServerSetup setup, bool verbose) : setup_(std::move(setup)) {
   engine_setup.module_numels = layout.module_numels();
   engine_setup.module_names = layout.module_names();
   engine_setup.routed_modules = layout.routed_modules();
+  if (setup_.expert_cache_mb >= 0) {
+    engine_setup.expert_cache_bytes = static_cast<std::uint64_t>(setup_.expert_cache_mb) * kMiB;
+  }
   engine_setup.dtype = dtype_;
   engine_setup.quant = setup_.quant;
   if (setup_.perplexity_window > 0) {  // training-style forwards: no KV cache

@@ -37,6 +37,9 @@ struct ServerSetup {
   std::uint64_t seed = 0;
   std::string trace_path;
   runtime::tiers::WeightQuant quant;              // streamed modules' storage (--quantize)
+  // A mixture's expert cache on the device (runtime/zero/param_fetcher.h), in MiB: -1 (auto) the
+  // transient device memory, evicted as needed; 0 none (--moe-expert-cache-mb).
+  std::int64_t expert_cache_mb = -1;
   int perplexity_window = 0;                      // > 0: sized for training-style forwards of this length
 };
 

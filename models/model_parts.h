@@ -51,6 +51,7 @@ class ModuleAccess {
   runtime::params::ModuleView acquire_grads(int module);
   void grads_ready(int module);
   void grads_none(int module);  // no contribution this micro-batch (ParamProvider::grads_none)
+  void prefetch(int module) { params_.prefetch(module); }  // a hint (ParamProvider::prefetch)
 
  private:
   const ModelLayout& layout_;

@@ -162,6 +162,7 @@ int run_serve(const ServeOptions& o) {
     setup.weights = models::has_hf_weights(o.model_path) ? o.model_path : std::string();
     setup.seed = o.seed;
     setup.quant = quant;
+    setup.expert_cache_mb = o.moe_expert_cache_mb;
     if (setup.weights.empty()) log::warn("{} holds no weights: random weights from --seed {}", http_options.model_name, o.seed);
     server = std::make_unique<infer::Server>(std::move(setup), /*verbose=*/true);
 

@@ -21,6 +21,7 @@ struct ServeOptions {
   std::string kv_cache = "auto";  // --kv-cache auto|device|host
   std::string quantize;           // --quantize int8|int4
   int quantize_group = 128;       // --quantize-group
+  std::int64_t moe_expert_cache_mb = -1;  // --moe-expert-cache-mb (-1 auto)
   std::string chat_template_path; // --chat-template FILE (a Jinja file): instead of the folder's
   std::string served_name;        // --served-model-name; "" = the folder's name (or the preset's)
   int max_batch = 8;              // --max-batch: requests decoded together

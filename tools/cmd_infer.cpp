@@ -43,6 +43,10 @@ void add_infer_command(CLI::App& app) {
       ->check(CLI::IsMember({"none", "int8", "int4"}));
   cmd->add_option("--quantize-group", o->quantize_group, "elements per quantization scale: 64 or 128 (default)")
       ->check(CLI::IsMember({64, 128}));
+  cmd->add_option("--moe-expert-cache-mb", o->moe_expert_cache_mb,
+                  "a mixture of experts' device cache of experts, in MiB: -1 (default) as much as the transient device memory "
+                  "holds (evicted when it is needed), 0 none; the least recently used expert goes first")
+      ->check(CLI::Range(std::int64_t{-1}, std::int64_t{1} << 40));
   cmd->add_option("--perplexity", o->perplexity_path,
                   "instead of generating, print the perplexity of this text (its tokens, or its bytes for a "
                   "byte-level model) as one JSON line");

@@ -50,6 +50,10 @@ void add_serve_command(CLI::App& app) {
       ->check(CLI::IsMember({"none", "int8", "int4"}));
   cmd->add_option("--quantize-group", o->quantize_group, "elements per quantization scale: 64 or 128 (default)")
       ->check(CLI::IsMember({64, 128}));
+  cmd->add_option("--moe-expert-cache-mb", o->moe_expert_cache_mb,
+                  "a mixture of experts' device cache of experts, in MiB: -1 (default) as much as the transient "
+                  "device memory holds, 0 none")
+      ->check(CLI::Range(std::int64_t{-1}, std::int64_t{1} << 40));
   cmd->callback([o, device, max_body] {
     o->config_path = device->config_path;
     o->device_kind = device->device;

@@ -47,6 +47,9 @@ class ParamProvider {
     acquire_grads(module);
     grads_ready(module, done);
   }
+  // A hint: module m will be acquired soon (a mixture's experts, once their router ran). A
+  // provider may start fetching it; nothing by default.
+  virtual void prefetch(int /*module*/) {}
 
  protected:
   ParamProvider() = default;

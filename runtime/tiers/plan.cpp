@@ -494,13 +494,19 @@ ZeroPlan make_inference_plan(const config::Config& config, const PlanInputs& inp
   PlanInputs in = inputs;
   in.keep_resident.assign(in.module_numels.size(), 0);
   ZeroPlan plan = compute_plan(config, in);
-  // Greedy: the embedding, the head, then the blocks in forward order, while the device keeps
-  // room for the streamed modules' K slots beside what is resident.
+  // Greedy: the embedding, the head, then the blocks in forward order, then the routed modules
+  // (a mixture's experts, each used by a fraction of the tokens) in forward order, while the
+  // device keeps room for the streamed modules' K slots beside what is resident.
   std::vector<std::size_t> order;
   const std::size_t M = in.module_numels.size();
   order.push_back(0);
   if (M > 1) order.push_back(M - 1);
-  for (std::size_t m = 1; m + 1 < M; ++m) order.push_back(m);
+  for (std::size_t m = 1; m + 1 < M; ++m) {
+    if (!in.routed(static_cast<int>(m))) order.push_back(m);
+  }
+  for (std::size_t m = 1; m + 1 < M; ++m) {
+    if (in.routed(static_cast<int>(m))) order.push_back(m);
+  }
   for (std::size_t m : order) {
     if (plan.modules[m].resident) continue;
     in.keep_resident[m] = 1;

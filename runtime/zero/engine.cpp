@@ -184,6 +184,8 @@ void ZeroEngine::grads_ready(int module, const device::Event& done) {
   if (parts_->grads.ready(module, done)) gradient_final(module);
 }
 
+void ZeroEngine::prefetch(int module) { parts_->fetcher.hint(module); }
+
 void ZeroEngine::grads_none(int module, const device::Event& done) {
   if (parts_->grads.ready_none(module, done)) gradient_final(module);
 }

@@ -4,6 +4,7 @@
 // training facade (and, through it, the CPU Adam).
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,9 @@ struct EngineSetup {
   // Modules the model acquires only when its router picks them (a mixture's experts): kept off
   // the prefetch trace (tiers::PlanInputs::routed_modules). Empty: none.
   std::vector<char> routed_modules;
+  // Inference: the expert cache's bytes at most (ParamFetcher::set_expert_cache); the default
+  // leaves it to the device memory the transient buffers have (evicted when they need it).
+  std::uint64_t expert_cache_bytes = std::numeric_limits<std::uint64_t>::max();
   DType dtype = DType::f32;              // compute dtype of parameters and gradients
   std::uint64_t activation_bytes = 0;    // the model's reserve() for the micro-batch (for the plan)
   std::uint64_t kv_cache_pinned_bytes = 0;  // inference: a KV cache in pinned host memory (for the plan)
@@ -41,6 +45,8 @@ struct EngineCounters {
   std::uint64_t prefetched = 0;        // of which issued ahead of their acquire
   std::uint64_t reused = 0;            // acquires served by a module kept gathered
   std::uint64_t trace_divergences = 0;
+  std::uint64_t expert_hits = 0;       // inference: routed modules (experts) acquired on the device
+  std::uint64_t expert_misses = 0;     // and those fetched for the acquire (the expert cache's rate)
   std::uint64_t skipped_steps = 0;     // fp16 overflow
   std::uint64_t speculative_updates = 0;  // module updates run before the norm was known
   std::uint64_t speculative_redone = 0;   // of which redone (the norm was over the threshold)

@@ -76,6 +76,7 @@ InferenceEngine::InferenceEngine(const config::Config& config, const EngineSetup
                                  device::Stream& compute, comm::Communicator& comm, trace::Tracer& /*tracer*/)
     : config_(config), device_(device), compute_(compute) {
   parts_ = std::make_unique<Parts>(config, setup, device, compute, comm);
+  parts_->fetcher.set_expert_cache(setup.expert_cache_bytes);
   if (offload::SwapSpace* sw = parts_->store.swap()) io_read_base_ = sw->engine().stats().bytes_read;
 }
 
@@ -121,6 +122,8 @@ EngineCounters InferenceEngine::counters() const {
   c.prefetched = f.prefetched;
   c.reused = f.reused;
   c.trace_divergences = f.trace_divergences;
+  c.expert_hits = f.expert_hits;
+  c.expert_misses = f.expert_misses;
   if (offload::SwapSpace* sw = p.store.swap()) c.nvme_read_bytes = sw->engine().stats().bytes_read - io_read_base_;
   return c;
 }
@@ -196,5 +199,7 @@ params::ModuleView InferenceEngine::acquire_grads(int /*module*/) {
 void InferenceEngine::grads_ready(int /*module*/, const device::Event& /*done*/) {
   throw Error("the inference engine holds no gradients");
 }
+
+void InferenceEngine::prefetch(int module) { parts_->fetcher.hint(module); }
 
 }  // namespace strata::runtime::zero

@@ -11,6 +11,8 @@
 // Per forward pass (a prefill or one decoding step), driven by one thread:
 //   begin_pass(); model.forward / forward_decode (acquire / release come here); end_pass()
 // The first pass records the module order; from the second on, fetches run ahead along it.
+// A mixture's experts (EngineSetup::routed_modules) are fetched when the router picks them and
+// kept in the expert cache (param_fetcher.h) up to EngineSetup::expert_cache_bytes.
 //
 // Quantized streaming (EngineSetup::quant, kernels/host/quantize.h): the streamed modules' shards
 // are stored, read from NVMe, copied to the device and kept in their slots as INT8 / INT4 values
@@ -75,6 +77,7 @@ class InferenceEngine final : public params::ParamProvider {
   void release(int module, const device::Event& done) override;
   params::ModuleView acquire_grads(int module) override;
   void grads_ready(int module, const device::Event& done) override;
+  void prefetch(int module) override;
 
   struct Parts;  // inference_engine.cpp
 

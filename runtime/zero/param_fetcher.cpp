@@ -263,6 +263,11 @@ void ParamFetcher::drop_gathered(int module) {
   if (s.fetch != FetchState::gathered) return;
   STRATA_ASSERT(s.holders == 0, "dropping a module the model still holds");
   const tiers::ModulePlan& mp = plan_of(module);
+  if (s.cached) {  // out of the cache, and counted as live again for the subtraction below
+    s.cached = false;
+    cache_bytes_ -= mp.gathered_bytes;
+    live_numel_ += mp.part.padded_numel;
+  }
   // The compute stream read it last (it waited on `ready`, so the copies are done by then).
   compute_.wait(*s.ready);
   pools_[mp.size_class]->free_after(std::move(s.gathered), compute_);
@@ -272,7 +277,55 @@ void ParamFetcher::drop_gathered(int module) {
   s.fetch = FetchState::idle;
 }
 
+void ParamFetcher::hint(int module) {
+  Module& s = modules_.at(static_cast<std::size_t>(module));
+  const tiers::ModulePlan& mp = plan_of(module);
+  if (mp.resident || s.fetch == FetchState::gathered || update_pending(module)) return;
+  if (s.fetch == FetchState::idle && store_.state(module, tiers::StateKind::param).needs_staging()) {
+    if (free_staging() < 0) return;
+    start_read(module);
+  }
+  if (prefetch_numel_ >= prefetch_bucket_ || live_numel_ + mp.part.padded_numel > max_live_) return;
+  gather(module, false);
+}
+
+void ParamFetcher::set_expert_cache(std::uint64_t bytes) {
+  STRATA_ASSERT(gate_ == nullptr || bytes == 0, "the expert cache is for inference: updates rewrite parameters");
+  cache_limit_ = bytes;
+  while (cache_bytes_ > cache_limit_ && evict_cached(-1)) {
+  }
+}
+
+void ParamFetcher::cache_insert(int module) {
+  Module& s = modules_[static_cast<std::size_t>(module)];
+  const tiers::ModulePlan& mp = plan_of(module);
+  if (mp.gathered_bytes > cache_limit_) {
+    drop_gathered(module);
+    return;
+  }
+  s.cached = true;
+  s.last_use = ++cache_clock_;
+  cache_bytes_ += mp.gathered_bytes;
+  live_numel_ -= mp.part.padded_numel;  // cached modules do not hold back the prefetch
+  while (cache_bytes_ > cache_limit_ && evict_cached(-1)) {
+  }
+}
+
+bool ParamFetcher::evict_cached(int size_class) {
+  int victim = -1;
+  for (std::size_t m = 0; m < modules_.size(); ++m) {
+    const Module& s = modules_[m];
+    if (!s.cached || (size_class >= 0 && plan_of(static_cast<int>(m)).size_class != size_class)) continue;
+    if (victim < 0 || s.last_use < modules_[static_cast<std::size_t>(victim)].last_use) victim = static_cast<int>(m);
+  }
+  if (victim < 0) return false;
+  drop_gathered(victim);
+  return true;
+}
+
 bool ParamFetcher::evict_one(int size_class) {
+  // The expert cache gives up its least recently used module first.
+  if (evict_cached(size_class)) return true;
   // Candidates hold a gathered buffer nobody has acquired: kept for reuse, or fetched ahead.
   // Give up the one whose next use along the trace is furthest (or absent) first.
   const std::span<const int> upcoming = trace_.following() ? trace_.upcoming() : std::span<const int>();
@@ -333,6 +386,20 @@ params::ModuleView ParamFetcher::acquire(int module) {
   view.numel = mp.part.numel;
   view.dtype = dtype_;
   ++s.holders;
+  // The expert cache: a routed module on the device already (resident, or cached) is a hit; one
+  // that is fetched for this acquire (now or ahead) a miss.
+  if (routed(module) && s.holders == 1) {
+    if (mp.resident || s.cached) {
+      ++counters_.expert_hits;
+    } else if (s.fetch != FetchState::gathered || s.prefetched) {
+      ++counters_.expert_misses;
+    }
+    if (s.cached) {
+      s.cached = false;
+      cache_bytes_ -= mp.gathered_bytes;
+      live_numel_ += mp.part.padded_numel;
+    }
+  }
   if (mp.resident) {
     const tiers::TierState& param = store_.state(module, tiers::StateKind::param);
     view.data = param.device_full();
@@ -373,13 +440,19 @@ void ParamFetcher::release(int module) {
   STRATA_ASSERT(s.holders > 0, "release of a module that was not acquired");
   --s.holders;
   if (plan_of(module).resident || s.holders > 0) return;
-  if (!keep_for_reuse(module)) drop_gathered(module);
+  if (cache_limit_ > 0 && routed(module) && s.fetch == FetchState::gathered) {
+    cache_insert(module);
+  } else if (!keep_for_reuse(module)) {
+    drop_gathered(module);
+  }
   prefetch(/*may_wait=*/true);
 }
 
 void ParamFetcher::end_step() {
   trace_.end_step();
-  for (std::size_t m = 0; m < modules_.size(); ++m) drop_gathered(static_cast<int>(m));
+  for (std::size_t m = 0; m < modules_.size(); ++m) {
+    if (!modules_[m].cached) drop_gathered(static_cast<int>(m));  // the expert cache stays
+  }
   read_watcher_.drain();  // every read of the step has completed; throws the first failure
 }
 

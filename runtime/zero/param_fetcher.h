@@ -25,6 +25,11 @@
 // watcher, a thread of strata's own, raises when the read completes: no host function runs on a
 // stream (on CUDA one thread runs those of every stream, and a waiting one would hold it).
 //
+// The expert cache (inference; set_expert_cache): a routed module (a mixture's expert) released
+// by the model stays gathered on the device, across passes, while the cache's bytes stay under
+// its limit; the least recently used goes first, when the limit is passed or when memory is
+// needed (allocate_now). A routed module acquired from the cache is a hit, else a miss.
+//
 // Transient memory: two regions carved from the arena at start, one per size class (plan.h),
 // with stream-ordered reuse (runtime/device/device_pool.h). allocate_now() serves gathered
 // parameters, gradient buffers and buckets: it waits for buffers whose work is finishing, then
@@ -57,6 +62,8 @@ struct FetchCounters {
   std::uint64_t prefetched = 0;        // of which issued ahead of their acquire
   std::uint64_t reused = 0;            // acquires served by a module kept gathered
   std::uint64_t trace_divergences = 0;
+  std::uint64_t expert_hits = 0;       // acquires of a routed module found in the expert cache
+  std::uint64_t expert_misses = 0;     // acquires of a routed module that had to be fetched
 };
 
 class ParamFetcher {
@@ -77,6 +84,14 @@ class ParamFetcher {
   // Module m's parameters were rewritten on this rank (an update, a checkpoint): a resident
   // module of several ranks gathers the others' slices again at its next acquire.
   void params_changed(int module);
+  // Keeps up to `bytes` of released routed modules gathered (0: none, the default). Inference
+  // only: parameters that an update rewrites are never cached.
+  void set_expert_cache(std::uint64_t bytes);
+  // Starts fetching module m ahead of its acquire (ParamProvider::prefetch): its NVMe read when a
+  // staging buffer is free, its gather when the element budgets and the memory allow without
+  // waiting; else nothing (the acquire fetches it).
+  void hint(int module);
+  std::uint64_t expert_cache_bytes() const { return cache_bytes_; }
   bool held(int module) const { return modules_[static_cast<std::size_t>(module)].holders > 0; }
 
   // Device memory for a buffer needed now (see the header comment), from `size_class`'s region.
@@ -102,6 +117,8 @@ class ParamFetcher {
     int holders = 0;           // acquires not yet released
     bool prefetched = false;   // fetched ahead and not acquired yet
     bool stale = false;        // resident, several ranks: updated since its last all-gather
+    bool cached = false;       // a released routed module kept in the expert cache
+    std::uint64_t last_use = 0;  // the expert cache's clock at its last release
   };
   struct Staging {
     offload::HostBuffer buffer;
@@ -121,6 +138,9 @@ class ParamFetcher {
   bool keep_for_reuse(int module) const;
   void drop_gathered(int module);
   bool evict_one(int size_class);
+  bool routed(int module) const { return store_.plan_inputs().routed(module); }
+  void cache_insert(int module);      // a released routed module joins the expert cache
+  bool evict_cached(int size_class);  // drops the least recently used cached module; -1: any class
   bool update_pending(int module) const { return gate_ != nullptr && gate_->pending(module); }
   void wait_update(int module) {
     if (gate_ != nullptr) gate_->wait(module);
@@ -135,6 +155,9 @@ class ParamFetcher {
   UpdateGate* gate_;
   DType dtype_;
   int shards_ = 1;
+  std::uint64_t cache_limit_ = 0;  // the expert cache's bytes at most
+  std::uint64_t cache_bytes_ = 0;  // its bytes now
+  std::uint64_t cache_clock_ = 0;
   std::vector<Module> modules_;
   std::vector<Staging> staging_;  // NVMe parameter reads
   std::unique_ptr<device::Event> shard_copied_;  // a gather's H2D, for the all-gather to wait on
