@@ -81,6 +81,12 @@ void MoeMlp::route_and_compute(Stream& s, ModuleAccess& modules, const ModelLayo
   }
   ops::moe_gather(s, a.xs, n, a.order, N, k, C, dt);
   s.synchronize();
+  // Every routed expert's fetch may start now (NVMe reads side by side), before the first runs.
+  for (int e = 0; e < E; ++e) {
+    if (a.host_offsets[static_cast<std::size_t>(e) + 1] > a.host_offsets[static_cast<std::size_t>(e)]) {
+      modules.prefetch(layout.expert_module(layer, e));
+    }
+  }
   const std::size_t uC = static_cast<std::size_t>(C), uF = static_cast<std::size_t>(F);
   for (int e = 0; e < E; ++e) {
     const std::int64_t first = a.host_offsets[static_cast<std::size_t>(e)];

@@ -494,22 +494,15 @@ ZeroPlan make_inference_plan(const config::Config& config, const PlanInputs& inp
   PlanInputs in = inputs;
   in.keep_resident.assign(in.module_numels.size(), 0);
   ZeroPlan plan = compute_plan(config, in);
-  // Greedy: the embedding, the head, then the blocks in forward order, then the routed modules
-  // (a mixture's experts, each used by a fraction of the tokens) in forward order, while the
-  // device keeps room for the streamed modules' K slots beside what is resident.
-  std::vector<std::size_t> order;
+  // Greedy: the embedding, the head, then the blocks in forward order, while the device keeps
+  // room for the streamed modules' K slots beside what is resident. Routed modules (a mixture's
+  // experts) come last and all together: resident when every one of them fits, else none, and
+  // the device memory left is the fetcher's expert cache (param_fetcher.h), which keeps the
+  // experts the router actually picks rather than a fixed few.
   const std::size_t M = in.module_numels.size();
-  order.push_back(0);
-  if (M > 1) order.push_back(M - 1);
-  for (std::size_t m = 1; m + 1 < M; ++m) {
-    if (!in.routed(static_cast<int>(m))) order.push_back(m);
-  }
-  for (std::size_t m = 1; m + 1 < M; ++m) {
-    if (in.routed(static_cast<int>(m))) order.push_back(m);
-  }
-  for (std::size_t m : order) {
-    if (plan.modules[m].resident) continue;
-    in.keep_resident[m] = 1;
+  auto try_resident = [&](const std::vector<std::size_t>& modules) {
+    std::vector<char> before = in.keep_resident;
+    for (std::size_t m : modules) in.keep_resident[m] = 1;
     ZeroPlan candidate = compute_plan(config, in);
     const bool all_resident = std::all_of(candidate.modules.begin(), candidate.modules.end(),
                                           [](const ModulePlan& mp) { return mp.resident; });
@@ -517,9 +510,18 @@ ZeroPlan make_inference_plan(const config::Config& config, const PlanInputs& inp
     if (candidate.device_minimum_bytes + slots <= in.device_budget_bytes) {
       plan = std::move(candidate);
     } else {
-      in.keep_resident[m] = 0;
+      in.keep_resident = std::move(before);
     }
+  };
+  std::vector<std::size_t> order;
+  order.push_back(0);
+  if (M > 1) order.push_back(M - 1);
+  std::vector<std::size_t> routed;
+  for (std::size_t m = 1; m + 1 < M; ++m) (in.routed(static_cast<int>(m)) ? routed : order).push_back(m);
+  for (std::size_t m : order) {
+    if (!plan.modules[m].resident) try_resident({m});
   }
+  if (!routed.empty()) try_resident(routed);
   check_fits(plan, in);
   return plan;
 }

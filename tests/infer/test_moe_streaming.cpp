@@ -1,11 +1,14 @@
 // ZeRO-Inference of a mixture of experts on the host backend: a Mixtral whose blocks and experts
 // are streamed from pinned host memory or NVMe generates exactly what the resident model
-// generates, and a decoding step at batch 1 moves only the experts its router picked: the
-// engine's H2D bytes per step are at most 1.05 x (the streamed non-expert bytes + k of each
-// sparse layer's E experts), far below streaming every expert.
+// generates, and a decoding step at batch 1 with no expert cache moves only the experts its router
+// picked: the engine's H2D bytes per step are at most 1.05 x (the streamed non-expert bytes + k of
+// each sparse layer's E experts), far below streaming every expert. With the expert cache, the
+// same prompt decoded a second time finds most of its experts on the device.
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -69,9 +72,11 @@ struct Decoded {
   std::uint64_t bound = 0;                       // streamed non-expert bytes + k experts per layer
   std::uint64_t all_experts = 0;                 // streamed non-expert bytes + every expert
   int resident = 0, modules = 0;
+  double first_hit_rate = 0, second_hit_rate = 0;  // the expert cache's, per run of the prompt
 };
 
-Decoded decode(runtime::config::OffloadDevice params, const std::string& nvme, std::uint64_t device_bytes) {
+Decoded decode(runtime::config::OffloadDevice params, const std::string& nvme, std::uint64_t device_bytes,
+               std::uint64_t expert_cache_bytes) {
   const models::LlamaConfig config = mixtral();
   const models::LlamaSpec spec(config);
   const models::ModelLayout layout = spec.layout();
@@ -86,6 +91,7 @@ Decoded decode(runtime::config::OffloadDevice params, const std::string& nvme, s
   setup.module_names = layout.module_names();
   setup.routed_modules = layout.routed_modules();
   setup.activation_bytes = spec.inference_bytes({}, 1, 8, max_T);
+  setup.expert_cache_bytes = expert_cache_bytes;
   runtime::zero::InferenceEngine engine(cfg, setup, *device, *compute, *comm, tracer);
   for (std::size_t m = 0; m < layout.modules.size(); ++m) {
     std::vector<float> values(layout.modules[m].numel);
@@ -108,37 +114,51 @@ Decoded decode(runtime::config::OffloadDevice params, const std::string& nvme, s
   r.bound += experts * static_cast<std::uint64_t>(config.num_experts_per_tok) /
              static_cast<std::uint64_t>(config.num_experts);
 
-  models::KvCache cache = model->make_kv_cache(1, max_T);
   const std::vector<std::int32_t> prompt = models::test::random_tokens(6, config.vocab_size, 7);
   const int len = static_cast<int>(prompt.size());
   std::vector<float> logits(static_cast<std::size_t>(config.vocab_size));
   auto greedy = [&] {
     std::int32_t best = 0;
-    for (int v = 1; v < config.vocab_size; ++v) best = logits[static_cast<std::size_t>(v)] > logits[static_cast<std::size_t>(best)] ? v : best;
+    for (int v = 1; v < config.vocab_size; ++v) {
+      if (logits[static_cast<std::size_t>(v)] > logits[static_cast<std::size_t>(best)]) best = v;
+    }
     return best;
   };
-  engine.begin_pass();
-  model->prefill(cache, prompt.data(), &len, 1, len, logits.data());
-  engine.end_pass();
-  r.ids.push_back(greedy());
-  for (int t = 0; t < 12; ++t) {
-    const std::uint64_t before = engine.counters().h2d_bytes;
+  // The prompt and 12 greedy tokens, twice.
+  for (int run = 0; run < 2; ++run) {
+    const runtime::zero::EngineCounters start = engine.counters();
+    models::KvCache cache = model->make_kv_cache(1, max_T);
+    std::vector<std::int32_t> ids;
     engine.begin_pass();
-    model->forward_decode(cache, &r.ids.back(), 1, 1, logits.data());
+    model->prefill(cache, prompt.data(), &len, 1, len, logits.data());
     engine.end_pass();
-    r.step_h2d.push_back(engine.counters().h2d_bytes - before);
-    r.ids.push_back(greedy());
+    ids.push_back(greedy());
+    for (int t = 0; t < 12; ++t) {
+      const std::uint64_t before = engine.counters().h2d_bytes;
+      engine.begin_pass();
+      model->forward_decode(cache, &ids.back(), 1, 1, logits.data());
+      engine.end_pass();
+      if (run == 0) r.step_h2d.push_back(engine.counters().h2d_bytes - before);
+      ids.push_back(greedy());
+    }
+    const runtime::zero::EngineCounters end = engine.counters();
+    const double hits = static_cast<double>(end.expert_hits - start.expert_hits);
+    const double misses = static_cast<double>(end.expert_misses - start.expert_misses);
+    (run == 0 ? r.first_hit_rate : r.second_hit_rate) = hits / (hits + misses);
+    if (run == 0) r.ids = ids;
+    EXPECT_EQ(ids, r.ids);
   }
   return r;
 }
 
 TEST(MoeStreaming, ExpertsStreamedOnlyWhenRoutedGenerateTheResidentTokens) {
   TempDir dir;
-  const Decoded resident = decode(runtime::config::OffloadDevice::kNone, "", 64 * kMiB);
+  const Decoded resident = decode(runtime::config::OffloadDevice::kNone, "", 64 * kMiB, 0);
   EXPECT_EQ(resident.resident, resident.modules);
+  EXPECT_EQ(resident.first_hit_rate, 1.0);  // every expert resident
   for (auto params : {runtime::config::OffloadDevice::kCpu, runtime::config::OffloadDevice::kNvme}) {
     SCOPED_TRACE(params == runtime::config::OffloadDevice::kCpu ? "cpu" : "nvme");
-    const Decoded streamed = decode(params, dir.path(), 3 * kMiB / 2);
+    const Decoded streamed = decode(params, dir.path(), 3 * kMiB / 2, 0);
     EXPECT_LT(streamed.resident, streamed.modules / 4) << "the test needs most modules streamed";
     EXPECT_EQ(streamed.ids, resident.ids);
     // Every decoding step after the first (whose trace the prefill recorded) moves at most 1.05 x
@@ -149,7 +169,26 @@ TEST(MoeStreaming, ExpertsStreamedOnlyWhenRoutedGenerateTheResidentTokens) {
           << ", every expert " << streamed.all_experts;
     }
     EXPECT_LT(streamed.bound, streamed.all_experts / 2);
+    EXPECT_LT(streamed.first_hit_rate, 0.5);  // no cache: the resident experts only
   }
+}
+
+// With the expert cache (as much as the transient device memory holds), the same prompt decoded
+// again finds most of its experts on the device, and the tokens stay the resident model's.
+TEST(MoeStreaming, TheExpertCacheServesARepeatedPrompt) {
+  TempDir dir;
+  const Decoded resident = decode(runtime::config::OffloadDevice::kNone, "", 64 * kMiB, 0);
+  // 3 MiB: the non-expert modules resident, the experts streamed (not all of them fit), and the
+  // device memory left to the cache.
+  const Decoded cached = decode(runtime::config::OffloadDevice::kCpu, dir.path(), 3 * kMiB,
+                                std::numeric_limits<std::uint64_t>::max());
+  std::printf("expert cache: hit rate %.3f on the first run of the prompt, %.3f on the second\n",
+              cached.first_hit_rate, cached.second_hit_rate);
+  EXPECT_EQ(cached.ids, resident.ids);
+  EXPECT_GT(cached.second_hit_rate, 0.5) << "first run " << cached.first_hit_rate;
+  EXPECT_GE(cached.second_hit_rate, cached.first_hit_rate);
+  const Decoded uncached = decode(runtime::config::OffloadDevice::kCpu, dir.path(), 3 * kMiB, 0);
+  EXPECT_GT(cached.second_hit_rate, uncached.second_hit_rate + 0.2);
 }
 
 }  // namespace

@@ -54,8 +54,11 @@ MOE_FLAG_SETS = {
     "streamed from pinned host": ["--config", "{cpu}", "--device-memory", "2MiB"],
     "streamed from NVMe": ["--config", "{nvme}", "--device-memory", "2MiB"],
     "KV cache in pinned host": ["--kv-cache", "host"],
-    # "expert cache 1 MiB": ["--config", "{cpu}", "--device-memory", "2MiB",
-    #                        "--moe-expert-cache-mb", "1"],
+    "expert cache 1 MiB": ["--config", "{cpu}", "--device-memory", "2MiB",
+                           "--moe-expert-cache-mb", "1"],
+    "no expert cache, from NVMe": ["--config", "{nvme}", "--device-memory", "2MiB",
+                                   "--moe-expert-cache-mb", "0"],
+    # Not yet in strata (issue 32's next parts):
     # "no expert prefetch": ["--config", "{cpu}", "--device-memory", "2MiB",
     #                        "--moe-prefetch", "off"],
     # "experts on the CPU": ["--moe-cpu-experts", "on"],
