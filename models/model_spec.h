@@ -30,6 +30,16 @@ struct HfNaming {
   std::vector<std::string> ignored_suffixes;
 };
 
+// A mixture of experts' routing (models/moe/moe_mlp.h), for the tools that size a model without
+// knowing its family (`strata estimate`). A dense model: experts 0, active_params = num_params().
+struct ExpertRouting {
+  int experts = 0;                 // E, experts per sparse layer
+  int per_token = 0;               // k, experts each token is routed to
+  int sparse_layers = 0;           // layers with experts
+  std::int64_t active_params = 0;  // the parameters one token's forward reads (k of E experts)
+  bool moe() const { return experts > 0; }
+};
+
 class ModelSpec {
  public:
   virtual ~ModelSpec() = default;
@@ -47,6 +57,8 @@ class ModelSpec {
   virtual const HfNaming& hf_naming() const = 0;
   // The end-of-sequence tokens config.json names ("eos_token_id"); empty when it names none.
   virtual std::vector<int> stop_token_ids() const = 0;
+  // The expert routing (above); the default is a dense model's.
+  virtual ExpertRouting expert_routing() const { return {0, 0, 0, num_params()}; }
 
   // Device bytes a model's reserve(B, T) allocates. With options.vocab_multiple 0 (the device
   // decides) it counts the larger choice, 128.

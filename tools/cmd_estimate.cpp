@@ -8,7 +8,8 @@
 // pinned host, NVMe) a plan needs, split by class of state, from the plan code `strata train` runs
 // (runtime/estimate/estimate.h); the ZeRO paper's formula beside strata's model states; the
 // collective bytes per step; whether the cell fits this machine (or the budgets given) and what
-// to change when not; with --profile, the predicted step time and its bottleneck.
+// to change when not; with --profile, the predicted step time and its bottleneck. For a mixture
+// of experts, the active parameters and its expected expert traffic (tools/estimate/estimate_report.h).
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -60,8 +61,8 @@ std::string node_clause(const EstimateInputs& in) {
 }
 
 void print_table(const EstimateInputs& in, const Estimate& e) {
-  std::printf("strata estimate: %s, %lld parameters, %s, micro-batch %d x %d%s, %d rank(s)%s\n",
-              in.model.describe.c_str(), static_cast<long long>(in.model.num_params),
+  std::printf("strata estimate: %s, %s, %s, micro-batch %d x %d%s, %d rank(s)%s\n",
+              in.model.describe.c_str(), parameters_clause(in.model).c_str(),
               std::string(dtype_name(e.dtype)).c_str(), e.batch, e.seq_len,
               e.gas > 1 ? fmt::format(" x {} accumulation steps", e.gas).c_str() : "", in.world,
               in.activation_checkpointing ? ", activation checkpointing" : "");
@@ -144,6 +145,8 @@ void print_table(const EstimateInputs& in, const Estimate& e) {
       "%s, rounds pinned buffers to 4 KiB pages and NVMe extents to aio.block_size.\n",
       static_cast<unsigned long long>(e.rows.empty() ? 0 : e.rows.front().psi_padded), in.world,
       accumulators.c_str());
+  const std::string moe = moe_section(in, e);
+  if (!moe.empty()) std::printf("\n%s", moe.c_str());
 }
 
 // The pick, what it changes in a config, and the runners-up.
@@ -160,6 +163,7 @@ void print_recommendation(const EstimateInputs& in, const Recommendation& r, boo
     e.batch = r.pick.micro_batch;
     e.seq_len = runtime::estimate::sequence_length(in);
     e.gas = r.pick.gas;
+    e.dtype = runtime::config::compute_dtype(r.config);
     nlohmann::json j = estimate_row_json(in, e, r.pick.row);
     j["ratio"] = r.pick.ratio;
     j["considered"] = r.considered;

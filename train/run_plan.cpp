@@ -31,6 +31,9 @@ runtime::estimate::EstimateModel estimate_model(const models::ModelSpec& spec) {
   m.max_positions = spec.max_positions();
   m.module_numels = layout.module_numels();
   m.module_names = layout.module_names();
+  const models::ExpertRouting routing = spec.expert_routing();
+  m.routing = {routing.experts, routing.per_token, routing.sparse_layers, routing.active_params};
+  if (routing.moe()) m.routed_modules = layout.routed_modules();
   m.activation_bytes = [&spec](DType dtype, bool activation_checkpointing, runtime::device::Backend backend, int B,
                                int T) {
     return spec.activation_bytes(run_model_options(dtype, activation_checkpointing, backend), B, T);

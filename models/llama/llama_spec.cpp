@@ -43,6 +43,17 @@ std::string LlamaSpec::describe() const {
                      static_cast<double>(c.num_params()) / 1e9, active);
 }
 
+ExpertRouting LlamaSpec::expert_routing() const {
+  const LlamaConfig& c = config_;
+  ExpertRouting r;
+  r.active_params = c.active_params();
+  if (!c.moe()) return r;
+  r.experts = c.num_experts;
+  r.per_token = c.num_experts_per_tok;
+  for (int l = 0; l < c.num_hidden_layers; ++l) r.sparse_layers += c.sparse_layer(l) ? 1 : 0;
+  return r;
+}
+
 void LlamaSpec::init_module(const ModuleLayout& module, std::uint64_t seed, float* out) const {
   zero_gaps(module, out);
   for (const TensorSlot& t : module.tensors) {

@@ -26,6 +26,7 @@ class LlamaSpec final : public StackSpec {
   std::string to_json() const override { return config_.to_json(); }
   std::string describe() const override;
   std::vector<int> stop_token_ids() const override { return config_.eos_token_ids; }
+  ExpertRouting expert_routing() const override;
   void init_module(const ModuleLayout& module, std::uint64_t seed, float* out) const override;
 
  private:

@@ -23,6 +23,7 @@ tiers::PlanInputs plan_inputs(const config::Config& config, const EstimateModel&
   tiers::PlanInputs in;
   in.module_numels = model.module_numels;
   in.module_names = model.module_names;
+  in.routed_modules = model.routed_modules;
   in.world = world;
   in.dtype = dtype;
   in.grad_dtype = config::to_dtype(config.data_types.grad_accum_dtype);
@@ -166,9 +167,17 @@ EstimateRow estimate_row(const EstimateInputs& in, const Placement& p, const con
   if (!row.fits) row.advice = advice_for(row, in.budgets);
   if (in.profile) {
     const double tokens = static_cast<double>(B) * T * gas;
-    const ModelShape shape{static_cast<double>(in.model.num_params), static_cast<int>(in.model.module_numels.size()) - 2,
-                           in.model.hidden_size, T};
-    const StepWork work = step_work(plan, pin, gas, shape, tokens, in.activation_checkpointing);
+    // Layers: the modules less the embedding, the head and the experts. Flops: a mixture's
+    // token reads its active parameters; its experts are fetched at the micro-batch's expected
+    // share (moe_traffic.h).
+    const MoeRouting& moe = in.model.routing;
+    int layers = static_cast<int>(in.model.module_numels.size()) - 2;
+    for (char routed : in.model.routed_modules) layers -= routed != 0 ? 1 : 0;
+    const double params = static_cast<double>(moe.moe() ? moe.active_params : in.model.num_params);
+    const ModelShape shape{params, layers, in.model.hidden_size, T};
+    const double routed_share =
+        moe.moe() ? expected_experts(moe.experts, moe.per_token, static_cast<double>(B) * T) / moe.experts : 1.0;
+    const StepWork work = step_work(plan, pin, gas, shape, tokens, in.activation_checkpointing, routed_share);
     row.step = predict_step(work, *in.profile, in.backend == device::Backend::host);
   }
   return row;

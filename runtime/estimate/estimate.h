@@ -19,6 +19,7 @@
 #include "runtime/config/config.h"
 #include "runtime/device/device.h"
 #include "runtime/estimate/machine_profile.h"
+#include "runtime/estimate/moe_traffic.h"
 #include "runtime/estimate/step_model.h"
 #include "runtime/tiers/footprint.h"
 
@@ -33,6 +34,11 @@ struct EstimateModel {
   int max_positions = 0;          // the longest sequence
   std::vector<std::size_t> module_numels;  // the layout's modules, in order
   std::vector<std::string> module_names;
+  // A mixture of experts (runtime/estimate/moe_traffic.h; experts 0 when dense) and its expert
+  // modules: routed_modules[m] is 1 when module m is acquired only when routed to
+  // (models::ModelLayout::routed_modules; empty when dense).
+  MoeRouting routing;
+  std::vector<char> routed_modules;
   // Device bytes the model's reserve(B, T) allocates when built in `dtype` for `backend`, with
   // or without activation checkpointing.
   std::function<std::uint64_t(DType dtype, bool activation_checkpointing, device::Backend backend, int B, int T)>

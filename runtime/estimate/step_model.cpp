@@ -6,19 +6,21 @@
 namespace strata::runtime::estimate {
 
 StepWork step_work(const tiers::ZeroPlan& plan, const tiers::PlanInputs& in, int micro_batches, const ModelShape& model,
-                   double tokens, bool activation_checkpointing) {
+                   double tokens, bool activation_checkpointing, double routed_share) {
   StepWork w;
   w.hidden = model.hidden;
   w.model_flops =
       model_step_flops(model.params, model.layers, model.hidden, model.seq_len, tokens, activation_checkpointing);
   const double ds = static_cast<double>(dtype_size(in.dtype));
   const double gas = micro_batches;
-  for (const tiers::ModulePlan& mp : plan.modules) {
+  for (std::size_t m = 0; m < plan.modules.size(); ++m) {
+    const tiers::ModulePlan& mp = plan.modules[m];
+    const double fetches = in.routed(static_cast<int>(m)) ? routed_share : 1.0;
     const double shard = static_cast<double>(mp.part.shard_numel);
     const bool streamed = !mp.resident && mp.param_tier != tiers::Tier::device;
     const bool offloaded_optimizer = mp.optimizer_tier != tiers::Tier::device;
     if (streamed) {
-      const double fetched = 2.0 * gas * static_cast<double>(mp.shard_bytes);
+      const double fetched = 2.0 * gas * fetches * static_cast<double>(mp.shard_bytes);
       w.h2d_bytes += fetched;
       if (mp.param_tier == tiers::Tier::nvme) {
         w.disk_read_bytes += fetched;

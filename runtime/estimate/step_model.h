@@ -8,7 +8,8 @@
 //               step points give for the model's width (interpolated in log width between the
 //               two nearest points, the end point's rate outside them);
 //   h2d         every streamed module's shard, gathered in forward and again in backward, per
-//               micro-batch; plus, for modules whose parameters stay on the device but whose
+//               micro-batch (a routed module, a mixture's expert, at the share of its layer's
+//               experts the micro-batch is expected to pick: moe_traffic.h); plus, for modules whose parameters stay on the device but whose
 //               optimizer is offloaded, the updated shard once per step;
 //   d2h         the gradient shard of every module whose optimizer is offloaded, per micro-batch;
 //   cpu adam    the elements of the offloaded optimizer shards, once per step;
@@ -39,15 +40,16 @@ struct StepWork {
 
 // The model's shape as the flops count needs it.
 struct ModelShape {
-  double params = 0;  // a tied head once
+  double params = 0;  // a tied head once; a mixture's active parameters
   int layers = 0;
   int hidden = 0;
   int seq_len = 0;
 };
 
-// `tokens`: B x T x micro_batches on this rank.
+// `tokens`: B x T x micro_batches on this rank. `routed_share`: the expected fraction of the
+// routed modules (inputs.routed_modules) a micro-batch fetches (NVMe reads included).
 StepWork step_work(const tiers::ZeroPlan& plan, const tiers::PlanInputs& inputs, int micro_batches,
-                   const ModelShape& model, double tokens, bool activation_checkpointing);
+                   const ModelShape& model, double tokens, bool activation_checkpointing, double routed_share = 1.0);
 
 // The profile's compute rate (model flops per second) at width `hidden`.
 double compute_rate(const MachineProfile& profile, int hidden);

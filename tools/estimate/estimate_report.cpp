@@ -1,7 +1,11 @@
 #include "tools/estimate/estimate_report.h"
 
+#include <algorithm>
 #include <cstdio>
 
+#include <fmt/format.h>
+
+#include "core/units.h"
 #include "tools/charts/metrics_charts.h"
 
 namespace strata::tools {
@@ -9,6 +13,7 @@ namespace strata::tools {
 using runtime::estimate::Budgets;
 using runtime::estimate::Estimate;
 using runtime::estimate::EstimateInputs;
+using runtime::estimate::EstimateModel;
 using runtime::estimate::EstimateRow;
 using runtime::tiers::StateClass;
 using runtime::tiers::Tier;
@@ -54,6 +59,7 @@ nlohmann::json estimate_row_json(const EstimateInputs& in, const Estimate& e, co
   j["collective_bytes"] = r.collective_bytes;
   j["fits"] = r.fits;
   if (!r.fits) j["advice"] = r.advice;
+  if (in.model.routing.moe()) j["moe"] = moe_json(in, e);
   if (r.step) {
     nlohmann::json res;
     for (const auto& [name, ms] : r.step->resource_ms) res[name] = ms;
@@ -64,6 +70,94 @@ nlohmann::json estimate_row_json(const EstimateInputs& in, const Estimate& e, co
                       {"resource_ms", res}};
   }
   return j;
+}
+
+std::string parameters_clause(const EstimateModel& model) {
+  std::string out = fmt::format("{} parameters", model.num_params);
+  if (model.routing.moe()) out += fmt::format(" ({} active a token)", model.routing.active_params);
+  return out;
+}
+
+std::vector<int> moe_decode_batches(int run_batch) {
+  std::vector<int> out = {1, 4, 16, 64};
+  if (run_batch >= 1 && std::find(out.begin(), out.end(), run_batch) == out.end()) {
+    out.insert(std::upper_bound(out.begin(), out.end(), run_batch), run_batch);
+  }
+  return out;
+}
+
+namespace {
+
+runtime::estimate::MoeBytes model_moe_bytes(const EstimateInputs& in, const Estimate& e) {
+  return runtime::estimate::moe_bytes(in.model.module_numels, in.model.routed_modules, in.model.routing, e.dtype);
+}
+
+std::string bytes_text(double b) { return format_bytes(static_cast<std::uint64_t>(b + 0.5)); }
+
+}  // namespace
+
+std::string moe_section(const EstimateInputs& in, const Estimate& e) {
+  const runtime::estimate::MoeRouting& moe = in.model.routing;
+  if (!moe.moe()) return "";
+  const runtime::estimate::MoeBytes bytes = model_moe_bytes(in, e);
+  std::string out = fmt::format(
+      "mixture of experts: {} experts in each of {} sparse layers, {} per token; one expert {} in {}\n"
+      "  (all experts {} of the model's {})\n",
+      moe.experts, moe.sparse_layers, moe.per_token, format_bytes(bytes.one_expert_bytes), dtype_name(e.dtype),
+      format_bytes(bytes.expert_bytes), format_bytes(bytes.non_expert_bytes + bytes.expert_bytes));
+  out += "  decoding b sequences, every module streamed; a sparse layer picks E (1 - (1 - k/E)^b) experts:\n";
+  out += fmt::format("  {:>7} {:>14} {:>12} {:>12}   {:>25} {:>12} {:>7}\n", "batch", "experts/layer", "bytes/step",
+                     "bytes/token", "every expert: bytes/step", "bytes/token", "ratio");
+  for (int b : moe_decode_batches(e.batch)) {
+    const runtime::estimate::DecodeTraffic t = runtime::estimate::decode_traffic(moe, bytes, b);
+    out += fmt::format("  {:>7} {:>14.2f} {:>12} {:>12}   {:>25} {:>12} {:>7.3f}\n", b, t.experts_per_layer,
+                       bytes_text(t.step_bytes), bytes_text(t.token_bytes), bytes_text(t.dense_step_bytes),
+                       bytes_text(t.dense_token_bytes), t.step_bytes / t.dense_step_bytes);
+  }
+  const runtime::estimate::TrainTraffic t = runtime::estimate::train_traffic(moe, bytes, e.batch, e.seq_len);
+  out += fmt::format(
+      "  training, micro-batch {} x {}: {:.2f} experts a sparse layer fetched in forward and again in backward;\n"
+      "  expert bytes fetched a step{} {} (every expert: {}; ratio {:.3f})\n",
+      e.batch, e.seq_len, t.experts_per_layer,
+      e.gas > 1 ? fmt::format(" ({} micro-batches)", e.gas) : "", bytes_text(t.expert_bytes * e.gas),
+      bytes_text(t.all_expert_bytes * e.gas), t.fraction());
+  out +=
+      "  expected values under uniform routing, tokens independent: the most such a router can expect\n"
+      "  (skewed routing picks fewer distinct experts), not a bound for routers that spread tokens on purpose\n"
+      "  (runtime/estimate/moe_traffic.h). Bytes are the compute dtype's, gathered on the device.\n";
+  return out;
+}
+
+nlohmann::json moe_json(const EstimateInputs& in, const Estimate& e) {
+  const runtime::estimate::MoeRouting& moe = in.model.routing;
+  if (!moe.moe()) return nullptr;
+  const runtime::estimate::MoeBytes bytes = model_moe_bytes(in, e);
+  nlohmann::json decode = nlohmann::json::array();
+  for (int b : moe_decode_batches(e.batch)) {
+    const runtime::estimate::DecodeTraffic t = runtime::estimate::decode_traffic(moe, bytes, b);
+    decode.push_back({{"batch", b},
+                      {"experts_per_layer", t.experts_per_layer},
+                      {"step_bytes", t.step_bytes},
+                      {"token_bytes", t.token_bytes},
+                      {"every_expert_step_bytes", t.dense_step_bytes},
+                      {"every_expert_token_bytes", t.dense_token_bytes}});
+  }
+  const runtime::estimate::TrainTraffic t = runtime::estimate::train_traffic(moe, bytes, e.batch, e.seq_len);
+  return {{"experts", moe.experts},
+          {"experts_per_token", moe.per_token},
+          {"sparse_layers", moe.sparse_layers},
+          {"num_params", in.model.num_params},
+          {"active_params", moe.active_params},
+          {"dtype", std::string(dtype_name(e.dtype))},
+          {"non_expert_bytes", bytes.non_expert_bytes},
+          {"expert_bytes", bytes.expert_bytes},
+          {"one_expert_bytes", bytes.one_expert_bytes},
+          {"decode", decode},
+          {"train",
+           {{"tokens", t.tokens},
+            {"experts_per_layer", t.experts_per_layer},
+            {"expert_bytes_per_step", t.expert_bytes * e.gas},
+            {"every_expert_bytes_per_step", t.all_expert_bytes * e.gas}}}};
 }
 
 charts::MemoryCell memory_cell(const EstimateRow& row, const Budgets& budgets, bool at_least) {
