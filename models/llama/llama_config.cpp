@@ -120,7 +120,7 @@ const std::vector<Preset>& presets() {
     c.rms_norm_eps = 1e-6f, c.tie_word_embeddings = false;
     c.eos_token_ids = {151645}, c.bos_token_id = 151643;
     c.num_experts = 128, c.num_experts_per_tok = 8, c.moe_intermediate_size = 768, c.norm_topk_prob = true;
-    p.push_back({"qwen3-30b-a3b", c});  // 30,532,122,624 (3,348,237,312 active)
+    p.push_back({"qwen3-30b-a3b", c});  // 30,532,122,624 (3,353,032,704 active)
     // For tests: byte vocabularies, no special tokens. A tied Qwen3 with head_dim != C / NH...
     c = LlamaConfig{};
     c.architecture = kQwen3;

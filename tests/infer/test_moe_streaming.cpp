@@ -21,6 +21,7 @@
 #include "runtime/device/device.h"
 #include "runtime/trace/trace.h"
 #include "runtime/zero/inference_engine.h"
+#include "tests/infer/streaming_config.h"
 #include "tests/models/model_test_util.h"
 
 namespace strata::infer {
@@ -50,20 +51,7 @@ models::LlamaConfig mixtral() {
 
 runtime::config::Config make_config(runtime::config::OffloadDevice params, const std::string& nvme,
                                     std::uint64_t device_bytes) {
-  runtime::config::Config c;
-  c.train_micro_batch_size_per_gpu = std::uint64_t{1};
-  c.zero_optimization.stage = 3;
-  c.zero_optimization.offload_param.device = params;
-  if (params == runtime::config::OffloadDevice::kNvme) c.zero_optimization.offload_param.nvme_path = {nvme};
-  c.zero_optimization.offload_param.buffer_count = 4;
-  c.aio.block_size = 65'536;
-  c.strata.device = runtime::config::DeviceKind::kHost;
-  c.strata.device_memory_bytes = device_bytes;
-  runtime::config::ResolveInputs in;
-  in.host_memory_bytes = 8 * kGiB;
-  in.cpu_count = 2;
-  in.hidden_size = 64;
-  return resolve_config(c, in);
+  return test::streaming_config(params, nvme, device_bytes, 4);
 }
 
 struct Decoded {

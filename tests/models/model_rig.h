@@ -2,11 +2,15 @@
 // A model of any family on the host backend for tests: a host device, resident parameters
 // initialised from `seed` (norm weights and biases perturbed so that they matter) and the model
 // over them.
+#include <algorithm>
+#include <cmath>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "models/kv_cache.h"
 #include "models/model_parts.h"
 #include "models/model_spec.h"
 #include "runtime/device/device.h"
@@ -52,5 +56,36 @@ struct ModelRig {
   std::unique_ptr<runtime::params::ResidentParams> params;
   std::unique_ptr<Model> model;
 };
+
+// Tokens (B, T) through the full forward, then through a KV cache (a prefix of `prefix` tokens,
+// then one at a time): the largest |difference| between the two passes' logits.
+inline double decode_vs_forward(Model& model, const std::vector<std::int32_t>& in, int B, int T, int prefix, int V) {
+  std::vector<float> full(static_cast<std::size_t>(B * T * V));
+  model.forward(in.data(), nullptr, B, T, false, full.data());
+  KvCache cache = model.make_kv_cache(B, T);
+  std::vector<std::int32_t> chunk;
+  std::vector<float> out;
+  double max_diff = 0;
+  for (int t = 0; t < T;) {
+    const int n = t == 0 ? prefix : 1;
+    chunk.clear();
+    for (int b = 0; b < B; ++b) {
+      for (int i = 0; i < n; ++i) chunk.push_back(in[static_cast<std::size_t>(b * T + t + i)]);
+    }
+    out.resize(static_cast<std::size_t>(B * n * V));
+    model.forward_decode(cache, chunk.data(), B, n, out.data());
+    for (int b = 0; b < B; ++b) {
+      for (int i = 0; i < n; ++i) {
+        for (int v = 0; v < V; ++v) {
+          const float want = full[static_cast<std::size_t>((b * T + t + i) * V + v)];
+          const float got = out[static_cast<std::size_t>((b * n + i) * V + v)];
+          max_diff = std::max(max_diff, static_cast<double>(std::fabs(want - got)));
+        }
+      }
+    }
+    t += n;
+  }
+  return cache.length() == T ? max_diff : std::numeric_limits<double>::infinity();
+}
 
 }  // namespace strata::models::test

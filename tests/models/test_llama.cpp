@@ -155,34 +155,9 @@ TEST(LlamaModel, KvCacheDecodingMatchesTheFullForward) {
   for (bool tied : {true, false}) {
     const LlamaConfig c = small_config(tied, !tied);
     Rig rig(c, {});
-    const int B = 2, T = 11, prefix = 4, V = c.vocab_size;
-    auto in = random_tokens(B * T, V, 8);
-    std::vector<float> full(static_cast<std::size_t>(B * T * V));
-    rig.model->forward(in.data(), nullptr, B, T, false, full.data());
-    KvCache cache = rig.model->make_kv_cache(B, T);
-    std::vector<std::int32_t> chunk;
-    std::vector<float> out;
-    double max_diff = 0;
-    for (int t = 0; t < T;) {
-      const int n = t == 0 ? prefix : 1;
-      chunk.clear();
-      for (int b = 0; b < B; ++b) {
-        for (int i = 0; i < n; ++i) chunk.push_back(in[static_cast<std::size_t>(b * T + t + i)]);
-      }
-      out.resize(static_cast<std::size_t>(B * n * V));
-      rig.model->forward_decode(cache, chunk.data(), B, n, out.data());
-      for (int b = 0; b < B; ++b) {
-        for (int i = 0; i < n; ++i) {
-          for (int v = 0; v < V; ++v) {
-            const float want = full[static_cast<std::size_t>((b * T + t + i) * V + v)];
-            const float got = out[static_cast<std::size_t>((b * n + i) * V + v)];
-            max_diff = std::max(max_diff, static_cast<double>(std::fabs(want - got)));
-          }
-        }
-      }
-      t += n;
-    }
-    EXPECT_EQ(cache.length(), T);
+    const int B = 2, T = 11;
+    const double max_diff =
+        test::decode_vs_forward(*rig.model, random_tokens(B * T, c.vocab_size, 8), B, T, 4, c.vocab_size);
     EXPECT_LT(max_diff, 1e-5) << "tied " << tied;
   }
 }

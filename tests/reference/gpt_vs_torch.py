@@ -72,7 +72,6 @@ Self-checks, so that a pass means something:
 
 Runtime: ~7 s for the torch side on 2 cores, plus the driver's.
 """
-import json
 import os
 import sys
 import time
@@ -115,12 +114,6 @@ case("ckpt", V=101, P=24, C=48, L=3, NH=6, B=2, T=19, checkpointing=True)  # hs 
 case("larger", V=311, P=64, C=64, L=2, NH=4, B=4, T=32)                   # hs 16
 
 
-def arg(x):
-    """x's fp32 value in decimal, exact enough that parsing it as float or as double gives the
-    same fp32 number torch uses."""
-    return repr(f32(x))
-
-
 # ---- data -------------------------------------------------------------------------------------
 
 def make_batch(cfg, B, T, seed):
@@ -142,22 +135,11 @@ def run_torch(c, weights, inputs, targets, dtype=torch.float32, optimizer="adamw
 # ---- the driver -------------------------------------------------------------------------------
 
 def run_driver(driver, workdir, c, weights, inputs, targets):
-    tag = c["name"]
-    paths = {k: os.path.join(workdir, f"{tag}.{k}") for k in
-             ("config.json", "weights.safetensors", "batch.safetensors", "out.safetensors")}
-    with open(paths["config.json"], "w") as f:
-        json.dump(c["cfg"].hf_json(), f, indent=1)
     prefix = gpt2_torch.HF_PREFIX if c["prefix"] else ""
-    st_io.save(paths["weights.safetensors"], {prefix + k: v for k, v in weights.items()})
-    st_io.save(paths["batch.safetensors"], {"inputs": inputs, "targets": targets})
-    cmd = [driver, "--config", paths["config.json"], "--weights", paths["weights.safetensors"],
-           "--batch", paths["batch.safetensors"], "--steps", str(STEPS), "--lr", arg(LR),
-           "--weight-decay", arg(WEIGHT_DECAY), "--beta1", arg(BETAS[0]),
-           "--beta2", arg(BETAS[1]), "--eps", arg(EPS), "--out", paths["out.safetensors"]]
-    if c["checkpointing"]:
-        cmd.append("--checkpointing")
-    seconds = ref_util.run_checked(cmd, DRIVER_TIMEOUT_S)
-    return read_output(paths["out.safetensors"], c), seconds
+    out, seconds = ref_util.run_model_driver(driver, workdir, c["name"], c["cfg"].hf_json(), {prefix + k: v for k, v in weights.items()}, inputs, targets,
+                                             STEPS, LR, WEIGHT_DECAY, BETAS, EPS, c["checkpointing"],
+                                             DRIVER_TIMEOUT_S)
+    return read_output(out, c), seconds
 
 
 def read_output(path, c):

@@ -61,7 +61,6 @@ Self-checks, so that a pass means something:
    AdamW's -- must differ from the driver's result in every case by > 10 x a bound somewhere
    and by > 100 x the fp32-vs-float64 yardstick.
 """
-import json
 import os
 import sys
 import time
@@ -127,11 +126,6 @@ case("larger", B=4, T=32, vocab_size=311, hidden_size=64, intermediate_size=176,
      tie_word_embeddings=True)
 
 
-def arg(x):
-    """x's fp32 value in decimal (parsed as float or double it is the number torch uses)."""
-    return repr(f32(x))
-
-
 def make_batch(cfg, B, T, seed):
     rng = np.random.default_rng(seed)
     return (rng.integers(0, cfg.vocab_size, (B, T)).astype(np.int32),
@@ -148,21 +142,10 @@ def run_torch(c, weights, inputs, targets, dtype=torch.float64, optimizer="adamw
 # ---- the driver -------------------------------------------------------------------------------
 
 def run_driver(driver, workdir, c, weights, inputs, targets):
-    tag = c["name"]
-    paths = {k: os.path.join(workdir, f"{tag}.{k}") for k in
-             ("config.json", "weights.safetensors", "batch.safetensors", "out.safetensors")}
-    with open(paths["config.json"], "w") as f:
-        json.dump(c["hf"], f, indent=1)
-    st_io.save(paths["weights.safetensors"], weights)
-    st_io.save(paths["batch.safetensors"], {"inputs": inputs, "targets": targets})
-    cmd = [driver, "--config", paths["config.json"], "--weights", paths["weights.safetensors"],
-           "--batch", paths["batch.safetensors"], "--steps", str(STEPS), "--lr", arg(LR),
-           "--weight-decay", arg(WEIGHT_DECAY), "--beta1", arg(BETAS[0]),
-           "--beta2", arg(BETAS[1]), "--eps", arg(EPS), "--out", paths["out.safetensors"]]
-    if c["checkpointing"]:
-        cmd.append("--checkpointing")
-    seconds = ref_util.run_checked(cmd, DRIVER_TIMEOUT_S)
-    return read_output(paths["out.safetensors"], c), seconds
+    out, seconds = ref_util.run_model_driver(driver, workdir, c["name"], c["hf"], weights, inputs, targets,
+                                             STEPS, LR, WEIGHT_DECAY, BETAS, EPS, c["checkpointing"],
+                                             DRIVER_TIMEOUT_S)
+    return read_output(out, c), seconds
 
 
 def read_output(path, c):

@@ -58,7 +58,6 @@ Self-checks, run before the driver and without it:
 Until the driver knows these architectures (its error says "not supported"), the script runs
 the self-checks and exits 77 saying so.
 """
-import json
 import os
 import sys
 import time
@@ -69,7 +68,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import moe_torch  # noqa: E402
 import st_io  # noqa: E402
-from llama_vs_torch import arg, make_batch  # noqa: E402
+from llama_vs_torch import make_batch  # noqa: E402
 from ref_util import f32, rel, worst, worst_ratio  # noqa: E402
 
 BOUNDS = {"logits": 1e-6, "loss": 1e-4, "grad": 1e-5, "param": 1e-4}
@@ -158,21 +157,10 @@ def short(name):
 # ---- the driver -------------------------------------------------------------------------------
 
 def run_driver(driver, workdir, c, weights, inputs, targets):
-    tag = c["name"]
-    paths = {k: os.path.join(workdir, f"{tag}.{k}") for k in
-             ("config.json", "weights.safetensors", "batch.safetensors", "out.safetensors")}
-    with open(paths["config.json"], "w") as f:
-        json.dump(c["hf"], f, indent=1)
-    st_io.save(paths["weights.safetensors"], weights)
-    st_io.save(paths["batch.safetensors"], {"inputs": inputs, "targets": targets})
-    cmd = [driver, "--config", paths["config.json"], "--weights", paths["weights.safetensors"],
-           "--batch", paths["batch.safetensors"], "--steps", str(STEPS), "--lr", arg(LR),
-           "--weight-decay", arg(WEIGHT_DECAY), "--beta1", arg(BETAS[0]),
-           "--beta2", arg(BETAS[1]), "--eps", arg(EPS), "--out", paths["out.safetensors"]]
-    if c["checkpointing"]:
-        cmd.append("--checkpointing")
-    seconds = ref_util.run_checked(cmd, DRIVER_TIMEOUT_S)
-    return read_output(paths["out.safetensors"], c), seconds
+    out, seconds = ref_util.run_model_driver(driver, workdir, c["name"], c["hf"], weights, inputs, targets,
+                                             STEPS, LR, WEIGHT_DECAY, BETAS, EPS, c["checkpointing"],
+                                             DRIVER_TIMEOUT_S)
+    return read_output(out, c), seconds
 
 
 def read_output(path, c):

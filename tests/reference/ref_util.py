@@ -342,6 +342,33 @@ def check_torch_training(failures, name, ref, weights, vocab_size, steps, *, nea
                         f"({', '.join(stuck[:3])}); the comparison would be vacuous")
 
 
+# ---- model_reference_driver ---------------------------------------------------------------------
+
+def run_model_driver(driver, workdir, tag, hf_config, weights, inputs, targets, steps, lr, weight_decay,
+                     betas, eps, checkpointing, timeout_s):
+    """Runs model_reference_driver (model_driver.cpp) on an HF config.json dict, weights
+    ({name: array}, HF names) and a batch, with AdamW's hyperparameters given as the decimals of
+    their fp32 values; returns (the OUT file's path, seconds). Files go to workdir/TAG.*."""
+    import st_io  # noqa: E402  (a sibling; imported here so that ref_util stays first)
+    paths = {k: os.path.join(workdir, f"{tag}.{k}") for k in
+             ("config.json", "weights.safetensors", "batch.safetensors", "out.safetensors")}
+    with open(paths["config.json"], "w") as f:
+        json.dump(hf_config, f, indent=1)
+    st_io.save(paths["weights.safetensors"], weights)
+    st_io.save(paths["batch.safetensors"], {"inputs": inputs, "targets": targets})
+
+    def arg(x):  # the fp32 value in decimal: parsed as float or double, the number torch uses
+        return repr(f32(x))
+
+    cmd = [driver, "--config", paths["config.json"], "--weights", paths["weights.safetensors"],
+           "--batch", paths["batch.safetensors"], "--steps", str(steps), "--lr", arg(lr),
+           "--weight-decay", arg(weight_decay), "--beta1", arg(betas[0]),
+           "--beta2", arg(betas[1]), "--eps", arg(eps), "--out", paths["out.safetensors"]]
+    if checkpointing:
+        cmd.append("--checkpointing")
+    return paths["out.safetensors"], run_checked(cmd, timeout_s)
+
+
 # ---- the end ----------------------------------------------------------------------------------
 
 def finish(failures, tmp, what, started):
