@@ -285,6 +285,8 @@ void add_bench_command(CLI::App& app) {
       ->capture_default_str();
   infer->add_option("--dtype", infer_options->dtype, "auto, fp32, bf16 or fp16")->capture_default_str();
   infer->add_option("--quantize", infer_options->quantize, "int8 or int4: the streamed cells' weights (group 128)");
+  infer->add_option("--moe-expert-cache-mb", infer_options->moe_expert_cache_mb,
+                    "a mixture of experts' device cache of experts in MiB (-1 default: what the device holds, 0 none)");
   infer->add_flag("--peers", infer_options->peers,
                   "also run transformers + Accelerate's offloaded decoding of the same model, batch and budget "
                   "next to each cpu cell (tools/bench/infer_peers.py)");

@@ -45,6 +45,7 @@ struct Cell {
   double h2d_bytes_per_step = 0;
   double nvme_bytes_per_step = 0;
   double bound_tokens_per_s = 0;  // 0: nothing streamed (no bound from the links)
+  double expert_hit_rate = -1;    // a mixture's timed steps: expert acquires found on the device (-1: no experts)
   int resident = 0, modules = 0;
   std::string error;
   double accelerate_tokens_per_s = 0;  // the peer on the same model, batch and budget (cpu cells)
@@ -211,6 +212,7 @@ void bench_infer(const InferBenchOptions& o) {
           if (setup.quant.bits < 0) throw Error("--quantize " + o.quantize + " is not int8 or int4", "--quantize");
         }
         setup.seed = 1;
+        setup.expert_cache_mb = o.moe_expert_cache_mb;
         infer::Server server(std::move(setup), /*verbose=*/false);
         batch = server.batch();
         cell.batch = batch;
@@ -265,6 +267,9 @@ void bench_infer(const InferBenchOptions& o) {
         cell.tokens_per_s = 1e3 * batch / cell.step_ms;
         cell.h2d_bytes_per_step = static_cast<double>(after.h2d_bytes - before.h2d_bytes) / o.steps;
         cell.nvme_bytes_per_step = static_cast<double>(after.nvme_read_bytes - before.nvme_read_bytes) / o.steps;
+        const std::uint64_t hits = after.expert_hits - before.expert_hits;
+        const std::uint64_t misses = after.expert_misses - before.expert_misses;
+        if (hits + misses > 0) cell.expert_hit_rate = static_cast<double>(hits) / static_cast<double>(hits + misses);
         double bound_s = 0;
         if (h2d_gbps > 0) bound_s = std::max(bound_s, cell.h2d_bytes_per_step / (h2d_gbps * 1e9));
         if (disk_gbps > 0) bound_s = std::max(bound_s, cell.nvme_bytes_per_step / (disk_gbps * 1e9));
@@ -279,7 +284,7 @@ void bench_infer(const InferBenchOptions& o) {
       std::fprintf(text, "  %-6s batch %-4d %s\n", placement.c_str(), batch,
                    cell.error.empty()
                        ? fmt::format("prefill {:9.1f} tokens/s; decode {:9.2f} ms/step {:10.1f} tokens/s  streamed {}/step (nvme {}), {} of {} modules "
-                                     "resident{}",
+                                     "resident{}{}",
                                      cell.prefill_tokens_per_s, cell.step_ms, cell.tokens_per_s,
                                      format_bytes(static_cast<std::uint64_t>(cell.h2d_bytes_per_step)),
                                      format_bytes(static_cast<std::uint64_t>(cell.nvme_bytes_per_step)), cell.resident,
@@ -287,6 +292,9 @@ void bench_infer(const InferBenchOptions& o) {
                                      cell.bound_tokens_per_s > 0
                                          ? fmt::format("; bound {:.1f} tokens/s, {:.2f} of it", cell.bound_tokens_per_s,
                                                        cell.tokens_per_s / cell.bound_tokens_per_s)
+                                         : std::string(),
+                                     cell.expert_hit_rate >= 0
+                                         ? fmt::format("; experts on the device {:.1f}%", 100.0 * cell.expert_hit_rate)
                                          : std::string())
                              .c_str()
                        : ("error: " + cell.error).c_str());
@@ -324,6 +332,7 @@ void bench_infer(const InferBenchOptions& o) {
       j["h2d_bytes_per_step"] = c.h2d_bytes_per_step;
       j["nvme_bytes_per_step"] = c.nvme_bytes_per_step;
       j["resident_modules"] = c.resident;
+      if (c.expert_hit_rate >= 0) j["expert_hit_rate"] = c.expert_hit_rate;
       j["modules"] = c.modules;
       if (c.accelerate_tokens_per_s > 0) j["accelerate_tokens_per_s"] = c.accelerate_tokens_per_s;
       if (!c.accelerate_error.empty()) j["accelerate_error"] = c.accelerate_error;
