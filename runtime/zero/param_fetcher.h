@@ -27,8 +27,8 @@
 //
 // The expert cache (inference; set_expert_cache): a routed module (a mixture's expert) released
 // by the model stays gathered on the device, across passes, while the cache's bytes stay under
-// its limit; the least recently used goes first, when the limit is passed or when memory is
-// needed (allocate_now). A routed module acquired from the cache is a hit, else a miss.
+// its limit; when the limit is passed or memory is needed (allocate_now), the least recently used
+// expert of the layer holding the most cached bytes goes first (Note [The expert cache's policy]). A routed module acquired from the cache is a hit, else a miss.
 //
 // Transient memory: two regions carved from the arena at start, one per size class (plan.h),
 // with stream-ordered reuse (runtime/device/device_pool.h). allocate_now() serves gathered
@@ -155,6 +155,7 @@ class ParamFetcher {
   UpdateGate* gate_;
   DType dtype_;
   int shards_ = 1;
+  std::vector<int> layer_of_;      // a routed module's block (its layer), for the cache's policy
   std::uint64_t cache_limit_ = 0;  // the expert cache's bytes at most
   std::uint64_t cache_bytes_ = 0;  // its bytes now
   std::uint64_t cache_clock_ = 0;
