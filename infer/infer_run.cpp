@@ -149,6 +149,7 @@ int run_inference(const InferOptions& o) {
   setup.trace_path = o.trace_path;
   setup.quant = quant;
   setup.expert_cache_mb = o.moe_expert_cache_mb;
+  setup.moe_lookahead = o.moe_prefetch == "on";
   if (perplexity) {
     setup.batch = 1;
     setup.perplexity_window = window;

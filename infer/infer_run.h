@@ -28,6 +28,7 @@ struct InferOptions {
   std::string quantize;        // --quantize int8|int4: streamed modules' weights (resident ones stay in dtype)
   int quantize_group = 128;    // --quantize-group 64|128
   std::int64_t moe_expert_cache_mb = -1;  // --moe-expert-cache-mb (infer/server.h; -1 auto)
+  std::string moe_prefetch = "off";       // --moe-prefetch on|off (infer/server.h)
   std::string perplexity_path; // --perplexity FILE: report the text's perplexity instead of generating
   int perplexity_window = 0;   // --perplexity-window; 0 = min(256, the model's longest sequence)
   std::string trace_path;      // --trace t.json

@@ -103,6 +103,7 @@ Server::Server(ServerSetup setup, bool verbose) : setup_(std::move(setup)) {
   dtype_ = choose_dtype(setup_.dtype, setup_.config, device_->backend());
   options.dtype = dtype_;
   options.vocab_multiple = models::vocab_multiple_for(device_->backend());
+  options.moe_lookahead = setup_.moe_lookahead;
   batch_ = setup_.batch > 0 ? setup_.batch
                             : auto_batch(spec, options, setup_.prompts, setup_.prompt_T, setup_.max_T,
                                          device_->memory_stats().budget_bytes);

@@ -40,6 +40,7 @@ struct ServerSetup {
   // A mixture's expert cache on the device (runtime/zero/param_fetcher.h), in MiB: -1 (auto) the
   // transient device memory, evicted as needed; 0 none (--moe-expert-cache-mb).
   std::int64_t expert_cache_mb = -1;
+  bool moe_lookahead = false;  // models::ModelOptions::moe_lookahead (--moe-prefetch on|off)
   int perplexity_window = 0;                      // > 0: sized for training-style forwards of this length
 };
 

@@ -101,7 +101,7 @@ BlockStack::BlockStack(std::unique_ptr<StackParts> parts, ModelOptions options, 
       device_(device),
       compute_(compute),
       modules_(parts_->layout(), options.dtype, device, compute, params) {
-  parts_->attach(device_, compute_);
+  parts_->attach(device_, compute_, options_);
 }
 
 BlockStack::~BlockStack() {

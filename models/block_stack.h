@@ -84,8 +84,10 @@ class StackParts {
   virtual void check_length(int T) const = 0;
   virtual void check_cache_length(int max_T) const { check_length(max_T); }
   // Device state the parts keep for the model's life (LLaMA's rotary frequencies), made once
-  // when the model is, after its module access; none by default.
-  virtual void attach(runtime::device::Device& /*device*/, runtime::device::Stream& /*compute*/) {}
+  // when the model is, after its module access, with the model's resolved options; none by
+  // default.
+  virtual void attach(runtime::device::Device& /*device*/, runtime::device::Stream& /*compute*/,
+                      const ModelOptions& /*options*/) {}
 
   // ---- Training storage. reserve(B, T) carves one allocation, BT = B*T, in this order:
   //   residual stream, L + 1 of (BT, C)                                   driver

@@ -31,6 +31,12 @@ struct ModelOptions {
   // holds at most head_chunk_bytes of logits at once.
   int vocab_multiple = 0;
   std::uint64_t head_chunk_bytes = std::uint64_t{1} << 30;
+  // Decoding a mixture of experts (models/moe/moe_mlp.h): after each layer, run the next sparse
+  // layer's router on the current hidden state and hint the experts it picks to the provider
+  // (ParamProvider::prefetch), so that their fetches start a layer early. A wrong guess costs
+  // bytes, never tokens: the real router decides what is computed. Off by default: measured on
+  // random weights (docs/benchmarks.md) the guesses cost more bytes than their overlap saved.
+  bool moe_lookahead = false;
 };
 
 // 128 on CUDA, where cuBLAS runs the head's GEMMs on its fast kernels only for aligned sizes; 1

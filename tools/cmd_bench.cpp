@@ -287,6 +287,9 @@ void add_bench_command(CLI::App& app) {
   infer->add_option("--quantize", infer_options->quantize, "int8 or int4: the streamed cells' weights (group 128)");
   infer->add_option("--moe-expert-cache-mb", infer_options->moe_expert_cache_mb,
                     "a mixture of experts' device cache of experts in MiB (-1 default: what the device holds, 0 none)");
+  infer->add_option("--moe-prefetch", infer_options->moe_prefetch,
+                    "on or off (default): a mixture of experts' next-layer expert lookahead")
+      ->check(CLI::IsMember({"on", "off"}));
   infer->add_flag("--peers", infer_options->peers,
                   "also run transformers + Accelerate's offloaded decoding of the same model, batch and budget "
                   "next to each cpu cell (tools/bench/infer_peers.py)");

@@ -47,6 +47,11 @@ void add_infer_command(CLI::App& app) {
                   "a mixture of experts' device cache of experts, in MiB: -1 (default) as much as the transient device memory "
                   "holds (evicted when it is needed), 0 none; the least recently used expert goes first")
       ->check(CLI::Range(std::int64_t{-1}, std::int64_t{1} << 40));
+  cmd->add_option("--moe-prefetch", o->moe_prefetch,
+                  "on: while a mixture of experts decodes, the next layer's router runs on the current hidden "
+                  "state and the experts it picks start streaming a layer early (a wrong guess costs bytes, never "
+                  "tokens); off (default): experts are fetched once their own router has run")
+      ->check(CLI::IsMember({"on", "off"}));
   cmd->add_option("--perplexity", o->perplexity_path,
                   "instead of generating, print the perplexity of this text (its tokens, or its bytes for a "
                   "byte-level model) as one JSON line");

@@ -116,7 +116,8 @@ class LlamaParts final : public StackParts {
   }
 
   // The rotary frequencies, (head_dim / 2) fp32, on the device for the model's life.
-  void attach(runtime::device::Device& device, Stream& compute) override {
+  void attach(runtime::device::Device& device, Stream& compute, const ModelOptions& options) override {
+    lookahead_ = options.moe_lookahead;
     host_inv_freq_ = config_.rope_inv_freq();
     inv_freq_ = device.allocate(host_inv_freq_.size() * sizeof(float), "rotary frequencies");
     compute.copy_async(inv_freq_.data(), host_inv_freq_.data(), host_inv_freq_.size() * sizeof(float));
@@ -301,6 +302,16 @@ class LlamaParts final : public StackParts {
       ops::matmul_fwd(s, d.proj, d.h, p.down, nullptr, N, F, C, dt);
     }
     ops::residual_fwd(s, x, x, d.proj, N * C, dt);
+    if (lookahead_ && l + 1 < config_.num_hidden_layers && config_.sparse_layer(l + 1)) {
+      // The next layer's router on this layer's output (its attention not applied yet): a guess
+      // of its experts, hinted so that their fetches overlap its attention.
+      const int next = layout_.block_module(l + 1);
+      const ModuleView view = call.modules.acquire(next);
+      const BlockParams q = block_params(view, l + 1);
+      ops::rmsnorm_fwd(s, n, nullptr, x, q.mlp_norm, N, C, eps, dt);
+      moe_->predict(s, call.modules, layout_, l + 1, q.router, n, N);
+      call.modules.release(next);
+    }
   }
 
   // The load-balancing loss joins the training loss when the config asks (HF's rule).
@@ -376,6 +387,7 @@ class LlamaParts final : public StackParts {
   LlamaBlockSlots dense_slots_, sparse_slots_;
   bool any_dense_ = false, any_sparse_ = false;
   std::optional<MoeMlp> moe_;     // with sparse layers
+  bool lookahead_ = false;        // ModelOptions::moe_lookahead
   std::vector<float> host_daux_;  // (E), the last backward's load-balancing gradient
   runtime::device::DeviceBuffer inv_freq_;  // (head_dim / 2) fp32, the rotary frequencies
   std::vector<float> host_inv_freq_;

@@ -165,6 +165,24 @@ void MoeMlp::decode(Stream& s, ModuleAccess& modules, const ModelLayout& layout,
   route_and_compute(s, modules, layout, layer, router, n, out, decode_, N, nullptr);
 }
 
+void MoeMlp::predict(Stream& s, ModuleAccess& modules, const ModelLayout& layout, int layer, const void* router,
+                     const void* n, std::int64_t N) {
+  const int E = shape_.E, k = shape_.k;
+  Saved& a = decode_;
+  ops::matmul_fwd(s, logits_, n, router, nullptr, N, shape_.C, E, dtype_);
+  ops::moe_router_fwd(s, a.probs, a.idx, a.weights, nullptr, logits_, N, E, k, shape_.renormalize, dtype_);
+  host_picks_.resize(static_cast<std::size_t>(N) * static_cast<std::size_t>(k));
+  s.copy_async(host_picks_.data(), a.idx, host_picks_.size() * sizeof(std::int32_t));
+  s.synchronize();
+  std::vector<char> picked(static_cast<std::size_t>(E), 0);
+  for (std::int32_t e : host_picks_) picked[static_cast<std::size_t>(e)] = 1;
+  for (int e = 0; e < E; ++e) {
+    if (picked[static_cast<std::size_t>(e)] == 0) continue;
+    modules.prefetch(layout.expert_module(layer, e));
+    ++predicted_;
+  }
+}
+
 double MoeMlp::aux_loss(std::int64_t N) const {
   const std::size_t E = static_cast<std::size_t>(shape_.E);
   std::vector<double> cnt(E, 0.0), P(E, 0.0);

@@ -98,6 +98,12 @@ class MoeMlp {
   // forward() over a decoding pass's N tokens, on carve_decode's buffers; no statistics.
   void decode(runtime::device::Stream& s, ModuleAccess& modules, const ModelLayout& layout, int layer,
               const void* router, const void* n, void* out, std::int64_t N);
+  // Runs `layer`'s router on n (N, C) and hints the experts it picks to `modules`
+  // (ModuleAccess::prefetch): the lookahead of ModelOptions::moe_lookahead, on carve_decode's
+  // buffers (the layer's own decode overwrites them). Waits for the picks (one synchronization).
+  void predict(runtime::device::Stream& s, ModuleAccess& modules, const ModelLayout& layout, int layer,
+               const void* router, const void* n, std::int64_t N);
+  std::uint64_t predicted() const { return predicted_; }  // experts hinted by predict() so far
 
   // The load-balancing loss of the last forward over N tokens (above), from every sparse layer's
   // recorded statistics; 0 before any.
@@ -129,6 +135,8 @@ class MoeMlp {
   std::vector<std::vector<std::int64_t>> counts_;
   std::vector<std::vector<double>> prob_sums_;
   std::vector<float> host_prob_sum_;  // (E), the copy of prob_sum_
+  std::vector<std::int32_t> host_picks_;  // (N, k), predict()'s
+  std::uint64_t predicted_ = 0;
 };
 
 }  // namespace strata::models

@@ -2,7 +2,8 @@
 // are streamed from pinned host memory or NVMe generates exactly what the resident model
 // generates, and a decoding step at batch 1 with no expert cache moves only the experts its router
 // picked: the engine's H2D bytes per step are at most 1.05 x (the streamed non-expert bytes + k of
-// each sparse layer's E experts), far below streaming every expert. With the expert cache, the
+// each sparse layer's E experts), far below streaming every expert (without the lookahead, whose
+// wrong guesses cost bytes: with it, the same tokens). With the expert cache, the
 // same prompt decoded a second time finds most of its experts on the device.
 #include <gtest/gtest.h>
 
@@ -64,7 +65,7 @@ struct Decoded {
 };
 
 Decoded decode(runtime::config::OffloadDevice params, const std::string& nvme, std::uint64_t device_bytes,
-               std::uint64_t expert_cache_bytes) {
+               std::uint64_t expert_cache_bytes, bool lookahead = false) {
   const models::LlamaConfig config = mixtral();
   const models::LlamaSpec spec(config);
   const models::ModelLayout layout = spec.layout();
@@ -87,7 +88,9 @@ Decoded decode(runtime::config::OffloadDevice params, const std::string& nvme, s
     for (float& v : values) v *= 3.0f;
     engine.load_module(static_cast<int>(m), values.data());
   }
-  auto model = spec.make_model({}, *device, *compute, engine);
+  models::ModelOptions options;
+  options.moe_lookahead = lookahead;
+  auto model = spec.make_model(options, *device, *compute, engine);
   Decoded r;
   r.resident = engine.resident_modules();
   r.modules = engine.module_count();
@@ -158,6 +161,10 @@ TEST(MoeStreaming, ExpertsStreamedOnlyWhenRoutedGenerateTheResidentTokens) {
     }
     EXPECT_LT(streamed.bound, streamed.all_experts / 2);
     EXPECT_LT(streamed.first_hit_rate, 0.5);  // no cache: the resident experts only
+    // The lookahead's guesses cost bytes (within every expert's), never tokens.
+    const Decoded guessed = decode(params, dir.path(), 3 * kMiB / 2, 0, /*lookahead=*/true);
+    EXPECT_EQ(guessed.ids, resident.ids);
+    for (std::uint64_t bytes : guessed.step_h2d) EXPECT_LE(bytes, guessed.all_experts);
   }
 }
 

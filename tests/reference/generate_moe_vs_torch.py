@@ -58,9 +58,9 @@ MOE_FLAG_SETS = {
                            "--moe-expert-cache-mb", "1"],
     "no expert cache, from NVMe": ["--config", "{nvme}", "--device-memory", "2MiB",
                                    "--moe-expert-cache-mb", "0"],
-    # Not yet in strata (issue 32's next parts):
-    # "no expert prefetch": ["--config", "{cpu}", "--device-memory", "2MiB",
-    #                        "--moe-prefetch", "off"],
+    "expert lookahead": ["--config", "{nvme}", "--device-memory", "2MiB",
+                         "--moe-prefetch", "on"],
+    # Not yet in strata (issue 32's next part):
     # "experts on the CPU": ["--moe-cpu-experts", "on"],
 }
 

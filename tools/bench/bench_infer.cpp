@@ -213,6 +213,7 @@ void bench_infer(const InferBenchOptions& o) {
         }
         setup.seed = 1;
         setup.expert_cache_mb = o.moe_expert_cache_mb;
+        setup.moe_lookahead = o.moe_prefetch == "on";
         infer::Server server(std::move(setup), /*verbose=*/false);
         batch = server.batch();
         cell.batch = batch;
