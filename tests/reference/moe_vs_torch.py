@@ -67,7 +67,6 @@ import ref_util  # noqa: E402  (first: without torch / numpy it exits 77, skippe
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import moe_torch  # noqa: E402
-import st_io  # noqa: E402
 from llama_vs_torch import make_batch  # noqa: E402
 from ref_util import f32, rel, worst, worst_ratio  # noqa: E402
 
@@ -164,27 +163,8 @@ def run_driver(driver, workdir, c, weights, inputs, targets):
 
 
 def read_output(path, c):
-    """The driver's OUT file as {"logits", "losses", "grads", "params"}; raises naming what is
-    missing, misshapen or extra (a dense layer where HF has a sparse one shows here)."""
-    out = st_io.load(path)
-    cfg = c["cfg"]
-    shapes = moe_torch.param_shapes(cfg)
-    want = {"logits": (c["B"], c["T"], cfg.vocab_size), "losses": (STEPS + 1,)}
-    for n, s in shapes.items():
-        want["grad." + n] = s
-        want["param." + n] = s
-    problems = [f"{n}: missing" for n in want if n not in out]
-    problems += [f"{n}: shape {tuple(out[n].shape)}, expected {s}" for n, s in want.items()
-                 if n in out and tuple(out[n].shape) != tuple(s)]
-    problems += [f"{n}: dtype {out[n].dtype}, expected float32" for n in want
-                 if n in out and out[n].dtype != np.float32]
-    problems += [f"{n}: not a tensor of this model" for n in sorted(set(out) - set(want))]
-    if problems:
-        raise RuntimeError(f"{path}: " + "; ".join(problems[:8]) +
-                           (f" (and {len(problems) - 8} more)" if len(problems) > 8 else ""))
-    return {"logits": out["logits"], "losses": out["losses"],
-            "grads": {n: out["grad." + n] for n in shapes},
-            "params": {n: out["param." + n] for n in shapes}}
+    return ref_util.read_driver_output(path, moe_torch.param_shapes(c["cfg"]), c["B"], c["T"], c["cfg"].vocab_size,
+                                       STEPS)
 
 
 # ---- comparison -------------------------------------------------------------------------------

@@ -369,6 +369,36 @@ def run_model_driver(driver, workdir, tag, hf_config, weights, inputs, targets, 
     return paths["out.safetensors"], run_checked(cmd, timeout_s)
 
 
+def read_driver_output(path, shapes, B, T, V, steps, extra_allowed=False):
+    """The driver's OUT file as {"logits", "losses", "grads", "params"}, the model's parameters
+    `shapes` ({HF name: shape}); raises naming what is missing, misshapen, not fp32 or (unless
+    `extra_allowed`, then only noted) not a tensor of this model."""
+    import numpy as np  # noqa: E402  (numpy is checked by the scripts' import of this module)
+    import st_io  # noqa: E402
+    out = st_io.load(path)
+    want = {"logits": (B, T, V), "losses": (steps + 1,)}
+    for n, s in shapes.items():
+        want["grad." + n] = s
+        want["param." + n] = s
+    problems = [f"{n}: missing" for n in want if n not in out]
+    problems += [f"{n}: shape {tuple(out[n].shape)}, expected {s}" for n, s in want.items()
+                 if n in out and tuple(out[n].shape) != tuple(s)]
+    problems += [f"{n}: dtype {out[n].dtype}, expected float32" for n in want
+                 if n in out and out[n].dtype != np.float32]
+    extra = sorted(set(out) - set(want))
+    if not extra_allowed:
+        problems += [f"{n}: not a tensor of this model" for n in extra]
+    if problems:
+        raise RuntimeError(f"{path}: " + "; ".join(problems[:8]) +
+                           (f" (and {len(problems) - 8} more)" if len(problems) > 8 else ""))
+    if extra:
+        print(f"  note: {path} also holds {', '.join(extra[:5])}"
+              f"{' ...' if len(extra) > 5 else ''} (ignored)")
+    return {"logits": out["logits"], "losses": out["losses"],
+            "grads": {n: out["grad." + n] for n in shapes},
+            "params": {n: out["param." + n] for n in shapes}}
+
+
 # ---- the end ----------------------------------------------------------------------------------
 
 def finish(failures, tmp, what, started):
