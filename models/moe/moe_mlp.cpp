@@ -1,7 +1,5 @@
 #include "models/moe/moe_mlp.h"
 
-#include <fmt/format.h>
-
 #include "core/error.h"
 #include "runtime/ops/ops.h"
 
@@ -143,18 +141,16 @@ void MoeMlp::backward(Stream& s, ModuleAccess& modules, const ModelLayout& layou
       modules.grads_none(m);  // no token: a zero gradient, without a buffer where the provider can
       continue;
     }
-    {
-      const ModuleView g = modules.acquire_grads(m);
-      const ModuleView w = modules.acquire(m);
-      void* gu = rows(a.gu, first, 2 * uF, dt);
-      void* dh = rows(dh_, first, uF, dt);
-      ops::matmul_bwd(s, dh, tensor_at(g, ml.tensors[kExpertDown]), nullptr, rows(dy_, first, uC, dt),
-                      rows(a.h, first, uF, dt), tensor_at(w, ml.tensors[kExpertDown]), count, F, C, dt);
-      ops::swiglu_bwd(s, gu, gu, dh, count, F, dt);  // d(gate | up), in place of gate | up
-      ops::matmul_bwd(s, rows(dxs_, first, uC, dt), tensor_at(g, ml.tensors[kExpertGateUp]), nullptr, gu,
-                      rows(a.xs, first, uC, dt), tensor_at(w, ml.tensors[kExpertGateUp]), count, C, 2 * F, dt);
-      modules.release(m);
-    }
+    const ModuleView g = modules.acquire_grads(m);
+    const ModuleView w = modules.acquire(m);
+    void* gu = rows(a.gu, first, 2 * uF, dt);
+    void* dh = rows(dh_, first, uF, dt);
+    ops::matmul_bwd(s, dh, tensor_at(g, ml.tensors[kExpertDown]), nullptr, rows(dy_, first, uC, dt),
+                    rows(a.h, first, uF, dt), tensor_at(w, ml.tensors[kExpertDown]), count, F, C, dt);
+    ops::swiglu_bwd(s, gu, gu, dh, count, F, dt);  // d(gate | up), in place of gate | up
+    ops::matmul_bwd(s, rows(dxs_, first, uC, dt), tensor_at(g, ml.tensors[kExpertGateUp]), nullptr, gu,
+                    rows(a.xs, first, uC, dt), tensor_at(w, ml.tensors[kExpertGateUp]), count, C, 2 * F, dt);
+    modules.release(m);
     modules.grads_ready(m);
   }
   ops::moe_scatter_add(s, dn, dxs_, a.position, N, k, C, dt);
@@ -177,44 +173,41 @@ void MoeMlp::predict(Stream& s, ModuleAccess& modules, const ModelLayout& layout
   std::vector<char> picked(static_cast<std::size_t>(E), 0);
   for (std::int32_t e : host_picks_) picked[static_cast<std::size_t>(e)] = 1;
   for (int e = 0; e < E; ++e) {
-    if (picked[static_cast<std::size_t>(e)] == 0) continue;
-    modules.prefetch(layout.expert_module(layer, e));
-    ++predicted_;
+    if (picked[static_cast<std::size_t>(e)] != 0) modules.prefetch(layout.expert_module(layer, e));
   }
+}
+
+MoeMlp::Totals MoeMlp::totals() const {
+  const std::size_t E = static_cast<std::size_t>(shape_.E);
+  Totals t{std::vector<double>(E, 0.0), std::vector<double>(E, 0.0), 0};
+  for (std::size_t l = 0; l < counts_.size(); ++l) {
+    if (counts_[l].empty()) continue;
+    ++t.sparse_layers;
+    for (std::size_t e = 0; e < E; ++e) {
+      t.counts[e] += static_cast<double>(counts_[l][e]);
+      t.prob_sums[e] += prob_sums_[l][e];
+    }
+  }
+  return t;
 }
 
 double MoeMlp::aux_loss(std::int64_t N) const {
-  const std::size_t E = static_cast<std::size_t>(shape_.E);
-  std::vector<double> cnt(E, 0.0), P(E, 0.0);
-  std::int64_t sparse = 0;
-  for (std::size_t l = 0; l < counts_.size(); ++l) {
-    if (counts_[l].empty()) continue;
-    ++sparse;
-    for (std::size_t e = 0; e < E; ++e) {
-      cnt[e] += static_cast<double>(counts_[l][e]);
-      P[e] += prob_sums_[l][e];
-    }
-  }
-  if (sparse == 0 || N == 0) return 0.0;
-  const double R = static_cast<double>(sparse) * static_cast<double>(N);
+  const Totals t = totals();
+  if (t.sparse_layers == 0 || N == 0) return 0.0;
+  const double R = static_cast<double>(t.sparse_layers) * static_cast<double>(N);
   double sum = 0.0;
-  for (std::size_t e = 0; e < E; ++e) sum += (cnt[e] / R) * (P[e] / R);
-  return static_cast<double>(E) * sum;
+  for (std::size_t e = 0; e < t.counts.size(); ++e) sum += (t.counts[e] / R) * (t.prob_sums[e] / R);
+  return static_cast<double>(shape_.E) * sum;
 }
 
 std::vector<float> MoeMlp::aux_gradient(std::int64_t N, double scale) const {
-  const std::size_t E = static_cast<std::size_t>(shape_.E);
-  std::vector<double> cnt(E, 0.0);
-  std::int64_t sparse = 0;
-  for (const std::vector<std::int64_t>& c : counts_) {
-    if (c.empty()) continue;
-    ++sparse;
-    for (std::size_t e = 0; e < E; ++e) cnt[e] += static_cast<double>(c[e]);
+  const Totals t = totals();
+  std::vector<float> g(t.counts.size(), 0.0f);
+  if (t.sparse_layers == 0 || N == 0) return g;
+  const double R = static_cast<double>(t.sparse_layers) * static_cast<double>(N);
+  for (std::size_t e = 0; e < g.size(); ++e) {
+    g[e] = static_cast<float>(scale * static_cast<double>(shape_.E) * t.counts[e] / (R * R));
   }
-  std::vector<float> g(E, 0.0f);
-  if (sparse == 0 || N == 0) return g;
-  const double R = static_cast<double>(sparse) * static_cast<double>(N);
-  for (std::size_t e = 0; e < E; ++e) g[e] = static_cast<float>(scale * static_cast<double>(E) * cnt[e] / (R * R));
   return g;
 }
 

@@ -103,7 +103,6 @@ class MoeMlp {
   // buffers (the layer's own decode overwrites them). Waits for the picks (one synchronization).
   void predict(runtime::device::Stream& s, ModuleAccess& modules, const ModelLayout& layout, int layer,
                const void* router, const void* n, std::int64_t N);
-  std::uint64_t predicted() const { return predicted_; }  // experts hinted by predict() so far
 
   // The load-balancing loss of the last forward over N tokens (above), from every sparse layer's
   // recorded statistics; 0 before any.
@@ -116,6 +115,12 @@ class MoeMlp {
   void route_and_compute(runtime::device::Stream& s, ModuleAccess& modules, const ModelLayout& layout, int layer,
                          const void* router, const void* n, void* out, Saved& a, std::int64_t N, float* prob_sum);
   void* act(Carver& c, std::size_t n) const { return c.take(n * dtype_size(dtype_)); }
+  // Every sparse layer's recorded statistics summed: (row, slot) pairs and probs per expert.
+  struct Totals {
+    std::vector<double> counts, prob_sums;  // (E)
+    std::int64_t sparse_layers = 0;         // the layers that recorded
+  };
+  Totals totals() const;
 
   MoeShape shape_;
   DType dtype_;
@@ -136,7 +141,6 @@ class MoeMlp {
   std::vector<std::vector<double>> prob_sums_;
   std::vector<float> host_prob_sum_;  // (E), the copy of prob_sum_
   std::vector<std::int32_t> host_picks_;  // (N, k), predict()'s
-  std::uint64_t predicted_ = 0;
 };
 
 }  // namespace strata::models

@@ -59,6 +59,11 @@ void ResidentParams::grads_ready(int module, const device::Event& /*done*/) {
   ++counts_[static_cast<std::size_t>(module)].grads_ready;
 }
 
+void ResidentParams::prefetch(int module) {
+  check_module(module);
+  ++counts_[static_cast<std::size_t>(module)].prefetches;
+}
+
 void* ResidentParams::params(int module) const {
   check_module(module);
   return params_[static_cast<std::size_t>(module)].data();

@@ -28,6 +28,7 @@ class ResidentParams final : public ParamProvider {
   void release(int module, const device::Event& done) override;
   ModuleView acquire_grads(int module) override;
   void grads_ready(int module, const device::Event& done) override;
+  void prefetch(int module) override;  // nothing to fetch: counted
 
   // Direct access for loading weights, the optimizer and tests (device memory).
   void* params(int module) const;
@@ -36,13 +37,14 @@ class ResidentParams final : public ParamProvider {
   // Enqueues zero-filling of every gradient buffer on `stream` (before a step's backward).
   void zero_grads(device::Stream& stream);
 
-  // Number of acquire / acquire_grads / grads_ready calls so far, per module (tests check the
-  // model's protocol with them).
+  // Number of acquire / acquire_grads / grads_ready / prefetch calls so far, per module (tests
+  // check the model's protocol with them).
   struct Counts {
     int acquires = 0;
     int releases = 0;
     int grad_acquires = 0;
     int grads_ready = 0;
+    int prefetches = 0;
   };
   const Counts& counts(int module) const;
 

@@ -48,6 +48,7 @@ ParamFetcher::ParamFetcher(const config::Config& config, tiers::TierStore& store
   modules_.resize(static_cast<std::size_t>(store.module_count()));
   // A routed module's layer: the last module before it that is not routed (its block).
   layer_of_.assign(modules_.size(), 0);
+  layer_cache_bytes_.assign(modules_.size(), 0);
   for (std::size_t m = 0, block = 0; m < modules_.size(); ++m) {
     if (!store.plan_inputs().routed(static_cast<int>(m))) block = m;
     layer_of_[m] = static_cast<int>(block);
@@ -269,11 +270,7 @@ void ParamFetcher::drop_gathered(int module) {
   if (s.fetch != FetchState::gathered) return;
   STRATA_ASSERT(s.holders == 0, "dropping a module the model still holds");
   const tiers::ModulePlan& mp = plan_of(module);
-  if (s.cached) {  // out of the cache, and counted as live again for the subtraction below
-    s.cached = false;
-    cache_bytes_ -= mp.gathered_bytes;
-    live_numel_ += mp.part.padded_numel;
-  }
+  if (s.cached) cache_remove(module);  // live again, for the subtraction below
   // The compute stream read it last (it waited on `ready`, so the copies are done by then).
   compute_.wait(*s.ready);
   pools_[mp.size_class]->free_after(std::move(s.gathered), compute_);
@@ -312,9 +309,21 @@ void ParamFetcher::cache_insert(int module) {
   s.cached = true;
   s.last_use = ++cache_clock_;
   cache_bytes_ += mp.gathered_bytes;
+  layer_cache_bytes_[static_cast<std::size_t>(layer_of_[static_cast<std::size_t>(module)])] += mp.gathered_bytes;
+  cached_.push_back(module);
   live_numel_ -= mp.part.padded_numel;  // cached modules do not hold back the prefetch
   while (cache_bytes_ > cache_limit_ && evict_cached(-1)) {
   }
+}
+
+void ParamFetcher::cache_remove(int module) {
+  Module& s = modules_[static_cast<std::size_t>(module)];
+  const tiers::ModulePlan& mp = plan_of(module);
+  s.cached = false;
+  cache_bytes_ -= mp.gathered_bytes;
+  layer_cache_bytes_[static_cast<std::size_t>(layer_of_[static_cast<std::size_t>(module)])] -= mp.gathered_bytes;
+  cached_.erase(std::find(cached_.begin(), cached_.end(), module));
+  live_numel_ += mp.part.padded_numel;
 }
 
 // Note [The expert cache's policy]: a pass takes every layer's experts in layer order, so one
@@ -324,22 +333,17 @@ void ParamFetcher::cache_insert(int module) {
 // recently used expert of the layer holding the most cached bytes: the cache is shared evenly
 // between the layers, and LRU within a layer keeps what consecutive tokens reuse.
 bool ParamFetcher::evict_cached(int size_class) {
-  std::vector<std::uint64_t> bytes(modules_.size(), 0);  // cached bytes per layer (its block's index)
-  for (std::size_t m = 0; m < modules_.size(); ++m) {
-    if (modules_[m].cached) bytes[static_cast<std::size_t>(layer_of_[m])] += plan_of(static_cast<int>(m)).gathered_bytes;
-  }
   int victim = -1;
-  for (std::size_t m = 0; m < modules_.size(); ++m) {
-    const Module& s = modules_[m];
-    if (!s.cached || (size_class >= 0 && plan_of(static_cast<int>(m)).size_class != size_class)) continue;
-    if (victim < 0) {
-      victim = static_cast<int>(m);
-      continue;
+  std::uint64_t victim_layer_bytes = 0;
+  for (int m : cached_) {
+    if (size_class >= 0 && plan_of(m).size_class != size_class) continue;
+    const std::uint64_t layer_bytes = layer_cache_bytes_[static_cast<std::size_t>(layer_of_[static_cast<std::size_t>(m)])];
+    if (victim < 0 || layer_bytes > victim_layer_bytes ||
+        (layer_bytes == victim_layer_bytes &&
+         modules_[static_cast<std::size_t>(m)].last_use < modules_[static_cast<std::size_t>(victim)].last_use)) {
+      victim = m;
+      victim_layer_bytes = layer_bytes;
     }
-    const auto v = static_cast<std::size_t>(victim);
-    const std::uint64_t mine = bytes[static_cast<std::size_t>(layer_of_[m])];
-    const std::uint64_t theirs = bytes[static_cast<std::size_t>(layer_of_[v])];
-    if (mine > theirs || (mine == theirs && s.last_use < modules_[v].last_use)) victim = static_cast<int>(m);
   }
   if (victim < 0) return false;
   drop_gathered(victim);
@@ -347,7 +351,7 @@ bool ParamFetcher::evict_cached(int size_class) {
 }
 
 bool ParamFetcher::evict_one(int size_class) {
-  // The expert cache gives up its least recently used module first.
+  // The expert cache gives up a module first (Note [The expert cache's policy]).
   if (evict_cached(size_class)) return true;
   // Candidates hold a gathered buffer nobody has acquired: kept for reuse, or fetched ahead.
   // Give up the one whose next use along the trace is furthest (or absent) first.
@@ -402,7 +406,7 @@ params::ModuleView ParamFetcher::acquire(int module) {
   const tiers::ModulePlan& mp = plan_of(module);
   // A routed module (an expert) comes when its router picks it: the trace holds the modules every
   // pass takes, so that picks that change from pass to pass do not stop the prefetch.
-  if (!store_.plan_inputs().routed(module)) trace_.on_acquire(module);
+  if (!routed(module)) trace_.on_acquire(module);
   read_watcher_.check();  // a read fetched ahead failed
   wait_update(module);  // the last step's update of this module (only this one)
   params::ModuleView view;
@@ -417,11 +421,7 @@ params::ModuleView ParamFetcher::acquire(int module) {
     } else if (s.fetch != FetchState::gathered || s.prefetched) {
       ++counters_.expert_misses;
     }
-    if (s.cached) {
-      s.cached = false;
-      cache_bytes_ -= mp.gathered_bytes;
-      live_numel_ += mp.part.padded_numel;
-    }
+    if (s.cached) cache_remove(module);
   }
   if (mp.resident) {
     const tiers::TierState& param = store_.state(module, tiers::StateKind::param);

@@ -140,6 +140,7 @@ class ParamFetcher {
   bool evict_one(int size_class);
   bool routed(int module) const { return store_.plan_inputs().routed(module); }
   void cache_insert(int module);      // a released routed module joins the expert cache
+  void cache_remove(int module);      // it leaves (acquired again, or dropped)
   bool evict_cached(int size_class);  // drops the least recently used cached module; -1: any class
   bool update_pending(int module) const { return gate_ != nullptr && gate_->pending(module); }
   void wait_update(int module) {
@@ -156,6 +157,8 @@ class ParamFetcher {
   DType dtype_;
   int shards_ = 1;
   std::vector<int> layer_of_;      // a routed module's block (its layer), for the cache's policy
+  std::vector<std::uint64_t> layer_cache_bytes_;  // cached bytes per layer (by its block's index)
+  std::vector<int> cached_;        // the modules in the expert cache
   std::uint64_t cache_limit_ = 0;  // the expert cache's bytes at most
   std::uint64_t cache_bytes_ = 0;  // its bytes now
   std::uint64_t cache_clock_ = 0;

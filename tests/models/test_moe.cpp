@@ -10,6 +10,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -282,6 +283,39 @@ TEST(MoeModel, KvCacheDecodingMatchesTheFullForward) {
                                                     c.vocab_size);
     EXPECT_LT(max_diff, 1e-5) << c.architecture;
   }
+}
+
+// Decoding hints the provider (ParamProvider::prefetch) with every expert a layer's router picked,
+// before acquiring them; with moe_lookahead also with the next layer's guesses, a layer early.
+TEST(MoeModel, DecodingHintsTheRoutedExpertsAndTheLookaheadGuessesMore) {
+  const LlamaConfig c = moe_config("MixtralForCausalLM");
+  auto count = [&](bool lookahead) {
+    Rig rig(c, {.moe_lookahead = lookahead});
+    KvCache cache = rig.model->make_kv_cache(1, 8);
+    const std::vector<std::int32_t> prompt = random_tokens(4, c.vocab_size, 9);
+    const int len = 4;
+    std::vector<float> logits(static_cast<std::size_t>(c.vocab_size));
+    rig.model->prefill(cache, prompt.data(), &len, 1, len, logits.data());
+    int hints = 0, acquired = 0, first_layer_hints = 0;
+    for (int l = 0; l < c.num_hidden_layers; ++l) {
+      for (int e = 0; e < c.num_experts; ++e) {
+        const auto& n = rig.params->counts(rig.layout.expert_module(l, e));
+        // A routed expert is hinted before each acquire.
+        if (n.acquires > 0) {
+          EXPECT_GE(n.prefetches, n.acquires) << "layer " << l << " expert " << e;
+        }
+        hints += n.prefetches;
+        acquired += n.acquires;
+        if (l == 0) first_layer_hints += n.prefetches;
+      }
+    }
+    EXPECT_GT(acquired, 0);
+    return std::pair{hints, first_layer_hints};
+  };
+  const auto [plain, plain_first] = count(false);
+  const auto [ahead, ahead_first] = count(true);
+  EXPECT_GT(ahead, plain);                // the guesses for layers 1 and 2
+  EXPECT_EQ(ahead_first, plain_first);    // nothing guesses layer 0
 }
 
 // bf16 storage with fp32 arithmetic tracks fp32 (routing decided on the same logits up to bf16).
