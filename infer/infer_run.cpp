@@ -30,13 +30,15 @@
 namespace strata::infer {
 namespace {
 
-// "; experts: 93.1% on the device (1234 hits, 91 fetched)" for a mixture of experts, else "".
+// "; experts: 93.1% on the device (1234 hits, 91 fetched, 12 computed on the host)" for a mixture
+// of experts, else "".
 std::string expert_cache_line(const runtime::zero::EngineCounters& c) {
   const std::uint64_t n = c.expert_hits + c.expert_misses;
-  if (n == 0) return "";
-  return fmt::format("; experts: {:.1f}% on the device ({} hits, {} fetched)",
-                     100.0 * static_cast<double>(c.expert_hits) / static_cast<double>(n), c.expert_hits,
-                     c.expert_misses);
+  if (n + c.expert_host == 0) return "";
+  return fmt::format("; experts: {:.1f}% on the device ({} hits, {} fetched){}",
+                     n > 0 ? 100.0 * static_cast<double>(c.expert_hits) / static_cast<double>(n) : 0.0, c.expert_hits,
+                     c.expert_misses,
+                     c.expert_host > 0 ? fmt::format(", {} computed on the host", c.expert_host) : std::string());
 }
 
 
@@ -150,6 +152,8 @@ int run_inference(const InferOptions& o) {
   setup.quant = quant;
   setup.expert_cache_mb = o.moe_expert_cache_mb;
   setup.moe_lookahead = o.moe_prefetch == "on";
+  setup.moe_cpu_experts = o.moe_cpu_experts;
+  setup.profile_path = o.profile_path;
   if (perplexity) {
     setup.batch = 1;
     setup.perplexity_window = window;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <limits>
 #include <vector>
 
 #include <fmt/format.h>
@@ -12,6 +13,7 @@
 #include "core/units.h"
 #include "models/hf_weights.h"
 #include "offload/host_buffer.h"
+#include "runtime/estimate/cpu_experts.h"
 #include "runtime/tiers/plan.h"
 
 namespace strata::infer {
@@ -81,6 +83,37 @@ runtime::tiers::WeightQuant weight_quant(const std::string& quantize, int group)
   return q;
 }
 
+namespace {
+
+// ModelOptions::moe_cpu_expert_rows from --moe-cpu-experts (ServerSetup::moe_cpu_experts).
+// auto on the host backend is every row count: its device path copies the weight from host memory
+// and then reads it there again, so reading it in place always saves the copy.
+std::int64_t host_expert_rows(const std::string& mode, const std::string& profile_path, const models::ModelSpec& spec,
+                              DType dtype, runtime::device::Backend backend) {
+  constexpr std::int64_t kEvery = std::numeric_limits<std::int64_t>::max();
+  if (mode != "off" && mode != "on" && mode != "auto") {
+    throw Error("--moe-cpu-experts " + mode + " is not off, on or auto", "--moe-cpu-experts");
+  }
+  if (mode == "off" || !spec.expert_routing().moe()) return 0;
+  if (mode == "on" || backend == runtime::device::Backend::host) return kEvery;
+  if (profile_path.empty()) {
+    throw Error("--moe-cpu-experts auto on a GPU decides by the machine's measured rates, and no --profile was given",
+                "--profile",
+                "run `strata bench machine --out machine.json` once on this machine and pass --profile "
+                "machine.json, or give --moe-cpu-experts on or off");
+  }
+  const runtime::estimate::MachineProfile profile = runtime::estimate::read_machine_profile(profile_path);
+  const models::ModelLayout layout = spec.layout();
+  for (const models::ModuleLayout& m : layout.modules) {
+    if (m.kind != models::ModuleKind::expert) continue;
+    const std::uint64_t es = dtype_size(dtype);
+    return runtime::estimate::cpu_expert_max_rows(profile, m.numel * es, m.numel, spec.hidden_size(), es);
+  }
+  return 0;
+}
+
+}  // namespace
+
 runtime::config::Config inference_config(const std::string& path, const models::ModelSpec& spec) {
   runtime::config::Config config;
   if (!path.empty()) config = runtime::config::load_config_file(path).config;
@@ -104,6 +137,8 @@ Server::Server(ServerSetup setup, bool verbose) : setup_(std::move(setup)) {
   options.dtype = dtype_;
   options.vocab_multiple = models::vocab_multiple_for(device_->backend());
   options.moe_lookahead = setup_.moe_lookahead;
+  options.moe_cpu_expert_rows =
+      host_expert_rows(setup_.moe_cpu_experts, setup_.profile_path, spec, dtype_, device_->backend());
   batch_ = setup_.batch > 0 ? setup_.batch
                             : auto_batch(spec, options, setup_.prompts, setup_.prompt_T, setup_.max_T,
                                          device_->memory_stats().budget_bytes);
@@ -152,6 +187,13 @@ Server::Server(ServerSetup setup, bool verbose) : setup_(std::move(setup)) {
                    format_bytes(models::KvCache::host_bytes(kv, dtype_, batch_, setup_.max_T, kv_placement_)).c_str(),
                    format_bytes(models::KvCache::device_bytes(kv, dtype_, batch_, setup_.max_T, kv_placement_) / 2)
                        .c_str());
+    }
+    if (options.moe_cpu_expert_rows > 0) {
+      std::fprintf(stderr, "experts in pinned memory run on the host with %s (--moe-cpu-experts %s)\n",
+                   options.moe_cpu_expert_rows == std::numeric_limits<std::int64_t>::max()
+                       ? "any number of rows"
+                       : fmt::format("at most {} row(s)", options.moe_cpu_expert_rows).c_str(),
+                   setup_.moe_cpu_experts.c_str());
     }
     std::fprintf(stderr, "%s", engine_->plan().table(engine_->plan_inputs()).c_str());
   }

@@ -41,6 +41,11 @@ struct ServerSetup {
   // transient device memory, evicted as needed; 0 none (--moe-expert-cache-mb).
   std::int64_t expert_cache_mb = -1;
   bool moe_lookahead = false;  // models::ModelOptions::moe_lookahead (--moe-prefetch on|off)
+  // --moe-cpu-experts: off, on (every expert kept in pinned memory runs on the host where it lives)
+  // or auto (those with few enough rows: every count on the host backend, the machine profile's
+  // on cuda: runtime/estimate/cpu_experts.h); models::ModelOptions::moe_cpu_expert_rows.
+  std::string moe_cpu_experts = "off";
+  std::string profile_path;  // --profile: the machine profile auto reads (strata bench machine)
   int perplexity_window = 0;                      // > 0: sized for training-style forwards of this length
 };
 

@@ -37,6 +37,13 @@ struct ModelOptions {
   // bytes, never tokens: the real router decides what is computed. Off by default: measured on
   // random weights (docs/benchmarks.md) the guesses cost more bytes than their overlap saved.
   bool moe_lookahead = false;
+  // A mixture's routed expert with at most this many rows (tokens) routed to it, that the
+  // provider keeps in pinned host memory and has not fetched (ParamProvider::acquire_host), is
+  // computed on the host where it lives instead of copied to the device: its rows go to the host
+  // and its outputs come back (models/moe/moe_mlp.h). 0 = never (the default); strata infer's
+  // --moe-cpu-experts on is every row count, auto the count a machine profile says pays
+  // (runtime/estimate/cpu_experts.h).
+  std::int64_t moe_cpu_expert_rows = 0;
 };
 
 // 128 on CUDA, where cuBLAS runs the head's GEMMs on its fast kernels only for aligned sizes; 1

@@ -290,6 +290,11 @@ void add_bench_command(CLI::App& app) {
   infer->add_option("--moe-prefetch", infer_options->moe_prefetch,
                     "on or off (default): a mixture of experts' next-layer expert lookahead")
       ->check(CLI::IsMember({"on", "off"}));
+  infer->add_option("--moe-cpu-experts", infer_options->moe_cpu_experts,
+                    "off (default), on or auto: a mixture's experts in pinned memory computed on the host")
+      ->check(CLI::IsMember({"off", "on", "auto"}));
+  infer->add_option("--profile", infer_options->profile_path,
+                    "the machine profile --moe-cpu-experts auto decides by (strata bench machine)");
   infer->add_flag("--peers", infer_options->peers,
                   "also run transformers + Accelerate's offloaded decoding of the same model, batch and budget "
                   "next to each cpu cell (tools/bench/infer_peers.py)");

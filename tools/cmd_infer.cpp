@@ -52,6 +52,14 @@ void add_infer_command(CLI::App& app) {
                   "state and the experts it picks start streaming a layer early (a wrong guess costs bytes, never "
                   "tokens); off (default): experts are fetched once their own router has run")
       ->check(CLI::IsMember({"on", "off"}));
+  cmd->add_option("--moe-cpu-experts", o->moe_cpu_experts,
+                  "where a mixture's expert kept in pinned host memory runs: off (default) copied to the device; on "
+                  "on the host where it lives (only its tokens cross the link); auto on the host when few enough "
+                  "tokens were routed to it for that to be faster, by the --profile machine profile (every count on "
+                  "the host backend)")
+      ->check(CLI::IsMember({"off", "on", "auto"}));
+  cmd->add_option("--profile", o->profile_path,
+                  "the machine profile (`strata bench machine --out FILE`) that --moe-cpu-experts auto decides by");
   cmd->add_option("--perplexity", o->perplexity_path,
                   "instead of generating, print the perplexity of this text (its tokens, or its bytes for a "
                   "byte-level model) as one JSON line");

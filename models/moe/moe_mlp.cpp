@@ -1,6 +1,10 @@
 #include "models/moe/moe_mlp.h"
 
+#include <algorithm>
+
 #include "core/error.h"
+#include "kernels/host/matmul.h"
+#include "kernels/host/swiglu.h"
 #include "runtime/ops/ops.h"
 
 namespace strata::models {
@@ -23,6 +27,12 @@ MoeMlp::MoeMlp(const MoeShape& shape, DType dtype)
       prob_sums_(static_cast<std::size_t>(shape.layers)) {
   STRATA_ASSERT(shape.E > 0 && shape.k >= 1 && shape.k <= shape.E && shape.F > 0 && shape.C > 0,
                 "a validated mixture-of-experts shape");
+}
+
+void MoeMlp::attach(runtime::device::Device& device, std::int64_t host_expert_rows) {
+  host_expert_rows_ = std::max<std::int64_t>(0, host_expert_rows);
+  host_backend_ = device.backend() == runtime::device::Backend::host;
+  rows_sent_ = device.create_event();
 }
 
 void MoeMlp::carve_saved(Carver& c, Saved& a, std::size_t N) {
@@ -79,17 +89,30 @@ void MoeMlp::route_and_compute(Stream& s, ModuleAccess& modules, const ModelLayo
   }
   ops::moe_gather(s, a.xs, n, a.order, N, k, C, dt);
   s.synchronize();
-  // Every routed expert's fetch may start now (NVMe reads side by side), before the first runs.
+  // Where each routed expert runs: on the host where it lives when few rows were routed to it and
+  // the provider keeps it there, else on the device, whose fetches may all start now (NVMe reads
+  // side by side), before the first runs.
+  host_experts_.clear();
+  on_host_.assign(static_cast<std::size_t>(E), 0);
   for (int e = 0; e < E; ++e) {
-    if (a.host_offsets[static_cast<std::size_t>(e) + 1] > a.host_offsets[static_cast<std::size_t>(e)]) {
-      modules.prefetch(layout.expert_module(layer, e));
+    const std::int64_t count =
+        a.host_offsets[static_cast<std::size_t>(e) + 1] - a.host_offsets[static_cast<std::size_t>(e)];
+    if (count == 0) continue;
+    const int m = layout.expert_module(layer, e);
+    const void* host = count <= host_expert_rows_ ? modules.acquire_host(m) : nullptr;
+    if (host != nullptr) {
+      host_experts_.push_back({e, host});
+      on_host_[static_cast<std::size_t>(e)] = 1;
+    } else {
+      modules.prefetch(m);
     }
   }
+  if (!host_experts_.empty()) send_host_rows(s, a);
   const std::size_t uC = static_cast<std::size_t>(C), uF = static_cast<std::size_t>(F);
   for (int e = 0; e < E; ++e) {
     const std::int64_t first = a.host_offsets[static_cast<std::size_t>(e)];
     const std::int64_t count = a.host_offsets[static_cast<std::size_t>(e) + 1] - first;
-    if (count == 0) continue;
+    if (count == 0 || on_host_[static_cast<std::size_t>(e)] != 0) continue;
     const int m = layout.expert_module(layer, e);
     const ModuleLayout& ml = layout.modules[static_cast<std::size_t>(m)];
     const ModuleView w = modules.acquire(m);
@@ -102,7 +125,72 @@ void MoeMlp::route_and_compute(Stream& s, ModuleAccess& modules, const ModelLayo
                     dt);
     modules.release(m);
   }
+  if (!host_experts_.empty()) compute_on_host(s, layout, layer, a);
   ops::moe_combine_fwd(s, out, a.ys, a.weights, a.position, N, k, C, dt);
+}
+
+// Note [Experts on the host]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Streaming an expert costs its whole weight over the link whatever its rows; computing it on
+// the host where it lives costs reading the weight from host memory once plus each row's flops,
+// and only the rows (and their outputs) cross the link. With one or a few rows -- decoding, a
+// cold expert -- the host wins when its memory reads faster than the link copies (Fiddler,
+// llama.cpp's --n-cpu-moe); runtime/estimate/cpu_experts.h says up to how many rows. Per layer:
+//   1. the host experts' rows go to host memory (one copy per expert on the compute stream, an
+//      event after them);
+//   2. the device's experts are enqueued (their fetches were hinted already);
+//   3. the host waits for the event -- on a GPU while the device computes its experts -- runs
+//      each host expert's gate|up matmul, SwiGLU and down matmul with kernels/host on its rows,
+//      and copies the outputs into ys on the compute stream, before the combine.
+// The host kernels are the host backend's own, so on the host backend the tokens are bit for bit
+// those of the device path; there the host waits for the whole stream first (the device's
+// kernels run on the same cores: overlapping gains nothing, and OpenBLAS is called from one
+// thread at a time). The host rows buffer is reused by the next layer only after its
+// s.synchronize() above, so the outputs' copies have left it by then.
+
+void MoeMlp::send_host_rows(Stream& s, const Saved& a) {
+  const std::size_t Nk = static_cast<std::size_t>(a.host_offsets.back());
+  const std::size_t C = static_cast<std::size_t>(shape_.C), F = static_cast<std::size_t>(shape_.F);
+  const std::size_t es = dtype_size(dtype_);
+  host_rows_.resize(Nk * (2 * C + 3 * F) * es);
+  for (const HostExpert& x : host_experts_) {
+    const std::int64_t first = a.host_offsets[static_cast<std::size_t>(x.expert)];
+    const std::int64_t count = a.host_offsets[static_cast<std::size_t>(x.expert) + 1] - first;
+    s.copy_async(rows(host_rows_.data(), first, C, dtype_), rows(a.xs, first, C, dtype_),
+                 static_cast<std::size_t>(count) * C * es);
+  }
+  rows_sent_->record(s);
+}
+
+void MoeMlp::compute_on_host(Stream& s, const ModelLayout& layout, int layer, Saved& a) {
+  namespace host = kernels::host;
+  const int C = shape_.C, F = shape_.F;
+  const DType dt = dtype_;
+  const std::size_t Nk = static_cast<std::size_t>(a.host_offsets.back());
+  const std::size_t uC = static_cast<std::size_t>(C), uF = static_cast<std::size_t>(F);
+  std::byte* xs = host_rows_.data();
+  std::byte* gu = rows(xs, static_cast<std::int64_t>(Nk), uC, dt);
+  std::byte* h = rows(gu, static_cast<std::int64_t>(Nk), 2 * uF, dt);
+  std::byte* ys = rows(h, static_cast<std::int64_t>(Nk), uF, dt);
+  if (host_backend_) {
+    s.synchronize();
+  } else {
+    rows_sent_->synchronize();
+  }
+  for (const HostExpert& x : host_experts_) {
+    const std::int64_t first = a.host_offsets[static_cast<std::size_t>(x.expert)];
+    const std::int64_t count = a.host_offsets[static_cast<std::size_t>(x.expert) + 1] - first;
+    const ModuleLayout& ml = layout.modules[static_cast<std::size_t>(layout.expert_module(layer, x.expert))];
+    const ModuleView w{const_cast<void*>(x.weights), ml.numel, dt, nullptr};
+    std::byte* x_gu = rows(gu, first, 2 * uF, dt);
+    std::byte* x_h = rows(h, first, uF, dt);
+    std::byte* x_ys = rows(ys, first, uC, dt);
+    host::matmul_fwd(x_gu, rows(xs, first, uC, dt), tensor_at(w, ml.tensors[kExpertGateUp]), nullptr, count, C,
+                     2 * F, dt);
+    host::swiglu_fwd(x_h, x_gu, count, F, dt);
+    host::matmul_fwd(x_ys, x_h, tensor_at(w, ml.tensors[kExpertDown]), nullptr, count, F, C, dt);
+    s.copy_async(rows(a.ys, first, uC, dt), x_ys, static_cast<std::size_t>(count) * uC * dtype_size(dt));
+  }
 }
 
 void MoeMlp::forward(Stream& s, ModuleAccess& modules, const ModelLayout& layout, int layer, const void* router,

@@ -29,9 +29,16 @@
 // (the counts have no gradient). The forward records cnt and P per layer; aux needs every
 // layer's, so its gradient (the same E-vector for every layer) is made once the forward is done.
 //
+// Experts on the host (ModelOptions::moe_cpu_expert_rows, Note [Experts on the host] in
+// moe_mlp.cpp): a routed expert with few rows that the provider keeps in pinned host memory and
+// has not fetched (ParamProvider::acquire_host) runs on the host where it lives; only its rows
+// cross the link, both ways. The device's experts are enqueued first, so on a GPU both run at
+// once.
+//
 // Threading: one thread at a time, as the model that owns it.
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/dtype.h"
@@ -77,6 +84,10 @@ class MoeMlp {
 
   const MoeShape& shape() const { return shape_; }
 
+  // Experts with at most `host_expert_rows` routed rows run on the host where the provider keeps
+  // them (0: never). Before the first forward; `device` outlives the MoeMlp.
+  void attach(runtime::device::Device& device, std::int64_t host_expert_rows);
+
   // ---- Storage (Carver order is the caller's; each carves where the caller's comment says).
   void carve_saved(Carver& c, Saved& saved, std::size_t N);
   void carve_forward_scratch(Carver& c, std::size_t N);  // the router's logits, P's device sum
@@ -115,6 +126,10 @@ class MoeMlp {
   void route_and_compute(runtime::device::Stream& s, ModuleAccess& modules, const ModelLayout& layout, int layer,
                          const void* router, const void* n, void* out, Saved& a, std::int64_t N, float* prob_sum);
   void* act(Carver& c, std::size_t n) const { return c.take(n * dtype_size(dtype_)); }
+  // The routed experts the host computes (acquire_host gave their weights): their rows to the
+  // host, then, once the device's experts are enqueued, their SwiGLU there and their outputs back.
+  void send_host_rows(runtime::device::Stream& s, const Saved& a);
+  void compute_on_host(runtime::device::Stream& s, const ModelLayout& layout, int layer, Saved& a);
   // Every sparse layer's recorded statistics summed: (row, slot) pairs and probs per expert.
   struct Totals {
     std::vector<double> counts, prob_sums;  // (E)
@@ -141,6 +156,17 @@ class MoeMlp {
   std::vector<std::vector<double>> prob_sums_;
   std::vector<float> host_prob_sum_;  // (E), the copy of prob_sum_
   std::vector<std::int32_t> host_picks_;  // (N, k), predict()'s
+  // Experts on the host.
+  struct HostExpert {
+    int expert = 0;
+    const void* weights = nullptr;  // its module's parameters in host memory
+  };
+  std::int64_t host_expert_rows_ = 0;
+  bool host_backend_ = false;  // the device's kernels run on the host's cores too
+  std::unique_ptr<runtime::device::Event> rows_sent_;  // after the rows' copy to the host
+  std::vector<HostExpert> host_experts_;   // this layer's
+  std::vector<char> on_host_;              // (E): computed on the host this layer
+  std::vector<std::byte> host_rows_;       // the routed rows on the host: xs (Nk, C), gu (Nk, 2F), h (Nk, F), ys (Nk, C)
 };
 
 }  // namespace strata::models

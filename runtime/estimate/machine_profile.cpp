@@ -35,6 +35,11 @@ constexpr RateField kRates[] = {
     {"gemm_flops_per_s", &MachineProfile::gemm_flops_per_s},
     {"step_flops_per_s", &MachineProfile::step_flops_per_s},
 };
+// Rates a profile may lack (written by an earlier strata): 0 when absent, else positive.
+constexpr RateField kOptionalRates[] = {
+    {"cpu_matmul_bytes_per_s", &MachineProfile::cpu_matmul_bytes_per_s},
+    {"cpu_matmul_flops_per_s", &MachineProfile::cpu_matmul_flops_per_s},
+};
 
 // Reads the profile's keys, each error naming the file and the key.
 class Reader {
@@ -76,6 +81,7 @@ class Reader {
     return value.get<std::uint64_t>();
   }
 
+  bool has(std::string_view key) const { return root_.contains(std::string(key)); }
   const Json& root() const { return root_; }
 
  private:
@@ -117,6 +123,9 @@ MachineProfile read_machine_profile(const std::string& path) {
   if (p.dtype != "bf16" && p.dtype != "fp32") r.fail("dtype", fmt::format("is \"{}\", not bf16 or fp32", p.dtype));
   p.threads = static_cast<int>(r.count("threads"));
   for (const RateField& f : kRates) p.*f.member = r.rate(f.key);
+  for (const RateField& f : kOptionalRates) {
+    if (r.has(f.key)) p.*f.member = r.rate(f.key);
+  }
   p.disk_block_bytes = r.count("disk_block_bytes");
   p.disk_queue_depth = static_cast<int>(r.count("disk_queue_depth"));
   p.disk_dir = r.text(root, "disk_dir", "disk_dir");
@@ -157,6 +166,9 @@ std::string machine_profile_json(const MachineProfile& profile) {
   j["dtype"] = profile.dtype;
   j["threads"] = profile.threads;
   for (const RateField& f : kRates) j[f.key] = profile.*f.member;
+  for (const RateField& f : kOptionalRates) {
+    if (profile.*f.member > 0) j[f.key] = profile.*f.member;
+  }
   j["disk_block_bytes"] = profile.disk_block_bytes;
   j["disk_queue_depth"] = profile.disk_queue_depth;
   j["disk_dir"] = profile.disk_dir;

@@ -12,6 +12,7 @@
 //    "d2h_bytes_per_s": ..., "disk_read_bytes_per_s": ..., "disk_write_bytes_per_s": ...,
 //    "disk_block_bytes": ..., "disk_queue_depth": ..., "disk_dir": "...",
 //    "gemm_flops_per_s": ..., "step_flops_per_s": ...,
+//    "cpu_matmul_bytes_per_s": ..., "cpu_matmul_flops_per_s": ...,   (optional: 0 when absent)
 //    "step_points": [{"hidden": 128, "layers": 2, "batch": 4, "seq_len": 128,
 //                     "flops_per_s": ...}, ...]}
 #include <cstdint>
@@ -54,6 +55,12 @@ struct MachineProfile {
   // what the step model divides a model's flops by.
   double step_flops_per_s = 0;
   std::vector<StepPoint> step_points;  // by increasing width; at least one
+  // The host's own matmul (kernels/host, the calling thread's team, in dtype) over a weight in
+  // host memory, as `--moe-cpu-experts auto` computes a mixture's cold expert: at one row, weight
+  // bytes per second (what reading the weight costs), and at 128 rows, flops per second (what
+  // each further row costs). Optional in the JSON (profiles written before them): 0 when absent.
+  double cpu_matmul_bytes_per_s = 0;
+  double cpu_matmul_flops_per_s = 0;
 };
 
 // Model flops of one training step of a transformer with `params` parameters, `layers` blocks of

@@ -50,6 +50,13 @@ class ParamProvider {
   // A hint: module m will be acquired soon (a mixture's experts, once their router ran). A
   // provider may start fetching it; nothing by default.
   virtual void prefetch(int /*module*/) {}
+  // Module m's parameters (numel elements of the compute dtype) in host memory, for the host to
+  // compute on where they are instead of the device (a mixture's cold expert, models/moe/
+  // moe_mlp.h): the pointer when the provider keeps them in pinned host memory, unquantized and
+  // whole (one rank), and has not fetched them to the device; else null, and the caller
+  // acquires them. Valid and unchanged while no update rewrites them (inference: for the
+  // provider's life). Null by default.
+  virtual const void* acquire_host(int /*module*/) { return nullptr; }
 
  protected:
   ParamProvider() = default;

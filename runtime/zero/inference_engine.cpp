@@ -124,6 +124,7 @@ EngineCounters InferenceEngine::counters() const {
   c.trace_divergences = f.trace_divergences;
   c.expert_hits = f.expert_hits;
   c.expert_misses = f.expert_misses;
+  c.expert_host = host_acquires_;
   if (offload::SwapSpace* sw = p.store.swap()) c.nvme_read_bytes = sw->engine().stats().bytes_read - io_read_base_;
   return c;
 }
@@ -201,5 +202,14 @@ void InferenceEngine::grads_ready(int /*module*/, const device::Event& /*done*/)
 }
 
 void InferenceEngine::prefetch(int module) { parts_->fetcher.hint(module); }
+
+const void* InferenceEngine::acquire_host(int module) {
+  Parts& p = *parts_;
+  const tiers::ModulePlan& mp = p.store.module_plan(module);
+  if (mp.resident || mp.quantized || p.store.plan_inputs().world != 1 || p.fetcher.fetched(module)) return nullptr;
+  const std::byte* host = p.store.state(module, tiers::StateKind::param).host_data();  // null unless pinned
+  if (host != nullptr) ++host_acquires_;
+  return host;
+}
 
 }  // namespace strata::runtime::zero

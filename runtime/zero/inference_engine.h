@@ -78,6 +78,9 @@ class InferenceEngine final : public params::ParamProvider {
   params::ModuleView acquire_grads(int module) override;
   void grads_ready(int module, const device::Event& done) override;
   void prefetch(int module) override;
+  // A pinned, unquantized module of one rank that is not fetched (ParamProvider::acquire_host);
+  // counted in EngineCounters::expert_host.
+  const void* acquire_host(int module) override;
 
   struct Parts;  // inference_engine.cpp
 
@@ -86,6 +89,7 @@ class InferenceEngine final : public params::ParamProvider {
   device::Device& device_;
   device::Stream& compute_;
   std::uint64_t io_read_base_ = 0;
+  std::uint64_t host_acquires_ = 0;
   std::unique_ptr<Parts> parts_;
 };
 

@@ -93,6 +93,8 @@ class ParamFetcher {
   void hint(int module);
   std::uint64_t expert_cache_bytes() const { return cache_bytes_; }
   bool held(int module) const { return modules_[static_cast<std::size_t>(module)].holders > 0; }
+  // Being read or on the device (gathered, fetched ahead or in the expert cache).
+  bool fetched(int module) const { return modules_.at(static_cast<std::size_t>(module)).fetch != FetchState::idle; }
 
   // Device memory for a buffer needed now (see the header comment), from `size_class`'s region.
   device::DeviceBuffer allocate_now(int size_class, std::size_t bytes, const std::string& what);
@@ -111,6 +113,7 @@ class ParamFetcher {
   struct Module {
     FetchState fetch = FetchState::idle;
     int staging = -1;          // index into staging_ while reading
+    std::uint64_t read_order = 0;  // when its last read started (read_clock_)
     offload::AioHandle read;
     device::DeviceBuffer gathered;     // the gathered parameters while fetched
     std::unique_ptr<device::Event> ready;  // when `gathered` (or, resident, the full parameters) may be read
@@ -133,6 +136,7 @@ class ParamFetcher {
   void make_pools(std::uint64_t activation_bytes);
   void start_read(int module);             // NVMe: read the shard into a staging buffer
   int free_staging() const;                // -1 when every staging buffer is busy
+  void free_a_staging_buffer();            // every one is busy: gathers (or drops) the oldest read
   bool gather(int module, bool on_demand); // H2D + all-gather into a new device buffer
   void prefetch(bool may_wait);            // runs fetches ahead along the trace
   bool keep_for_reuse(int module) const;
@@ -162,6 +166,7 @@ class ParamFetcher {
   std::uint64_t cache_limit_ = 0;  // the expert cache's bytes at most
   std::uint64_t cache_bytes_ = 0;  // its bytes now
   std::uint64_t cache_clock_ = 0;
+  std::uint64_t read_clock_ = 0;   // NVMe reads started
   std::vector<Module> modules_;
   std::vector<Staging> staging_;  // NVMe parameter reads
   std::unique_ptr<device::Event> shard_copied_;  // a gather's H2D, for the all-gather to wait on

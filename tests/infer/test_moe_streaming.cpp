@@ -4,7 +4,8 @@
 // picked: the engine's H2D bytes per step are at most 1.05 x (the streamed non-expert bytes + k of
 // each sparse layer's E experts), far below streaming every expert (without the lookahead, whose
 // wrong guesses cost bytes: with it, the same tokens). With the expert cache, the
-// same prompt decoded a second time finds most of its experts on the device.
+// same prompt decoded a second time finds most of its experts on the device. With experts on the
+// host (--moe-cpu-experts), a decoding step moves no expert bytes and the tokens are the same.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -55,17 +56,27 @@ runtime::config::Config make_config(runtime::config::OffloadDevice params, const
   return test::streaming_config(params, nvme, device_bytes, 4);
 }
 
+struct Options {
+  std::uint64_t expert_cache_bytes = 0;
+  bool lookahead = false;       // models::ModelOptions::moe_lookahead
+  std::int64_t host_rows = 0;   // models::ModelOptions::moe_cpu_expert_rows
+};
+
 struct Decoded {
   std::vector<std::int32_t> ids;                 // greedy, from one prompt
   std::vector<std::uint64_t> step_h2d;           // H2D bytes of each decoding step
+  std::uint64_t non_expert = 0;                  // streamed non-expert bytes
   std::uint64_t bound = 0;                       // streamed non-expert bytes + k experts per layer
   std::uint64_t all_experts = 0;                 // streamed non-expert bytes + every expert
   int resident = 0, modules = 0;
   double first_hit_rate = 0, second_hit_rate = 0;  // the expert cache's, per run of the prompt
+  // The first run's decoding steps: routed experts copied to the device, and computed on the host.
+  std::uint64_t decode_misses = 0, decode_on_host = 0;
+  std::uint64_t prefill_misses = 0;  // the first run's prefill: routed experts copied
 };
 
 Decoded decode(runtime::config::OffloadDevice params, const std::string& nvme, std::uint64_t device_bytes,
-               std::uint64_t expert_cache_bytes, bool lookahead = false) {
+               const Options& o = {}) {
   const models::LlamaConfig config = mixtral();
   const models::LlamaSpec spec(config);
   const models::ModelLayout layout = spec.layout();
@@ -80,7 +91,7 @@ Decoded decode(runtime::config::OffloadDevice params, const std::string& nvme, s
   setup.module_names = layout.module_names();
   setup.routed_modules = layout.routed_modules();
   setup.activation_bytes = spec.inference_bytes({}, 1, 8, max_T);
-  setup.expert_cache_bytes = expert_cache_bytes;
+  setup.expert_cache_bytes = o.expert_cache_bytes;
   runtime::zero::InferenceEngine engine(cfg, setup, *device, *compute, *comm, tracer);
   for (std::size_t m = 0; m < layout.modules.size(); ++m) {
     std::vector<float> values(layout.modules[m].numel);
@@ -89,7 +100,8 @@ Decoded decode(runtime::config::OffloadDevice params, const std::string& nvme, s
     engine.load_module(static_cast<int>(m), values.data());
   }
   models::ModelOptions options;
-  options.moe_lookahead = lookahead;
+  options.moe_lookahead = o.lookahead;
+  options.moe_cpu_expert_rows = o.host_rows;
   auto model = spec.make_model(options, *device, *compute, engine);
   Decoded r;
   r.resident = engine.resident_modules();
@@ -101,6 +113,7 @@ Decoded decode(runtime::config::OffloadDevice params, const std::string& nvme, s
     const bool expert = layout.modules[m].kind == models::ModuleKind::expert;
     (expert ? experts : r.bound) += mp.gathered_bytes;
   }
+  r.non_expert = r.bound;
   r.all_experts = r.bound + experts;
   r.bound += experts * static_cast<std::uint64_t>(config.num_experts_per_tok) /
              static_cast<std::uint64_t>(config.num_experts);
@@ -124,6 +137,7 @@ Decoded decode(runtime::config::OffloadDevice params, const std::string& nvme, s
     model->prefill(cache, prompt.data(), &len, 1, len, logits.data());
     engine.end_pass();
     ids.push_back(greedy());
+    const runtime::zero::EngineCounters prefilled = engine.counters();
     for (int t = 0; t < 12; ++t) {
       const std::uint64_t before = engine.counters().h2d_bytes;
       engine.begin_pass();
@@ -133,9 +147,14 @@ Decoded decode(runtime::config::OffloadDevice params, const std::string& nvme, s
       ids.push_back(greedy());
     }
     const runtime::zero::EngineCounters end = engine.counters();
+    if (run == 0) {
+      r.prefill_misses = prefilled.expert_misses - start.expert_misses;
+      r.decode_misses = end.expert_misses - prefilled.expert_misses;
+      r.decode_on_host = end.expert_host - prefilled.expert_host;
+    }
     const double hits = static_cast<double>(end.expert_hits - start.expert_hits);
     const double misses = static_cast<double>(end.expert_misses - start.expert_misses);
-    (run == 0 ? r.first_hit_rate : r.second_hit_rate) = hits / (hits + misses);
+    (run == 0 ? r.first_hit_rate : r.second_hit_rate) = hits + misses > 0 ? hits / (hits + misses) : 0.0;
     if (run == 0) r.ids = ids;
     EXPECT_EQ(ids, r.ids);
   }
@@ -144,12 +163,12 @@ Decoded decode(runtime::config::OffloadDevice params, const std::string& nvme, s
 
 TEST(MoeStreaming, ExpertsStreamedOnlyWhenRoutedGenerateTheResidentTokens) {
   TempDir dir;
-  const Decoded resident = decode(runtime::config::OffloadDevice::kNone, "", 64 * kMiB, 0);
+  const Decoded resident = decode(runtime::config::OffloadDevice::kNone, "", 64 * kMiB);
   EXPECT_EQ(resident.resident, resident.modules);
   EXPECT_EQ(resident.first_hit_rate, 1.0);  // every expert resident
   for (auto params : {runtime::config::OffloadDevice::kCpu, runtime::config::OffloadDevice::kNvme}) {
     SCOPED_TRACE(params == runtime::config::OffloadDevice::kCpu ? "cpu" : "nvme");
-    const Decoded streamed = decode(params, dir.path(), 3 * kMiB / 2, 0);
+    const Decoded streamed = decode(params, dir.path(), 3 * kMiB / 2);
     EXPECT_LT(streamed.resident, streamed.modules / 4) << "the test needs most modules streamed";
     EXPECT_EQ(streamed.ids, resident.ids);
     // Every decoding step after the first (whose trace the prefill recorded) moves at most 1.05 x
@@ -162,7 +181,7 @@ TEST(MoeStreaming, ExpertsStreamedOnlyWhenRoutedGenerateTheResidentTokens) {
     EXPECT_LT(streamed.bound, streamed.all_experts / 2);
     EXPECT_LT(streamed.first_hit_rate, 0.5);  // no cache: the resident experts only
     // The lookahead's guesses cost bytes (within every expert's), never tokens.
-    const Decoded guessed = decode(params, dir.path(), 3 * kMiB / 2, 0, /*lookahead=*/true);
+    const Decoded guessed = decode(params, dir.path(), 3 * kMiB / 2, {.lookahead = true});
     EXPECT_EQ(guessed.ids, resident.ids);
     for (std::uint64_t bytes : guessed.step_h2d) EXPECT_LE(bytes, guessed.all_experts);
   }
@@ -172,18 +191,53 @@ TEST(MoeStreaming, ExpertsStreamedOnlyWhenRoutedGenerateTheResidentTokens) {
 // again finds most of its experts on the device, and the tokens stay the resident model's.
 TEST(MoeStreaming, TheExpertCacheServesARepeatedPrompt) {
   TempDir dir;
-  const Decoded resident = decode(runtime::config::OffloadDevice::kNone, "", 64 * kMiB, 0);
+  const Decoded resident = decode(runtime::config::OffloadDevice::kNone, "", 64 * kMiB);
   // 3 MiB: the non-expert modules resident, the experts streamed (not all of them fit), and the
   // device memory left to the cache.
   const Decoded cached = decode(runtime::config::OffloadDevice::kCpu, dir.path(), 3 * kMiB,
-                                std::numeric_limits<std::uint64_t>::max());
+                                {.expert_cache_bytes = std::numeric_limits<std::uint64_t>::max()});
   std::printf("expert cache: hit rate %.3f on the first run of the prompt, %.3f on the second\n",
               cached.first_hit_rate, cached.second_hit_rate);
   EXPECT_EQ(cached.ids, resident.ids);
   EXPECT_GT(cached.second_hit_rate, 0.5) << "first run " << cached.first_hit_rate;
   EXPECT_GE(cached.second_hit_rate, cached.first_hit_rate);
-  const Decoded uncached = decode(runtime::config::OffloadDevice::kCpu, dir.path(), 3 * kMiB, 0);
+  const Decoded uncached = decode(runtime::config::OffloadDevice::kCpu, dir.path(), 3 * kMiB);
   EXPECT_GT(cached.second_hit_rate, uncached.second_hit_rate + 0.2);
+}
+
+// Experts on the host (models::ModelOptions::moe_cpu_expert_rows, --moe-cpu-experts): every routed
+// expert kept in pinned memory with at most that many rows runs where it lives. The tokens are the
+// resident model's, a decoding step copies no expert (only the non-expert modules' bytes move), and
+// the row limit holds: at 1 row, the prefill's experts with several rows are copied. Experts on
+// NVMe are not in host memory: they are copied as before.
+TEST(MoeStreaming, ExpertsOnTheHostCopyNoExpertBytes) {
+  TempDir dir;
+  const Decoded resident = decode(runtime::config::OffloadDevice::kNone, "", 64 * kMiB);
+  const Decoded copied = decode(runtime::config::OffloadDevice::kCpu, dir.path(), 3 * kMiB / 2);
+  EXPECT_EQ(copied.decode_on_host, 0u);
+  EXPECT_GT(copied.decode_misses, 0u);
+  for (const std::int64_t rows : {std::numeric_limits<std::int64_t>::max(), std::int64_t{1}}) {
+    SCOPED_TRACE(rows);
+    const Decoded on_host = decode(runtime::config::OffloadDevice::kCpu, dir.path(), 3 * kMiB / 2, {.host_rows = rows});
+    EXPECT_EQ(on_host.ids, resident.ids);
+    EXPECT_EQ(on_host.decode_misses, 0u) << "a decoding step copied an expert";
+    // One token, 2 distinct experts in each of 4 layers, 12 steps.
+    EXPECT_EQ(on_host.decode_on_host, 12u * 4u * 2u);
+    // The prefill routes 6 tokens x 2 to 8 experts: in each layer some expert has 2 rows or more.
+    if (rows == 1) {
+      EXPECT_GE(on_host.prefill_misses, 4u);
+    } else {
+      EXPECT_EQ(on_host.prefill_misses, 0u);
+    }
+    for (std::size_t t = 1; t < on_host.step_h2d.size(); ++t) {
+      EXPECT_LE(on_host.step_h2d[t], on_host.non_expert) << "step " << t;
+      EXPECT_LT(on_host.step_h2d[t], copied.step_h2d[t]) << "step " << t;
+    }
+  }
+  const Decoded from_nvme = decode(runtime::config::OffloadDevice::kNvme, dir.path(), 3 * kMiB / 2,
+                                   {.host_rows = std::numeric_limits<std::int64_t>::max()});
+  EXPECT_EQ(from_nvme.ids, resident.ids);
+  EXPECT_EQ(from_nvme.decode_on_host, 0u);
 }
 
 }  // namespace

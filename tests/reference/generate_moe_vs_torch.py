@@ -17,11 +17,12 @@ Prompts: 3 of lengths 5, 11 and 2 (token ids), decoded together in one batch.
 
 strata runs `strata infer --prompts ids.jsonl --max-new-tokens 32` once per entry of
 MOE_FLAG_SETS (below: resident; streamed from pinned host memory through a 2 MiB device, ZeRO
-stage 3 offload_param cpu; streamed from NVMe; the KV cache in pinned host memory; and, commented
-out until strata has the flags, the MoE-specific ones); torch (float64) appends argmax(logits of
+stage 3 offload_param cpu; streamed from NVMe; the KV cache in pinned host memory; a 1 MiB expert
+cache, none, the lookahead; experts computed on the host, on and auto); torch (float64) appends argmax(logits of
 the last position) 32 times to each prompt alone, recomputing the whole sequence each time.
 Checks: every run's ids equal torch's for every prompt, token for token; a run meant to stream
-(its flags hold --device-memory) must say so in its plan line. Self-checks (torch alone): the
+(its flags hold --device-memory) must say so in its plan line, and one with --moe-cpu-experts
+must report experts computed on the host. Self-checks (torch alone): the
 smallest gap between the two best logits torch met is > MIN_GAP, and at every forward of the
 generation every sparse layer's top-k margin ((p_k - p_k+1) / p_k) is > MIN_MARGIN, so that
 greedy ids and routing are decided by the model, not by fp32 rounding. Until strata knows these
@@ -47,8 +48,8 @@ import st_io  # noqa: E402
 
 # The `strata infer` flag sets to compare, by name. "{cpu}" and "{nvme}" stand for a DeepSpeed
 # config streaming the parameters from pinned host memory / from NVMe (ZeRO stage 3,
-# offload_param). A set holding --device-memory must stream (its plan line says so). Enable the
-# commented-out sets once strata has their flags: an enabled set whose flag strata lacks fails.
+# offload_param). A set holding --device-memory must stream (its plan line says so); one holding
+# --moe-cpu-experts must compute experts on the host (its last line says how many).
 MOE_FLAG_SETS = {
     "resident": [],
     "streamed from pinned host": ["--config", "{cpu}", "--device-memory", "2MiB"],
@@ -60,8 +61,10 @@ MOE_FLAG_SETS = {
                                    "--moe-expert-cache-mb", "0"],
     "expert lookahead": ["--config", "{nvme}", "--device-memory", "2MiB",
                          "--moe-prefetch", "on"],
-    # Not yet in strata (issue 32's next part):
-    # "experts on the CPU": ["--moe-cpu-experts", "on"],
+    "experts on the host, from pinned": ["--config", "{cpu}", "--device-memory", "2MiB",
+                                         "--moe-cpu-experts", "on", "--moe-expert-cache-mb", "0"],
+    "experts on the host when auto": ["--config", "{cpu}", "--device-memory", "2MiB",
+                                      "--moe-cpu-experts", "auto"],
 }
 
 NEW_TOKENS = 32
@@ -114,6 +117,8 @@ def run_strata(strata, folder, work, name, extra, streamed):
     plan = next((line for line in r.stderr.splitlines() if line.startswith("plan:")), "")
     if streamed and "streamed through" not in plan:
         raise RuntimeError(f"meant to stream, but the plan says: {plan!r}")
+    if "--moe-cpu-experts" in extra and "computed on the host" not in r.stderr:
+        raise RuntimeError("--moe-cpu-experts: no expert was computed on the host:\n" + r.stderr[-2000:])
     with open(out) as f:
         return {o["index"]: o["ids"] for o in (json.loads(line) for line in f if line.strip())}
 

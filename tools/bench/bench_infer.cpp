@@ -46,6 +46,7 @@ struct Cell {
   double nvme_bytes_per_step = 0;
   double bound_tokens_per_s = 0;  // 0: nothing streamed (no bound from the links)
   double expert_hit_rate = -1;    // a mixture's timed steps: expert acquires found on the device (-1: no experts)
+  double expert_host_share = -1;  // and of all routed experts, those computed on the host (--moe-cpu-experts)
   int resident = 0, modules = 0;
   std::string error;
   double accelerate_tokens_per_s = 0;  // the peer on the same model, batch and budget (cpu cells)
@@ -214,6 +215,8 @@ void bench_infer(const InferBenchOptions& o) {
         setup.seed = 1;
         setup.expert_cache_mb = o.moe_expert_cache_mb;
         setup.moe_lookahead = o.moe_prefetch == "on";
+        setup.moe_cpu_experts = o.moe_cpu_experts;
+        setup.profile_path = o.profile_path;
         infer::Server server(std::move(setup), /*verbose=*/false);
         batch = server.batch();
         cell.batch = batch;
@@ -270,7 +273,11 @@ void bench_infer(const InferBenchOptions& o) {
         cell.nvme_bytes_per_step = static_cast<double>(after.nvme_read_bytes - before.nvme_read_bytes) / o.steps;
         const std::uint64_t hits = after.expert_hits - before.expert_hits;
         const std::uint64_t misses = after.expert_misses - before.expert_misses;
+        const std::uint64_t on_host = after.expert_host - before.expert_host;
         if (hits + misses > 0) cell.expert_hit_rate = static_cast<double>(hits) / static_cast<double>(hits + misses);
+        if (hits + misses + on_host > 0) {
+          cell.expert_host_share = static_cast<double>(on_host) / static_cast<double>(hits + misses + on_host);
+        }
         double bound_s = 0;
         if (h2d_gbps > 0) bound_s = std::max(bound_s, cell.h2d_bytes_per_step / (h2d_gbps * 1e9));
         if (disk_gbps > 0) bound_s = std::max(bound_s, cell.nvme_bytes_per_step / (disk_gbps * 1e9));
@@ -285,7 +292,7 @@ void bench_infer(const InferBenchOptions& o) {
       std::fprintf(text, "  %-6s batch %-4d %s\n", placement.c_str(), batch,
                    cell.error.empty()
                        ? fmt::format("prefill {:9.1f} tokens/s; decode {:9.2f} ms/step {:10.1f} tokens/s  streamed {}/step (nvme {}), {} of {} modules "
-                                     "resident{}{}",
+                                     "resident{}{}{}",
                                      cell.prefill_tokens_per_s, cell.step_ms, cell.tokens_per_s,
                                      format_bytes(static_cast<std::uint64_t>(cell.h2d_bytes_per_step)),
                                      format_bytes(static_cast<std::uint64_t>(cell.nvme_bytes_per_step)), cell.resident,
@@ -296,6 +303,9 @@ void bench_infer(const InferBenchOptions& o) {
                                          : std::string(),
                                      cell.expert_hit_rate >= 0
                                          ? fmt::format("; experts on the device {:.1f}%", 100.0 * cell.expert_hit_rate)
+                                         : std::string(),
+                                     cell.expert_host_share > 0
+                                         ? fmt::format("; {:.1f}% of experts on the host", 100.0 * cell.expert_host_share)
                                          : std::string())
                              .c_str()
                        : ("error: " + cell.error).c_str());
@@ -334,6 +344,7 @@ void bench_infer(const InferBenchOptions& o) {
       j["nvme_bytes_per_step"] = c.nvme_bytes_per_step;
       j["resident_modules"] = c.resident;
       if (c.expert_hit_rate >= 0) j["expert_hit_rate"] = c.expert_hit_rate;
+      if (c.expert_host_share >= 0) j["expert_host_share"] = c.expert_host_share;
       j["modules"] = c.modules;
       if (c.accelerate_tokens_per_s > 0) j["accelerate_tokens_per_s"] = c.accelerate_tokens_per_s;
       if (!c.accelerate_error.empty()) j["accelerate_error"] = c.accelerate_error;

@@ -19,6 +19,10 @@
 //                sized so that the slower direction takes about --seconds;
 //   gemm         runtime/ops' matmul_fwd (the op the model's layers run) at n x n x n in the
 //                dtype; 2 n^3 flops. n = 4096 on cuda, 2048 on host;
+//   cpu matmul   kernels/host's matmul_fwd on this thread over a (4096, 2048) weight in host
+//                memory in the dtype (a mixture's expert computed on the host where it lives,
+//                runtime/estimate/cpu_experts.h): at 1 row as weight bytes per second, at 128
+//                rows as flops per second;
 //   step         a resident training step of a reference model (bytes-30m, B 2, T 128 on host;
 //                gpt2, B 8, T 512 on cuda): zero the grads, forward, backward, and AdamW on
 //                device-resident states (runtime/ops' adam_step, as the engine updates a
@@ -50,6 +54,7 @@
 #include "core/error.h"
 #include "core/units.h"
 #include "cpu_adam/adam.h"
+#include "kernels/host/matmul.h"
 #include "models/model_parts.h"
 #include "models/registry.h"
 #include "offload/host_buffer.h"
@@ -225,6 +230,35 @@ double measure_gemm(double seconds, Device& device, Stream& stream, int n, DType
     runtime::ops::matmul_fwd(stream, y.data(), x.data(), w.data(), nullptr, n, n, n, dtype);
     stream.synchronize();
   });
+}
+
+struct CpuMatmulRates {
+  double bytes_per_s = 0;  // at 1 row: the weight's bytes
+  double flops_per_s = 0;  // at 128 rows
+};
+
+CpuMatmulRates measure_cpu_matmul(double seconds, DType dtype) {
+  constexpr int kOut = 4096, kIn = 2048, kRows = 128;
+  const std::size_t es = dtype_size(dtype);
+  const std::size_t weight_elems = static_cast<std::size_t>(kOut) * kIn;
+  std::vector<std::byte> weight(weight_elems * es), x(static_cast<std::size_t>(kRows) * kIn * es),
+      y(static_cast<std::size_t>(kRows) * kOut * es);
+  {
+    std::vector<float> values(weight_elems);
+    std::mt19937 rng(13);
+    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+    for (float& f : values) f = uniform(rng);
+    convert(values.data(), DType::f32, weight.data(), dtype, weight_elems);
+    convert(values.data(), DType::f32, x.data(), dtype, static_cast<std::size_t>(kRows) * kIn);
+  }
+  CpuMatmulRates r;
+  r.bytes_per_s = median_rate(seconds / 2, static_cast<double>(weight.size()), [&] {
+    kernels::host::matmul_fwd(y.data(), x.data(), weight.data(), nullptr, 1, kIn, kOut, dtype);
+  });
+  r.flops_per_s = median_rate(seconds / 2, 2.0 * kRows * static_cast<double>(weight_elems), [&] {
+    kernels::host::matmul_fwd(y.data(), x.data(), weight.data(), nullptr, kRows, kIn, kOut, dtype);
+  });
+  return r;
 }
 
 struct StepShape {
@@ -453,6 +487,12 @@ void bench_machine(const MachineBenchOptions& o) {
   table.row("disk read", gbps(p.disk_read_bytes_per_s), "O_DIRECT io_uring");
   p.gemm_flops_per_s = measure_gemm(o.seconds, *device, *compute, gemm_n, dtype);
   table.row("gemm", tflops(p.gemm_flops_per_s), fmt::format("matmul_fwd {0} x {0} x {0}, {1}", gemm_n, p.dtype));
+  const CpuMatmulRates cpu_matmul = measure_cpu_matmul(o.seconds, dtype);
+  p.cpu_matmul_bytes_per_s = cpu_matmul.bytes_per_s;
+  p.cpu_matmul_flops_per_s = cpu_matmul.flops_per_s;
+  table.row("cpu matmul", gbps(p.cpu_matmul_bytes_per_s),
+            fmt::format("host matmul_fwd, 1 row over a 4096 x 2048 {} weight; {} at 128 rows", p.dtype,
+                        tflops(p.cpu_matmul_flops_per_s)));
   p.step_flops_per_s = measure_step(o.seconds, *device, *compute, *spec, shape, dtype, threads);
   table.row("step", tflops(p.step_flops_per_s),
             fmt::format("{} B {} T {}: fwd + bwd + AdamW, model flops; {:.2f} x the gemm", shape.preset,

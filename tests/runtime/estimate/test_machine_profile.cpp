@@ -38,6 +38,8 @@ MachineProfile sample() {
   p.gemm_flops_per_s = 0.1234567891e12;
   p.step_flops_per_s = 0.0456789e12;
   p.step_points = {{128, 2, 4, 128, 0.031e12}, {512, 2, 4, 128, 0.0789e12}};
+  p.cpu_matmul_bytes_per_s = 5.5e9;
+  p.cpu_matmul_flops_per_s = 0.0625e12;
   return p;
 }
 
@@ -95,6 +97,8 @@ TEST_F(MachineProfileTest, RoundTripsEveryField) {
   EXPECT_EQ(q.disk_dir, p.disk_dir);
   EXPECT_EQ(q.gemm_flops_per_s, p.gemm_flops_per_s);
   EXPECT_EQ(q.step_flops_per_s, p.step_flops_per_s);
+  EXPECT_EQ(q.cpu_matmul_bytes_per_s, p.cpu_matmul_bytes_per_s);
+  EXPECT_EQ(q.cpu_matmul_flops_per_s, p.cpu_matmul_flops_per_s);
   ASSERT_EQ(q.step_points.size(), 2u);
   for (std::size_t i = 0; i < 2; ++i) {
     EXPECT_EQ(q.step_points[i].hidden, p.step_points[i].hidden);
@@ -113,6 +117,20 @@ TEST_F(MachineProfileTest, RoundTripsEveryField) {
 TEST_F(MachineProfileTest, IgnoresUnknownKeys) {
   write_edited([](nlohmann::json& j) { j["measured_by"] = "a later strata"; });
   EXPECT_EQ(read_machine_profile(path_).threads, 2);
+}
+
+// A profile written before the CPU matmul rates reads with them 0; given, they must be rates.
+TEST_F(MachineProfileTest, TheCpuMatmulRatesAreOptional) {
+  write_edited([](nlohmann::json& j) {
+    j.erase("cpu_matmul_bytes_per_s");
+    j.erase("cpu_matmul_flops_per_s");
+  });
+  const MachineProfile q = read_machine_profile(path_);
+  EXPECT_EQ(q.cpu_matmul_bytes_per_s, 0.0);
+  EXPECT_EQ(q.cpu_matmul_flops_per_s, 0.0);
+  write_edited([](nlohmann::json& j) { j["cpu_matmul_flops_per_s"] = -1; });
+  const std::string e = read_error();
+  EXPECT_NE(e.find("cpu_matmul_flops_per_s"), std::string::npos) << e;
 }
 
 TEST_F(MachineProfileTest, RewritingReplacesTheFile) {

@@ -1,6 +1,7 @@
 // The parameter fetcher on its own (host backend, no update gate): a gather fetched ahead of its
 // NVMe read waits for the read on the staged H2D stream, and nothing else waits with it
-// (Note [Staged copies] in runtime/zero/param_fetcher.cpp).
+// (Note [Staged copies] in runtime/zero/param_fetcher.cpp); a module needed now while every
+// staging buffer holds a read fetched ahead keeps those reads (none is read twice).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -186,6 +187,50 @@ TEST(ParamFetcher, ASlowNvmeReadHoldsOnlyTheStagedStream) {
   }
   f.end_step();
   run.device->synchronize();
+}
+
+// Bytes the swap space has read so far.
+std::uint64_t bytes_read(const FetcherRun& run) { return run.store->swap()->engine().stats().bytes_read; }
+
+// Two staging buffers, and a prefetch bucket that lets a hint gather nothing but the first: after
+// hints of modules 0, 1 and 2, module 0 is gathered and 1 and 2 hold both staging buffers with
+// their reads. Module 3 is then needed now. Every module acquired once must read each module
+// once, as acquiring them in order does (the control): the reads of 1 and 2 are kept (1, the
+// oldest, gathered ahead to free its buffer), not dropped and read again.
+TEST(ParamFetcher, ANeededModuleKeepsTheReadsFetchedAhead) {
+  TempDir dir;
+  config::Config config = make_config(3, config::OffloadDevice::kNvme, config::OffloadDevice::kCpu, dir.path());
+  config.zero_optimization.offload_param.buffer_count = 2;
+  config.zero_optimization.stage3_prefetch_bucket_size = std::uint64_t{1};
+  std::uint64_t control = 0;
+  {
+    FetcherRun run(config, {});
+    ASSERT_EQ(run.store->plan().param_staging_buffers, 2);
+    const std::uint64_t start = bytes_read(run);
+    run.fetcher->begin_step();
+    for (int m = 0; m < kModules; ++m) {
+      expect_initial(run.fetcher->acquire(m), m);
+      run.fetcher->release(m);
+    }
+    run.fetcher->end_step();
+    control = bytes_read(run) - start;
+  }
+  FetcherRun run(config, {});
+  zero::ParamFetcher& f = *run.fetcher;
+  const std::uint64_t start = bytes_read(run);
+  f.begin_step();
+  for (int m : {0, 1, 2}) f.hint(m);
+  EXPECT_EQ(f.counters().prefetched, 1u) << "the test needs modules 1 and 2 reading, not gathered";
+  expect_initial(f.acquire(3), 3);  // on demand, both staging buffers busy
+  f.release(3);
+  for (int m : {0, 1, 2, 4, 5}) {
+    expect_initial(f.acquire(m), m);
+    f.release(m);
+  }
+  f.end_step();
+  run.device->synchronize();
+  EXPECT_EQ(bytes_read(run) - start, control) << "a read fetched ahead was dropped and read again";
+  EXPECT_EQ(f.counters().prefetched, 2u);  // module 1 gathered ahead to free its buffer
 }
 
 }  // namespace
