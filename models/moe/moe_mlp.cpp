@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "kernels/host/matmul.h"
+#include "kernels/host/matmul_rows.h"
 #include "kernels/host/swiglu.h"
 #include "runtime/ops/ops.h"
 
@@ -142,8 +142,9 @@ void MoeMlp::route_and_compute(Stream& s, ModuleAccess& modules, const ModelLayo
 //   3. the host waits for the event -- on a GPU while the device computes its experts -- runs
 //      each host expert's gate|up matmul, SwiGLU and down matmul with kernels/host on its rows,
 //      and copies the outputs into ys on the compute stream, before the combine.
-// The host kernels are the host backend's own, so on the host backend the tokens are bit for bit
-// those of the device path; there the host waits for the whole stream first (the device's
+// The matmuls are kernels/host/matmul_rows.h's (the weight read once in its dtype; fp32 goes to
+// the host backend's own matmul, so on the host backend in fp32 the tokens are bit for bit those
+// of the device path); on the host backend the host waits for the whole stream first (the device's
 // kernels run on the same cores: overlapping gains nothing, and OpenBLAS is called from one
 // thread at a time). The host rows buffer is reused by the next layer only after its
 // s.synchronize() above, so the outputs' copies have left it by then.
@@ -185,10 +186,10 @@ void MoeMlp::compute_on_host(Stream& s, const ModelLayout& layout, int layer, Sa
     std::byte* x_gu = rows(gu, first, 2 * uF, dt);
     std::byte* x_h = rows(h, first, uF, dt);
     std::byte* x_ys = rows(ys, first, uC, dt);
-    host::matmul_fwd(x_gu, rows(xs, first, uC, dt), tensor_at(w, ml.tensors[kExpertGateUp]), nullptr, count, C,
-                     2 * F, dt);
+    host::matmul_rows_fwd(x_gu, rows(xs, first, uC, dt), tensor_at(w, ml.tensors[kExpertGateUp]), count, C, 2 * F,
+                          dt);
     host::swiglu_fwd(x_h, x_gu, count, F, dt);
-    host::matmul_fwd(x_ys, x_h, tensor_at(w, ml.tensors[kExpertDown]), nullptr, count, F, C, dt);
+    host::matmul_rows_fwd(x_ys, x_h, tensor_at(w, ml.tensors[kExpertDown]), count, F, C, dt);
     s.copy_async(rows(a.ys, first, uC, dt), x_ys, static_cast<std::size_t>(count) * uC * dtype_size(dt));
   }
 }

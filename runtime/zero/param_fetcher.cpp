@@ -139,9 +139,8 @@ void ParamFetcher::start_read(int module) {
 // a layer's experts, the lookahead's guesses): the oldest read's module is gathered ahead -- its
 // H2D waits for the read on the staged stream (Note [Staged copies]), so its staging buffer is
 // free for the next read once that read and copy are done, and the bytes read are kept. Only when
-// the device has no room for it now is the read dropped (its module is read again when wanted):
-// dropping first, as before, read 507 MiB for 388 MiB copied at batch 16 from NVMe
-// (docs/benchmarks.md, "Mixtures of experts").
+// the device has no room for it now is the read dropped (its module is read again when wanted),
+// which is what always happened before.
 void ParamFetcher::free_a_staging_buffer() {
   int oldest = -1;
   for (std::size_t m = 0; m < modules_.size(); ++m) {
@@ -226,6 +225,7 @@ bool ParamFetcher::gather(int module, bool on_demand) {
 }
 
 void ParamFetcher::prefetch(bool may_wait) {
+  start_wanted_reads();
   if (!trace_.following()) return;
   if (may_wait) {
     // After a release the module just released is already enqueued on the compute stream, so
@@ -237,8 +237,10 @@ void ParamFetcher::prefetch(bool may_wait) {
       break;
     }
   }
-  // NVMe reads run furthest ahead: as many as there are staging buffers.
+  // NVMe reads run furthest ahead: as many as there are staging buffers, once no hinted module
+  // waits for one (Note [Hinted reads first]).
   for (int m : trace_.upcoming()) {
+    if (!wanted_.empty()) break;
     const Module& s = modules_[static_cast<std::size_t>(m)];
     if (plan_of(m).resident || !store_.state(m, tiers::StateKind::param).needs_staging() ||
         s.fetch != FetchState::idle) {
@@ -298,11 +300,49 @@ void ParamFetcher::hint(int module) {
   const tiers::ModulePlan& mp = plan_of(module);
   if (mp.resident || s.fetch == FetchState::gathered || update_pending(module)) return;
   if (s.fetch == FetchState::idle && store_.state(module, tiers::StateKind::param).needs_staging()) {
-    if (free_staging() < 0) return;
+    if (free_staging() < 0) {
+      if (!s.wanted) {  // its read starts when a staging buffer frees (Note [Hinted reads first])
+        s.wanted = true;
+        wanted_.push_back(module);
+      }
+      return;
+    }
     start_read(module);
   }
+  gather_ahead(module);
+}
+
+void ParamFetcher::gather_ahead(int module) {
+  const tiers::ModulePlan& mp = plan_of(module);
   if (prefetch_numel_ >= prefetch_bucket_ || live_numel_ + mp.part.padded_numel > max_live_) return;
   gather(module, false);
+}
+
+// Note [Hinted reads first]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~
+// A hint (a layer's routed experts, once its router ran) finds the staging buffers taken by the
+// trace's reads ahead (the next blocks) more often than not. Its module is then `wanted`: the
+// next staging buffer to free goes to it, in hint order, and no trace read starts while one is
+// waiting. Before, each acquire's prefetch gave the freed buffer back to the trace, the expert
+// came on demand with every buffer busy, and with the device memory full of hinted experts the
+// trace's read was dropped to make room, to be started again at the next prefetch: at batch 16
+// from NVMe (docs/benchmarks.md, "Mixtures of experts"), 479 MiB read per step for 388 MiB
+// copied, and 390 MiB since.
+void ParamFetcher::start_wanted_reads() {
+  std::size_t done = 0;
+  for (; done < wanted_.size(); ++done) {
+    const int m = wanted_[done];
+    Module& s = modules_[static_cast<std::size_t>(m)];
+    if (s.fetch != FetchState::idle) {  // read meanwhile (an acquire, the trace)
+      s.wanted = false;
+      continue;
+    }
+    if (free_staging() < 0) break;
+    s.wanted = false;
+    start_read(m);
+    gather_ahead(m);
+  }
+  wanted_.erase(wanted_.begin(), wanted_.begin() + static_cast<std::ptrdiff_t>(done));
 }
 
 void ParamFetcher::set_expert_cache(std::uint64_t bytes) {
@@ -367,20 +407,28 @@ bool ParamFetcher::evict_one(int size_class) {
   // The expert cache gives up a module first (Note [The expert cache's policy]).
   if (evict_cached(size_class)) return true;
   // Candidates hold a gathered buffer nobody has acquired: kept for reuse, or fetched ahead.
-  // Give up the one whose next use along the trace is furthest (or absent) first.
+  // Give up the one whose next use is furthest first: one not coming back this step, then along
+  // the trace the furthest. A routed module fetched on a hint (a layer's expert the router just
+  // picked, acquired in a moment) is off the trace but not unwanted: it goes last, the one of
+  // them acquired last (the highest index: a layer acquires its experts in order) first.
   const std::span<const int> upcoming = trace_.following() ? trace_.upcoming() : std::span<const int>();
+  const auto none = static_cast<std::int64_t>(upcoming.size());
   int victim = -1;
-  std::size_t victim_next = 0;
+  std::int64_t victim_next = 0;
   for (std::size_t m = 0; m < modules_.size(); ++m) {
     const Module& s = modules_[m];
     if (s.fetch != FetchState::gathered || s.holders > 0 || plan_of(static_cast<int>(m)).size_class != size_class) {
       continue;
     }
-    std::size_t next = upcoming.size();  // not coming back this step: the best victim
-    for (std::size_t k = 0; k < upcoming.size(); ++k) {
-      if (upcoming[k] == static_cast<int>(m)) {
-        next = k;
-        break;
+    std::int64_t next = none;  // not coming back this step: the best victim
+    if (routed(static_cast<int>(m)) && s.prefetched) {
+      next = static_cast<std::int64_t>(m) - static_cast<std::int64_t>(modules_.size());  // < 0
+    } else {
+      for (std::size_t k = 0; k < upcoming.size(); ++k) {
+        if (upcoming[k] == static_cast<int>(m)) {
+          next = static_cast<std::int64_t>(k);
+          break;
+        }
       }
     }
     if (victim < 0 || next > victim_next) {
@@ -486,6 +534,8 @@ void ParamFetcher::release(int module) {
 
 void ParamFetcher::end_step() {
   trace_.end_step();
+  for (int m : wanted_) modules_[static_cast<std::size_t>(m)].wanted = false;
+  wanted_.clear();
   for (std::size_t m = 0; m < modules_.size(); ++m) {
     if (!modules_[m].cached) drop_gathered(static_cast<int>(m));  // the expert cache stays
   }

@@ -18,7 +18,9 @@
 // (stage3_max_reuse_distance).
 //
 // prefetch() runs after every acquire and release: along the trace of the previous step
-// (fetch_trace.h; routed modules, a mixture's experts, stay off it and are fetched when acquired), it starts NVMe reads while staging buffers are free, and gathers ahead while
+// (fetch_trace.h; routed modules, a mixture's experts, stay off it and are fetched when acquired
+// or hinted, a hinted read going before the trace's: Note [Hinted reads first]), it starts NVMe
+// reads while staging buffers are free, and gathers ahead while
 // the elements in flight stay under stage3_prefetch_bucket_size, the gathered elements under
 // stage3_max_live_parameters, and the device memory suffices without waiting. A gather ahead of
 // a read still in flight makes the staged H2D stream wait for a host flag (device.h) that the read
@@ -121,6 +123,7 @@ class ParamFetcher {
     bool prefetched = false;   // fetched ahead and not acquired yet
     bool stale = false;        // resident, several ranks: updated since its last all-gather
     bool cached = false;       // a released routed module kept in the expert cache
+    bool wanted = false;       // hinted while every staging buffer was busy: in wanted_
     std::uint64_t last_use = 0;  // the expert cache's clock at its last release
   };
   struct Staging {
@@ -137,6 +140,8 @@ class ParamFetcher {
   void start_read(int module);             // NVMe: read the shard into a staging buffer
   int free_staging() const;                // -1 when every staging buffer is busy
   void free_a_staging_buffer();            // every one is busy: gathers (or drops) the oldest read
+  void gather_ahead(int module);           // gather(module, false) within the element budgets
+  void start_wanted_reads();               // wanted_ into free staging buffers, in order
   bool gather(int module, bool on_demand); // H2D + all-gather into a new device buffer
   void prefetch(bool may_wait);            // runs fetches ahead along the trace
   bool keep_for_reuse(int module) const;
@@ -163,6 +168,7 @@ class ParamFetcher {
   std::vector<int> layer_of_;      // a routed module's block (its layer), for the cache's policy
   std::vector<std::uint64_t> layer_cache_bytes_;  // cached bytes per layer (by its block's index)
   std::vector<int> cached_;        // the modules in the expert cache
+  std::vector<int> wanted_;        // hinted modules waiting for a staging buffer, in hint order
   std::uint64_t cache_limit_ = 0;  // the expert cache's bytes at most
   std::uint64_t cache_bytes_ = 0;  // its bytes now
   std::uint64_t cache_clock_ = 0;

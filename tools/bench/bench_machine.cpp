@@ -19,7 +19,7 @@
 //                sized so that the slower direction takes about --seconds;
 //   gemm         runtime/ops' matmul_fwd (the op the model's layers run) at n x n x n in the
 //                dtype; 2 n^3 flops. n = 4096 on cuda, 2048 on host;
-//   cpu matmul   kernels/host's matmul_fwd on this thread over a (4096, 2048) weight in host
+//   cpu matmul   kernels/host's matmul_rows_fwd on this thread over a (4096, 2048) weight in host
 //                memory in the dtype (a mixture's expert computed on the host where it lives,
 //                runtime/estimate/cpu_experts.h): at 1 row as weight bytes per second, at 128
 //                rows as flops per second;
@@ -54,7 +54,7 @@
 #include "core/error.h"
 #include "core/units.h"
 #include "cpu_adam/adam.h"
-#include "kernels/host/matmul.h"
+#include "kernels/host/matmul_rows.h"
 #include "models/model_parts.h"
 #include "models/registry.h"
 #include "offload/host_buffer.h"
@@ -253,10 +253,10 @@ CpuMatmulRates measure_cpu_matmul(double seconds, DType dtype) {
   }
   CpuMatmulRates r;
   r.bytes_per_s = median_rate(seconds / 2, static_cast<double>(weight.size()), [&] {
-    kernels::host::matmul_fwd(y.data(), x.data(), weight.data(), nullptr, 1, kIn, kOut, dtype);
+    kernels::host::matmul_rows_fwd(y.data(), x.data(), weight.data(), 1, kIn, kOut, dtype);
   });
   r.flops_per_s = median_rate(seconds / 2, 2.0 * kRows * static_cast<double>(weight_elems), [&] {
-    kernels::host::matmul_fwd(y.data(), x.data(), weight.data(), nullptr, kRows, kIn, kOut, dtype);
+    kernels::host::matmul_rows_fwd(y.data(), x.data(), weight.data(), kRows, kIn, kOut, dtype);
   });
   return r;
 }

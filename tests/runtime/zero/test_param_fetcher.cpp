@@ -1,7 +1,9 @@
 // The parameter fetcher on its own (host backend, no update gate): a gather fetched ahead of its
 // NVMe read waits for the read on the staged H2D stream, and nothing else waits with it
 // (Note [Staged copies] in runtime/zero/param_fetcher.cpp); a module needed now while every
-// staging buffer holds a read fetched ahead keeps those reads (none is read twice).
+// staging buffer holds a read fetched ahead keeps those reads (none is read twice); a hinted
+// module that found every staging buffer busy is read before the trace's next module (Note
+// [Hinted reads first]).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -90,7 +92,9 @@ std::vector<float> initial_values(int m) {
 
 // Everything a fetcher borrows, in construction order (destroyed the other way).
 struct FetcherRun {
-  FetcherRun(const config::Config& config, offload::CompletionHook hook) {
+  // routed[m]: module m is a routed module (a mixture's expert: off the trace, fetched on demand
+  // or on a hint); none when empty.
+  FetcherRun(const config::Config& config, offload::CompletionHook hook, std::vector<char> routed = {}) {
     device::DeviceOptions o;
     o.kind = "host";
     o.memory_bytes = config.strata.device_memory_bytes;
@@ -106,6 +110,7 @@ struct FetcherRun {
       setup.module_names.push_back("m" + std::to_string(m));
     }
     setup.io_completion_hook = std::move(hook);
+    setup.routed_modules = std::move(routed);
     store = std::make_unique<tiers::TierStore>(config, setup, *device, *streams->optim);
     for (int m = 0; m < kModules; ++m) {
       const std::vector<float> v = initial_values(m);
@@ -231,6 +236,42 @@ TEST(ParamFetcher, ANeededModuleKeepsTheReadsFetchedAhead) {
   run.device->synchronize();
   EXPECT_EQ(bytes_read(run) - start, control) << "a read fetched ahead was dropped and read again";
   EXPECT_EQ(f.counters().prefetched, 2u);  // module 1 gathered ahead to free its buffer
+}
+
+// Modules 0-4 are the trace, module 5 is routed (an expert); two staging buffers, and a prefetch
+// bucket that lets one module at a time be gathered ahead. In the second step, after acquiring 0
+// and releasing it, modules 2 and 3 hold both staging buffers with reads along the trace; then
+// module 5 is hinted (its router picked it): no buffer is free, so it waits. The next buffer to
+// free (module 2's, gathered ahead at acquire(1)) must go to module 5, not to module 4's read.
+TEST(ParamFetcher, AHintedModuleIsReadBeforeTheTracesNext) {
+  TempDir dir;
+  config::Config config = make_config(3, config::OffloadDevice::kNvme, config::OffloadDevice::kCpu, dir.path());
+  config.zero_optimization.offload_param.buffer_count = 2;
+  config.zero_optimization.stage3_prefetch_bucket_size = std::uint64_t{1};
+  std::vector<char> routed(kModules, 0);
+  routed[5] = 1;
+  FetcherRun run(config, {}, routed);
+  zero::ParamFetcher& f = *run.fetcher;
+  auto take = [&](int m) {
+    expect_initial(f.acquire(m), m);
+    f.release(m);
+  };
+  f.begin_step();  // records the trace 0..4
+  for (int m = 0; m < kModules; ++m) take(m);
+  f.end_step();
+
+  f.begin_step();
+  take(0);
+  ASSERT_TRUE(f.fetched(2));
+  ASSERT_TRUE(f.fetched(3)) << "the test needs both staging buffers reading along the trace";
+  f.hint(5);
+  EXPECT_FALSE(f.fetched(5));
+  take(1);
+  EXPECT_TRUE(f.fetched(5)) << "the hinted module did not get the staging buffer that freed";
+  EXPECT_FALSE(f.fetched(4)) << "the trace's next read went before the hinted module";
+  for (int m : {5, 2, 3, 4}) take(m);
+  f.end_step();
+  run.device->synchronize();
 }
 
 }  // namespace
