@@ -3,7 +3,8 @@
 // header names the active parameters; the "mixture of experts" section and --json's moe appear
 // for mixtral-tiny, qwen3-moe-tiny, qwen3-30b-a3b and mixtral-8x7b and never for a dense model,
 // with bytes equal to the layout's modules in the compute dtype; the step model fetches the
-// experts at the micro-batch's expected share and counts the active parameters' flops.
+// experts at the micro-batch's expected share and counts the active parameters' flops; a cuda
+// machine profile adds --moe-cpu-experts auto's row limit.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -12,6 +13,7 @@
 
 #include "models/llama/llama_config.h"
 #include "models/registry.h"
+#include "runtime/estimate/cpu_experts.h"
 #include "runtime/estimate/estimate.h"
 #include "runtime/estimate/moe_traffic.h"
 #include "tools/estimate/estimate_report.h"
@@ -114,6 +116,31 @@ TEST(EstimateMoe, RoutingAndBytesAreTheLayoutsModules) {
     EXPECT_NE(text.find("training, micro-batch 2 x 128"), std::string::npos) << text;
     EXPECT_NE(parameters_clause(in.model).find(std::to_string(c.active_params()) + " active"), std::string::npos);
   }
+}
+
+// With a cuda profile that has the host matmul rates, the section and --json give
+// --moe-cpu-experts auto's row limit for one expert of the model (runtime/estimate/cpu_experts.h);
+// without a profile, or with a host one (auto is every row there), none.
+TEST(EstimateMoe, ACudaProfileGivesTheHostExpertRows) {
+  const models::ModelSpecPtr spec = models::model_preset("qwen3-30b-a3b");
+  EstimateInputs in = inputs(*spec);
+  const Estimate e = shape(1, 64);
+  EXPECT_TRUE(moe_json(in, e)["host_expert_rows"].is_null());
+  runtime::estimate::MachineProfile p;
+  p.backend = "cuda";
+  p.h2d_bytes_per_s = 50e9;
+  p.cpu_matmul_bytes_per_s = 100e9;
+  p.cpu_matmul_flops_per_s = 1e12;
+  in.profile = p;
+  // One expert: 3 x 2048 x 768 bf16 elements, rows of 2048 (test_cpu_experts: 19 rows).
+  const std::uint64_t numel = 3ull * 2048 * 768;
+  const std::int64_t rows = runtime::estimate::cpu_expert_max_rows(p, numel * 2, numel, 2048, 2);
+  EXPECT_EQ(rows, 19);
+  EXPECT_EQ(moe_json(in, e)["host_expert_rows"], rows);
+  const std::string text = moe_section(in, e);
+  EXPECT_NE(text.find("at most 19 row(s) runs on the host"), std::string::npos) << text;
+  in.profile->backend = "host";
+  EXPECT_TRUE(moe_json(in, e)["host_expert_rows"].is_null());
 }
 
 TEST(EstimateMoe, ADenseModelHasNoSection) {

@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 
 #include <fmt/format.h>
 
 #include "core/units.h"
+#include "runtime/estimate/cpu_experts.h"
+#include "runtime/estimate/moe_traffic.h"
 #include "tools/charts/metrics_charts.h"
 
 namespace strata::tools {
@@ -94,6 +97,18 @@ runtime::estimate::MoeBytes model_moe_bytes(const EstimateInputs& in, const Esti
 
 std::string bytes_text(double b) { return format_bytes(static_cast<std::uint64_t>(b + 0.5)); }
 
+// --moe-cpu-experts auto's row limit on a cuda profile with the host matmul rates; none otherwise
+// (no profile, an earlier profile, or the host backend, where auto is every row count).
+std::optional<std::int64_t> host_expert_rows(const EstimateInputs& in, const runtime::estimate::MoeBytes& bytes) {
+  if (!in.profile || in.profile->backend != "cuda" || in.profile->cpu_matmul_bytes_per_s <= 0 ||
+      in.profile->cpu_matmul_flops_per_s <= 0) {
+    return std::nullopt;
+  }
+  const std::uint64_t es = bytes.one_expert_bytes / std::max<std::uint64_t>(1, bytes.one_expert_numel);
+  return runtime::estimate::cpu_expert_max_rows(*in.profile, bytes.one_expert_bytes, bytes.one_expert_numel,
+                                                in.model.hidden_size, es);
+}
+
 }  // namespace
 
 std::string moe_section(const EstimateInputs& in, const Estimate& e) {
@@ -121,6 +136,14 @@ std::string moe_section(const EstimateInputs& in, const Estimate& e) {
       e.batch, e.seq_len, t.experts_per_layer,
       e.gas > 1 ? fmt::format(" ({} micro-batches)", e.gas) : "", bytes_text(t.expert_bytes * e.gas),
       bytes_text(t.all_expert_bytes * e.gas), t.fraction());
+  if (const std::optional<std::int64_t> rows = host_expert_rows(in, bytes)) {
+    out += *rows > 0
+               ? fmt::format("  with --moe-cpu-experts auto, an expert in pinned memory with at most {} row(s) runs on the "
+                             "host\n  (the profile's host matmul beats copying it: runtime/estimate/cpu_experts.h)\n",
+                             *rows)
+               : "  with --moe-cpu-experts auto, every expert is copied to the device (the profile's link copies one\n"
+                 "  faster than its host matmul reads it: runtime/estimate/cpu_experts.h)\n";
+  }
   out +=
       "  expected values under uniform routing, tokens independent: the most such a router can expect\n"
       "  (skewed routing picks fewer distinct experts), not a bound for routers that spread tokens on purpose\n"
@@ -152,6 +175,7 @@ nlohmann::json moe_json(const EstimateInputs& in, const Estimate& e) {
           {"non_expert_bytes", bytes.non_expert_bytes},
           {"expert_bytes", bytes.expert_bytes},
           {"one_expert_bytes", bytes.one_expert_bytes},
+          {"host_expert_rows", host_expert_rows(in, bytes) ? nlohmann::json(*host_expert_rows(in, bytes)) : nullptr},
           {"decode", decode},
           {"train",
            {{"tokens", t.tokens},
