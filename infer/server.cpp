@@ -103,6 +103,14 @@ std::int64_t host_expert_rows(const std::string& mode, const std::string& profil
                 "machine.json, or give --moe-cpu-experts on or off");
   }
   const runtime::estimate::MachineProfile profile = runtime::estimate::read_machine_profile(profile_path);
+  if (profile.backend != "cuda") {
+    throw Error("the machine profile was measured on the " + profile.backend + " backend, and this run is on cuda",
+                profile_path, "measure this machine's GPU: `strata bench machine --device cuda --out machine.json`");
+  }
+  if (profile.dtype != dtype_name(dtype)) {
+    log::warn("{}: measured in {}, this run computes in {}: --moe-cpu-experts auto decides by those rates", profile_path,
+              profile.dtype, dtype_name(dtype));
+  }
   const models::ModelLayout layout = spec.layout();
   for (const models::ModuleLayout& m : layout.modules) {
     if (m.kind != models::ModuleKind::expert) continue;
@@ -189,7 +197,8 @@ Server::Server(ServerSetup setup, bool verbose) : setup_(std::move(setup)) {
                        .c_str());
     }
     if (options.moe_cpu_expert_rows > 0) {
-      std::fprintf(stderr, "experts in pinned memory run on the host with %s (--moe-cpu-experts %s)\n",
+      std::fprintf(stderr, "experts the engine keeps in pinned memory, unquantized, run on the host with %s "
+                           "(--moe-cpu-experts %s)\n",
                    options.moe_cpu_expert_rows == std::numeric_limits<std::int64_t>::max()
                        ? "any number of rows"
                        : fmt::format("at most {} row(s)", options.moe_cpu_expert_rows).c_str(),

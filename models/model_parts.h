@@ -37,6 +37,10 @@ class Carver {
 inline std::byte* tensor_at(const runtime::params::ModuleView& v, const TensorSlot& t) {
   return static_cast<std::byte*>(v.data) + t.offset * dtype_size(v.dtype);
 }
+// The same in a module's parameters in host memory (ParamProvider::acquire_host).
+inline const std::byte* host_tensor(const void* module, const TensorSlot& t, DType dtype) {
+  return static_cast<const std::byte*>(module) + t.offset * dtype_size(dtype);
+}
 
 // The provider's protocol (param_provider.h) on the model's compute stream: every acquire waits
 // on the view's event; every release / grads_ready records where the compute stream is.

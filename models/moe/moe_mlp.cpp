@@ -107,7 +107,8 @@ void MoeMlp::route_and_compute(Stream& s, ModuleAccess& modules, const ModelLayo
       modules.prefetch(m);
     }
   }
-  if (!host_experts_.empty()) send_host_rows(s, a);
+  a.on_host = !host_experts_.empty();
+  if (a.on_host) send_host_rows(s, a);
   const std::size_t uC = static_cast<std::size_t>(C), uF = static_cast<std::size_t>(F);
   for (int e = 0; e < E; ++e) {
     const std::int64_t first = a.host_offsets[static_cast<std::size_t>(e)];
@@ -141,24 +142,31 @@ void MoeMlp::route_and_compute(Stream& s, ModuleAccess& modules, const ModelLayo
 //   2. the device's experts are enqueued (their fetches were hinted already);
 //   3. the host waits for the event -- on a GPU while the device computes its experts -- runs
 //      each host expert's gate|up matmul, SwiGLU and down matmul with kernels/host on its rows,
-//      and copies the outputs into ys on the compute stream, before the combine.
+//      then copies the outputs into ys on the compute stream, before the combine.
+// The host rows are the host experts' only, one after another, in a pageable buffer (a copy
+// from the device to pageable memory returns once done; one to the device has left the buffer
+// when it returns), resized only after the next layer's s.synchronize(). Experts on the host
+// keep no activations in Saved: a forward that a backward follows must not use them (backward
+// checks; only the inference engine gives acquire_host).
 // The matmuls are kernels/host/matmul_rows.h's (the weight read once in its dtype; fp32 goes to
 // the host backend's own matmul, so on the host backend in fp32 the tokens are bit for bit those
 // of the device path); on the host backend the host waits for the whole stream first (the device's
 // kernels run on the same cores: overlapping gains nothing, and OpenBLAS is called from one
-// thread at a time). The host rows buffer is reused by the next layer only after its
-// s.synchronize() above, so the outputs' copies have left it by then.
+// thread at a time).
 
 void MoeMlp::send_host_rows(Stream& s, const Saved& a) {
-  const std::size_t Nk = static_cast<std::size_t>(a.host_offsets.back());
   const std::size_t C = static_cast<std::size_t>(shape_.C), F = static_cast<std::size_t>(shape_.F);
-  const std::size_t es = dtype_size(dtype_);
-  host_rows_.resize(Nk * (2 * C + 3 * F) * es);
+  host_rows_count_ = 0;
+  for (HostExpert& x : host_experts_) {
+    x.first = a.host_offsets[static_cast<std::size_t>(x.expert)];
+    x.count = a.host_offsets[static_cast<std::size_t>(x.expert) + 1] - x.first;
+    x.at = host_rows_count_;
+    host_rows_count_ += x.count;
+  }
+  host_rows_.resize(static_cast<std::size_t>(host_rows_count_) * (2 * C + 3 * F) * dtype_size(dtype_));
   for (const HostExpert& x : host_experts_) {
-    const std::int64_t first = a.host_offsets[static_cast<std::size_t>(x.expert)];
-    const std::int64_t count = a.host_offsets[static_cast<std::size_t>(x.expert) + 1] - first;
-    s.copy_async(rows(host_rows_.data(), first, C, dtype_), rows(a.xs, first, C, dtype_),
-                 static_cast<std::size_t>(count) * C * es);
+    s.copy_async(rows(host_rows_.data(), x.at, C, dtype_), rows(a.xs, x.first, C, dtype_),
+                 static_cast<std::size_t>(x.count) * C * dtype_size(dtype_));
   }
   rows_sent_->record(s);
 }
@@ -167,30 +175,31 @@ void MoeMlp::compute_on_host(Stream& s, const ModelLayout& layout, int layer, Sa
   namespace host = kernels::host;
   const int C = shape_.C, F = shape_.F;
   const DType dt = dtype_;
-  const std::size_t Nk = static_cast<std::size_t>(a.host_offsets.back());
   const std::size_t uC = static_cast<std::size_t>(C), uF = static_cast<std::size_t>(F);
+  // The host experts' rows one after another (HostExpert::at): xs (R, C), gu (R, 2F), h (R, F), ys (R, C).
   std::byte* xs = host_rows_.data();
-  std::byte* gu = rows(xs, static_cast<std::int64_t>(Nk), uC, dt);
-  std::byte* h = rows(gu, static_cast<std::int64_t>(Nk), 2 * uF, dt);
-  std::byte* ys = rows(h, static_cast<std::int64_t>(Nk), uF, dt);
+  std::byte* gu = rows(xs, host_rows_count_, uC, dt);
+  std::byte* h = rows(gu, host_rows_count_, 2 * uF, dt);
+  std::byte* ys = rows(h, host_rows_count_, uF, dt);
   if (host_backend_) {
     s.synchronize();
   } else {
     rows_sent_->synchronize();
   }
   for (const HostExpert& x : host_experts_) {
-    const std::int64_t first = a.host_offsets[static_cast<std::size_t>(x.expert)];
-    const std::int64_t count = a.host_offsets[static_cast<std::size_t>(x.expert) + 1] - first;
     const ModuleLayout& ml = layout.modules[static_cast<std::size_t>(layout.expert_module(layer, x.expert))];
-    const ModuleView w{const_cast<void*>(x.weights), ml.numel, dt, nullptr};
-    std::byte* x_gu = rows(gu, first, 2 * uF, dt);
-    std::byte* x_h = rows(h, first, uF, dt);
-    std::byte* x_ys = rows(ys, first, uC, dt);
-    host::matmul_rows_fwd(x_gu, rows(xs, first, uC, dt), tensor_at(w, ml.tensors[kExpertGateUp]), count, C, 2 * F,
-                          dt);
-    host::swiglu_fwd(x_h, x_gu, count, F, dt);
-    host::matmul_rows_fwd(x_ys, x_h, tensor_at(w, ml.tensors[kExpertDown]), count, F, C, dt);
-    s.copy_async(rows(a.ys, first, uC, dt), x_ys, static_cast<std::size_t>(count) * uC * dtype_size(dt));
+    std::byte* x_gu = rows(gu, x.at, 2 * uF, dt);
+    std::byte* x_h = rows(h, x.at, uF, dt);
+    host::matmul_rows_fwd(x_gu, rows(xs, x.at, uC, dt), host_tensor(x.weights, ml.tensors[kExpertGateUp], dt),
+                          x.count, C, 2 * F, dt);
+    host::swiglu_fwd(x_h, x_gu, x.count, F, dt);
+    host::matmul_rows_fwd(rows(ys, x.at, uC, dt), x_h, host_tensor(x.weights, ml.tensors[kExpertDown], dt), x.count,
+                          F, C, dt);
+  }
+  // The outputs go back once every host expert is done: a copy from pageable memory may wait for
+  // the stream's work before it (the device's experts), which must not hold up the host's.
+  for (const HostExpert& x : host_experts_) {
+    s.copy_async(rows(a.ys, x.first, uC, dt), rows(ys, x.at, uC, dt), static_cast<std::size_t>(x.count) * uC * dtype_size(dt));
   }
 }
 
@@ -216,6 +225,7 @@ void MoeMlp::backward(Stream& s, ModuleAccess& modules, const ModelLayout& layou
   const int C = shape_.C, E = shape_.E, k = shape_.k, F = shape_.F;
   const DType dt = dtype_;
   const std::size_t uC = static_cast<std::size_t>(C), uF = static_cast<std::size_t>(F);
+  STRATA_ASSERT(!a.on_host, "a backward through experts computed on the host (they keep no activations)");
   // The combine, then the router: dn = d(logits) @ router (overwritten).
   ops::moe_combine_bwd(s, dy_, dweights_, dout, a.ys, a.weights, a.position, N, k, C, dt);
   ops::moe_router_bwd(s, dlogits_, dweights_, a.probs, a.idx, daux, N, E, k, shape_.renormalize, dt);

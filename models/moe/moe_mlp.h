@@ -32,8 +32,9 @@
 // Experts on the host (ModelOptions::moe_cpu_expert_rows, Note [Experts on the host] in
 // moe_mlp.cpp): a routed expert with few rows that the provider keeps in pinned host memory and
 // has not fetched (ParamProvider::acquire_host) runs on the host where it lives; only its rows
-// cross the link, both ways. The device's experts are enqueued first, so on a GPU both run at
-// once.
+// cross the link, both ways. The device's experts are enqueued first, so on a GPU the device
+// computes its experts while the host computes its own. Forward only: those experts keep no
+// activations for a backward.
 //
 // Threading: one thread at a time, as the model that owns it.
 #include <cstddef>
@@ -78,6 +79,7 @@ class MoeMlp {
     void* h = nullptr;                // (Nk, F)
     void* ys = nullptr;               // (Nk, C)  the experts' outputs
     std::vector<std::int32_t> host_offsets;  // (E + 1), read after the router ran
+    bool on_host = false;  // some experts ran on the host: gu, h of their rows never written
   };
 
   MoeMlp(const MoeShape& shape, DType dtype);
@@ -160,13 +162,16 @@ class MoeMlp {
   struct HostExpert {
     int expert = 0;
     const void* weights = nullptr;  // its module's parameters in host memory
+    std::int64_t first = 0, count = 0;  // its rows in the sorted order
+    std::int64_t at = 0;                // and where they start in host_rows_
   };
   std::int64_t host_expert_rows_ = 0;
+  std::int64_t host_rows_count_ = 0;       // the layer's host experts' rows
   bool host_backend_ = false;  // the device's kernels run on the host's cores too
   std::unique_ptr<runtime::device::Event> rows_sent_;  // after the rows' copy to the host
   std::vector<HostExpert> host_experts_;   // this layer's
   std::vector<char> on_host_;              // (E): computed on the host this layer
-  std::vector<std::byte> host_rows_;       // the routed rows on the host: xs (Nk, C), gu (Nk, 2F), h (Nk, F), ys (Nk, C)
+  std::vector<std::byte> host_rows_;       // the host experts' rows (compute_on_host)
 };
 
 }  // namespace strata::models

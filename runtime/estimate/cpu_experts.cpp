@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "kernels/host/matmul_rows.h"
 
 namespace strata::runtime::estimate {
 
@@ -18,14 +19,15 @@ std::int64_t cpu_expert_max_rows(const MachineProfile& p, std::uint64_t expert_b
   const double copy = W / p.h2d_bytes_per_s;
   const double read = W / p.cpu_matmul_bytes_per_s;
   const double per_row_flops = 2.0 * static_cast<double>(expert_numel) / p.cpu_matmul_flops_per_s;
-  const double per_row_link = 2.0 * static_cast<double>(hidden) * static_cast<double>(elem_bytes) / p.h2d_bytes_per_s;
+  const double row_bytes = static_cast<double>(hidden) * static_cast<double>(elem_bytes);
+  const double per_row_link = row_bytes / p.d2h_bytes_per_s + row_bytes / p.h2d_bytes_per_s;
   // cpu(r) < copy  <=>  read + r link < copy  and  r (flops + link) < copy.
   if (read + per_row_link >= copy) return 0;
   const double by_read = (copy - read) / per_row_link;
   const double by_flops = copy / (per_row_flops + per_row_link);
   const double rows = std::min(by_read, by_flops);
   // Strictly less: a bound that is a whole number is one row too many.
-  const double whole = std::ceil(rows) - 1.0;
+  const double whole = std::min(std::ceil(rows) - 1.0, static_cast<double>(kernels::host::kMatmulFewRows));
   return static_cast<std::int64_t>(std::max(0.0, whole));
 }
 

@@ -8,10 +8,13 @@
 // For an expert of W weight bytes and n elements (2n flops per row), rows of width `hidden` of
 // e bytes each:
 //   copy        W / h2d                                  (the device's compute is not counted)
-//   cpu(r)      max(W / cpu_matmul_bytes, 2 n r / cpu_matmul_flops) + 2 r hidden e / h2d
-//               (the weight read once at one row, each row's flops at many; the row goes to the
-//               host and its output comes back)
-// and the answer is the largest r with cpu(r) < copy, 0 when even one row loses.
+//   cpu(r)      max(W / cpu_matmul_bytes, 2 n r / cpu_matmul_flops)
+//               + r hidden e / d2h + r hidden e / h2d
+//               (the weight read once at one row, each row's flops at kMatmulFewRows rows; the
+//               row goes to the host and its output comes back)
+// and the answer is the largest r with cpu(r) < copy, 0 when even one row loses, and at most
+// kernels/host/matmul_rows.h's kMatmulFewRows: past it the host kernel widens the whole weight
+// first (matmul_fwd), which these rates do not describe.
 #include <cstdint>
 
 #include "runtime/estimate/machine_profile.h"

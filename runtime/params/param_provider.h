@@ -55,7 +55,8 @@ class ParamProvider {
   // moe_mlp.h): the pointer when the provider keeps them in pinned host memory, unquantized and
   // whole (one rank), and has not fetched them to the device; else null, and the caller
   // acquires them. Valid and unchanged while no update rewrites them (inference: for the
-  // provider's life). Null by default.
+  // provider's life). Null by default: only a forward-only provider (the inference engine) gives
+  // it, since what a model computes from it keeps no activations for a backward.
   virtual const void* acquire_host(int /*module*/) { return nullptr; }
 
  protected:

@@ -127,20 +127,21 @@ void ParamFetcher::start_read(int module) {
   STRATA_ASSERT(index >= 0, "start_read without a free staging buffer");
   Staging& st = staging_[static_cast<std::size_t>(index)];
   st.done->synchronize();  // the H2D of its previous module has finished
+  s.read = param.read_async(0, param.numel(), st.buffer.data());  // throws before anything changed
   st.busy = true;
   ++st.reads;
   s.staging = index;
   s.read_order = ++read_clock_;
-  s.read = param.read_async(0, param.numel(), st.buffer.data());
   s.fetch = FetchState::reading;
 }
 
 // On demand with every staging buffer taken by reads fetched ahead (along the trace, or hinted:
 // a layer's experts, the lookahead's guesses): the oldest read's module is gathered ahead -- its
 // H2D waits for the read on the staged stream (Note [Staged copies]), so its staging buffer is
-// free for the next read once that read and copy are done, and the bytes read are kept. Only when
-// the device has no room for it now is the read dropped (its module is read again when wanted),
-// which is what always happened before.
+// free for the next read once that read and copy are done, and the bytes read are kept. This
+// gather may pass stage3_prefetch_bucket_size / stage3_max_live_parameters (its bytes are read
+// already; the memory is there without waiting). Only when the device has no room for it now is
+// the read dropped (its module is read again when wanted), which is what always happened before.
 void ParamFetcher::free_a_staging_buffer() {
   int oldest = -1;
   for (std::size_t m = 0; m < modules_.size(); ++m) {
@@ -298,18 +299,35 @@ void ParamFetcher::drop_gathered(int module) {
 void ParamFetcher::hint(int module) {
   Module& s = modules_.at(static_cast<std::size_t>(module));
   const tiers::ModulePlan& mp = plan_of(module);
+  if (routed(module)) s.hinted = true;  // a cached one too: not the cache's victim now
   if (mp.resident || s.fetch == FetchState::gathered || update_pending(module)) return;
   if (s.fetch == FetchState::idle && store_.state(module, tiers::StateKind::param).needs_staging()) {
-    if (free_staging() < 0) {
+    if (free_staging() < 0 || !wanted_.empty()) {  // behind the hints waiting already
       if (!s.wanted) {  // its read starts when a staging buffer frees (Note [Hinted reads first])
         s.wanted = true;
         wanted_.push_back(module);
       }
+      start_wanted_reads();
       return;
     }
     start_read(module);
   }
   gather_ahead(module);
+}
+
+void ParamFetcher::pass_block(int module) {
+  if (module <= current_block_) return;
+  current_block_ = module;
+  // Hints of layers passed (the lookahead's wrong guesses) read nothing more.
+  std::size_t kept = 0;
+  for (int m : wanted_) {
+    if (layer_of_[static_cast<std::size_t>(m)] < current_block_) {
+      modules_[static_cast<std::size_t>(m)].wanted = false;
+    } else {
+      wanted_[kept++] = m;
+    }
+  }
+  wanted_.resize(kept);
 }
 
 void ParamFetcher::gather_ahead(int module) {
@@ -323,7 +341,10 @@ void ParamFetcher::gather_ahead(int module) {
 // A hint (a layer's routed experts, once its router ran) finds the staging buffers taken by the
 // trace's reads ahead (the next blocks) more often than not. Its module is then `wanted`: the
 // next staging buffer to free goes to it, in hint order, and no trace read starts while one is
-// waiting. Before, each acquire's prefetch gave the freed buffer back to the trace, the expert
+// waiting. A hinted module is `awaited` until acquired or until a later layer's block is: the
+// last victim of evict_one and never the expert cache's. The lookahead's wrong guesses (models/
+// moe) are hinted like the right ones; once the next block is acquired they are stale: no longer
+// wanted (their reads never start) and no longer awaited (the first victims). Before, each acquire's prefetch gave the freed buffer back to the trace, the expert
 // came on demand with every buffer busy, and with the device memory full of hinted experts the
 // trace's read was dropped to make room, to be started again at the next prefetch: at batch 16
 // from NVMe (docs/benchmarks.md, "Mixtures of experts"), 479 MiB read per step for 388 MiB
@@ -339,6 +360,7 @@ void ParamFetcher::start_wanted_reads() {
     }
     if (free_staging() < 0) break;
     s.wanted = false;
+    if (update_pending(m)) continue;  // not read ahead of its update (hint() checked too)
     start_read(m);
     gather_ahead(m);
   }
@@ -390,6 +412,7 @@ bool ParamFetcher::evict_cached(int size_class) {
   std::uint64_t victim_layer_bytes = 0;
   for (int m : cached_) {
     if (size_class >= 0 && plan_of(m).size_class != size_class) continue;
+    if (awaited(m)) continue;  // picked for this layer: acquired in a moment
     const std::uint64_t layer_bytes = layer_cache_bytes_[static_cast<std::size_t>(layer_of_[static_cast<std::size_t>(m)])];
     if (victim < 0 || layer_bytes > victim_layer_bytes ||
         (layer_bytes == victim_layer_bytes &&
@@ -421,7 +444,7 @@ bool ParamFetcher::evict_one(int size_class) {
       continue;
     }
     std::int64_t next = none;  // not coming back this step: the best victim
-    if (routed(static_cast<int>(m)) && s.prefetched) {
+    if (awaited(static_cast<int>(m))) {
       next = static_cast<std::int64_t>(m) - static_cast<std::int64_t>(modules_.size());  // < 0
     } else {
       for (std::size_t k = 0; k < upcoming.size(); ++k) {
@@ -467,7 +490,11 @@ params::ModuleView ParamFetcher::acquire(int module) {
   const tiers::ModulePlan& mp = plan_of(module);
   // A routed module (an expert) comes when its router picks it: the trace holds the modules every
   // pass takes, so that picks that change from pass to pass do not stop the prefetch.
-  if (!routed(module)) trace_.on_acquire(module);
+  if (!routed(module)) {
+    trace_.on_acquire(module);
+    pass_block(module);
+  }
+  s.hinted = false;
   read_watcher_.check();  // a read fetched ahead failed
   wait_update(module);  // the last step's update of this module (only this one)
   params::ModuleView view;
@@ -536,6 +563,7 @@ void ParamFetcher::end_step() {
   trace_.end_step();
   for (int m : wanted_) modules_[static_cast<std::size_t>(m)].wanted = false;
   wanted_.clear();
+  for (Module& s : modules_) s.hinted = false;
   for (std::size_t m = 0; m < modules_.size(); ++m) {
     if (!modules_[m].cached) drop_gathered(static_cast<int>(m));  // the expert cache stays
   }

@@ -80,7 +80,10 @@ class ParamFetcher {
 
   params::ModuleView acquire(int module);
   void release(int module);
-  void begin_step() { trace_.begin_step(); }
+  void begin_step() {
+    trace_.begin_step();
+    current_block_ = 0;
+  }
   // The end of the step's acquires: the trace is complete; every gathered buffer goes back.
   void end_step();
   // Module m's parameters were rewritten on this rank (an update, a checkpoint): a resident
@@ -124,6 +127,7 @@ class ParamFetcher {
     bool stale = false;        // resident, several ranks: updated since its last all-gather
     bool cached = false;       // a released routed module kept in the expert cache
     bool wanted = false;       // hinted while every staging buffer was busy: in wanted_
+    bool hinted = false;       // a routed module hinted and not acquired since (awaited())
     std::uint64_t last_use = 0;  // the expert cache's clock at its last release
   };
   struct Staging {
@@ -148,6 +152,13 @@ class ParamFetcher {
   void drop_gathered(int module);
   bool evict_one(int size_class);
   bool routed(int module) const { return store_.plan_inputs().routed(module); }
+  // A routed module hinted for the layer being computed or a later one (its block not passed):
+  // acquired in a moment, so evicted last (Note [Hinted reads first]).
+  bool awaited(int module) const {
+    const Module& s = modules_[static_cast<std::size_t>(module)];
+    return s.hinted && layer_of_[static_cast<std::size_t>(module)] >= current_block_;
+  }
+  void pass_block(int module);  // a non-routed module acquired: the hints of layers before it are stale
   void cache_insert(int module);      // a released routed module joins the expert cache
   void cache_remove(int module);      // it leaves (acquired again, or dropped)
   bool evict_cached(int size_class);  // drops the least recently used cached module; -1: any class
@@ -169,6 +180,7 @@ class ParamFetcher {
   std::vector<std::uint64_t> layer_cache_bytes_;  // cached bytes per layer (by its block's index)
   std::vector<int> cached_;        // the modules in the expert cache
   std::vector<int> wanted_;        // hinted modules waiting for a staging buffer, in hint order
+  int current_block_ = 0;          // the furthest non-routed module acquired this step
   std::uint64_t cache_limit_ = 0;  // the expert cache's bytes at most
   std::uint64_t cache_bytes_ = 0;  // its bytes now
   std::uint64_t cache_clock_ = 0;

@@ -19,10 +19,11 @@
 //                sized so that the slower direction takes about --seconds;
 //   gemm         runtime/ops' matmul_fwd (the op the model's layers run) at n x n x n in the
 //                dtype; 2 n^3 flops. n = 4096 on cuda, 2048 on host;
-//   cpu matmul   kernels/host's matmul_rows_fwd on this thread over a (4096, 2048) weight in host
-//                memory in the dtype (a mixture's expert computed on the host where it lives,
-//                runtime/estimate/cpu_experts.h): at 1 row as weight bytes per second, at 128
-//                rows as flops per second;
+//   cpu matmul   kernels/host's matmul_rows_fwd on this thread over (4096, 2048) weights in host
+//                memory in the dtype, a different one each run out of 256 MiB of them (a
+//                mixture's cold expert computed on the host where it lives,
+//                runtime/estimate/cpu_experts.h): at 1 row as weight bytes per second, at
+//                kMatmulFewRows (16) rows as flops per second;
 //   step         a resident training step of a reference model (bytes-30m, B 2, T 128 on host;
 //                gpt2, B 8, T 512 on cuda): zero the grads, forward, backward, and AdamW on
 //                device-resident states (runtime/ops' adam_step, as the engine updates a
@@ -234,30 +235,37 @@ double measure_gemm(double seconds, Device& device, Stream& stream, int n, DType
 
 struct CpuMatmulRates {
   double bytes_per_s = 0;  // at 1 row: the weight's bytes
-  double flops_per_s = 0;  // at 128 rows
+  double flops_per_s = 0;  // at kMatmulFewRows rows
 };
 
 CpuMatmulRates measure_cpu_matmul(double seconds, DType dtype) {
-  constexpr int kOut = 4096, kIn = 2048, kRows = 128;
+  constexpr int kOut = 4096, kIn = 2048;
+  constexpr std::int64_t kRows = kernels::host::kMatmulFewRows;
+  constexpr std::size_t kColdBytes = 256 * kMiB;  // weights to cycle through: past any L3
   const std::size_t es = dtype_size(dtype);
   const std::size_t weight_elems = static_cast<std::size_t>(kOut) * kIn;
-  std::vector<std::byte> weight(weight_elems * es), x(static_cast<std::size_t>(kRows) * kIn * es),
+  const std::size_t weight_bytes = weight_elems * es;
+  const std::size_t copies = std::max<std::size_t>(1, kColdBytes / weight_bytes);
+  std::vector<std::byte> weights(copies * weight_bytes), x(static_cast<std::size_t>(kRows) * kIn * es),
       y(static_cast<std::size_t>(kRows) * kOut * es);
   {
     std::vector<float> values(weight_elems);
     std::mt19937 rng(13);
     std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
     for (float& f : values) f = uniform(rng);
-    convert(values.data(), DType::f32, weight.data(), dtype, weight_elems);
+    for (std::size_t c = 0; c < copies; ++c) {
+      convert(values.data(), DType::f32, weights.data() + c * weight_bytes, dtype, weight_elems);
+    }
     convert(values.data(), DType::f32, x.data(), dtype, static_cast<std::size_t>(kRows) * kIn);
   }
+  std::size_t next = 0;  // each run reads the next weight: from memory, as a cold expert is
+  auto run = [&](std::int64_t rows) {
+    kernels::host::matmul_rows_fwd(y.data(), x.data(), weights.data() + next * weight_bytes, rows, kIn, kOut, dtype);
+    next = (next + 1) % copies;
+  };
   CpuMatmulRates r;
-  r.bytes_per_s = median_rate(seconds / 2, static_cast<double>(weight.size()), [&] {
-    kernels::host::matmul_rows_fwd(y.data(), x.data(), weight.data(), 1, kIn, kOut, dtype);
-  });
-  r.flops_per_s = median_rate(seconds / 2, 2.0 * kRows * static_cast<double>(weight_elems), [&] {
-    kernels::host::matmul_rows_fwd(y.data(), x.data(), weight.data(), kRows, kIn, kOut, dtype);
-  });
+  r.bytes_per_s = median_rate(seconds / 2, static_cast<double>(weight_bytes), [&] { run(1); });
+  r.flops_per_s = median_rate(seconds / 2, 2.0 * kRows * static_cast<double>(weight_elems), [&] { run(kRows); });
   return r;
 }
 
@@ -491,8 +499,8 @@ void bench_machine(const MachineBenchOptions& o) {
   p.cpu_matmul_bytes_per_s = cpu_matmul.bytes_per_s;
   p.cpu_matmul_flops_per_s = cpu_matmul.flops_per_s;
   table.row("cpu matmul", gbps(p.cpu_matmul_bytes_per_s),
-            fmt::format("host matmul_fwd, 1 row over a 4096 x 2048 {} weight; {} at 128 rows", p.dtype,
-                        tflops(p.cpu_matmul_flops_per_s)));
+            fmt::format("host matmul_rows_fwd, 1 row over 4096 x 2048 {} weights from memory; {} at {} rows",
+                        p.dtype, tflops(p.cpu_matmul_flops_per_s), kernels::host::kMatmulFewRows));
   p.step_flops_per_s = measure_step(o.seconds, *device, *compute, *spec, shape, dtype, threads);
   table.row("step", tflops(p.step_flops_per_s),
             fmt::format("{} B {} T {}: fwd + bwd + AdamW, model flops; {:.2f} x the gemm", shape.preset,

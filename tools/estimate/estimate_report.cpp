@@ -166,6 +166,7 @@ nlohmann::json moe_json(const EstimateInputs& in, const Estimate& e) {
                       {"every_expert_token_bytes", t.dense_token_bytes}});
   }
   const runtime::estimate::TrainTraffic t = runtime::estimate::train_traffic(moe, bytes, e.batch, e.seq_len);
+  const std::optional<std::int64_t> host_rows = host_expert_rows(in, bytes);
   return {{"experts", moe.experts},
           {"experts_per_token", moe.per_token},
           {"sparse_layers", moe.sparse_layers},
@@ -175,7 +176,7 @@ nlohmann::json moe_json(const EstimateInputs& in, const Estimate& e) {
           {"non_expert_bytes", bytes.non_expert_bytes},
           {"expert_bytes", bytes.expert_bytes},
           {"one_expert_bytes", bytes.one_expert_bytes},
-          {"host_expert_rows", host_expert_rows(in, bytes) ? nlohmann::json(*host_expert_rows(in, bytes)) : nullptr},
+          {"host_expert_rows", host_rows ? nlohmann::json(*host_rows) : nlohmann::json(nullptr)},
           {"decode", decode},
           {"train",
            {{"tokens", t.tokens},

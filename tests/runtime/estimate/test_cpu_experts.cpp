@@ -1,6 +1,7 @@
 // --moe-cpu-experts auto's rule (runtime/estimate/cpu_experts.h): the closed form against a search
-// over row counts of the costs it compares, at shapes where each bound decides; 0 when the link
-// copies faster than the host reads; a profile without the CPU matmul rates is refused.
+// over row counts of the costs it compares, at shapes where each bound decides; at most
+// kMatmulFewRows; 0 when the link copies faster than the host reads; a profile without the CPU
+// matmul rates is refused.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "kernels/host/matmul_rows.h"
 #include "runtime/estimate/cpu_experts.h"
 
 namespace strata::runtime::estimate {
@@ -16,6 +18,7 @@ namespace {
 MachineProfile profile(double h2d, double cpu_bytes, double cpu_flops) {
   MachineProfile p;
   p.h2d_bytes_per_s = h2d;
+  p.d2h_bytes_per_s = h2d;
   p.cpu_matmul_bytes_per_s = cpu_bytes;
   p.cpu_matmul_flops_per_s = cpu_flops;
   return p;
@@ -28,10 +31,10 @@ std::int64_t searched(const MachineProfile& p, double bytes, double numel, int h
   for (std::int64_t r = 1; r < 100000; ++r) {
     const double rd = static_cast<double>(r);
     const double cpu = std::max(bytes / p.cpu_matmul_bytes_per_s, 2.0 * numel * rd / p.cpu_matmul_flops_per_s) +
-                       2.0 * rd * hidden * es / p.h2d_bytes_per_s;
+                       rd * hidden * es / p.d2h_bytes_per_s + rd * hidden * es / p.h2d_bytes_per_s;
     if (cpu < copy) best = r;
   }
-  return best;
+  return std::min(best, kernels::host::kMatmulFewRows);
 }
 
 TEST(CpuExperts, TheRowLimitIsWhereTheHostStopsWinning) {
@@ -42,19 +45,21 @@ TEST(CpuExperts, TheRowLimitIsWhereTheHostStopsWinning) {
     const char* what;
   };
   for (const Case& c : {Case{profile(50e9, 100e9, 1e12), "flops decide"},
-                        Case{profile(50e9, 60e9, 20e12), "the read decides"},
-                        Case{profile(25e9, 200e9, 4e12), "a slow link"}}) {
+                        Case{profile(50e9, 60e9, 20e12), "the read decides, capped"},
+                        Case{profile(25e9, 200e9, 4e12), "a slow link, capped"},
+                        Case{profile(50e9, 50.3e9, 1.5e12), "the read decides"}}) {
     SCOPED_TRACE(c.what);
     const std::int64_t rows = cpu_expert_max_rows(c.p, bytes, numel, 2048, 2);
     EXPECT_GT(rows, 0);
     EXPECT_EQ(rows, searched(c.p, static_cast<double>(bytes), static_cast<double>(numel), 2048, 2.0));
   }
-  // 50 GB/s over the link and 100 GB/s of host reads at 1 TFLOPS: 19 rows (by hand: copy 188.7 us;
-  // 19 rows 179.3 + 3.1 us of flops and rows, 20 rows 188.7 + 3.3 us).
-  EXPECT_EQ(cpu_expert_max_rows(profile(50e9, 100e9, 1e12), bytes, numel, 2048, 2), 19);
-  // A faster link helps the copy: fewer rows.
-  EXPECT_LT(cpu_expert_max_rows(profile(100e9, 100e9, 1e12), bytes, numel, 2048, 2),
-            cpu_expert_max_rows(profile(50e9, 100e9, 1e12), bytes, numel, 2048, 2));
+  // 50 GB/s over the link and 100 GB/s of host reads at 0.6 TFLOPS: 11 rows (by hand: copy
+  // 188.7 us; 11 rows 173.0 + 1.8 us of flops and rows, 12 rows 188.7 + 2.0 us).
+  EXPECT_EQ(cpu_expert_max_rows(profile(50e9, 100e9, 0.6e12), bytes, numel, 2048, 2), 11);
+  // A faster link helps the copy: fewer rows. A host fast enough for more is capped.
+  EXPECT_LT(cpu_expert_max_rows(profile(100e9, 100e9, 0.6e12), bytes, numel, 2048, 2),
+            cpu_expert_max_rows(profile(50e9, 100e9, 0.6e12), bytes, numel, 2048, 2));
+  EXPECT_EQ(cpu_expert_max_rows(profile(50e9, 100e9, 1e12), bytes, numel, 2048, 2), kernels::host::kMatmulFewRows);
 }
 
 TEST(CpuExperts, NeverWhenTheLinkCopiesFasterThanTheHostReads) {

@@ -274,4 +274,41 @@ TEST(ParamFetcher, AHintedModuleIsReadBeforeTheTracesNext) {
   run.device->synchronize();
 }
 
+// Modules 2 and 3 are routed (layer 1's experts, after block 1). Hinted while both staging buffers
+// hold reads along the trace, they wait; then the pass moves on to block 4 without acquiring them
+// (the lookahead's wrong guesses): their hints are stale and must never be read.
+TEST(ParamFetcher, HintsOfAPassedLayerAreNotRead) {
+  TempDir dir;
+  config::Config config = make_config(3, config::OffloadDevice::kNvme, config::OffloadDevice::kCpu, dir.path());
+  config.zero_optimization.offload_param.buffer_count = 2;
+  config.zero_optimization.stage3_prefetch_bucket_size = std::uint64_t{1};
+  std::vector<char> routed(kModules, 0);
+  routed[2] = routed[3] = 1;
+  FetcherRun run(config, {}, routed);
+  zero::ParamFetcher& f = *run.fetcher;
+  auto take = [&](int m) {
+    expect_initial(f.acquire(m), m);
+    f.release(m);
+  };
+  f.begin_step();  // the trace 0, 1, 4, 5
+  for (int m = 0; m < kModules; ++m) take(m);
+  f.end_step();
+
+  f.begin_step();
+  take(0);  // reads 1 (gathered ahead), 4 and 5 along the trace: both buffers busy
+  ASSERT_TRUE(f.fetched(4));
+  ASSERT_TRUE(f.fetched(5));
+  f.hint(2);
+  f.hint(3);
+  ASSERT_FALSE(f.fetched(2));
+  take(4);  // a later layer's block: the hints of layer 1 are stale
+  EXPECT_FALSE(f.fetched(2)) << "a stale hint was read";
+  EXPECT_FALSE(f.fetched(3)) << "a stale hint was read";
+  take(5);
+  EXPECT_FALSE(f.fetched(2));
+  EXPECT_FALSE(f.fetched(3));
+  f.end_step();
+  run.device->synchronize();
+}
+
 }  // namespace
