@@ -8,6 +8,7 @@
 #include "serve/serve_run.h"
 #include "tools/commands.h"
 #include "tools/device_flags.h"
+#include "tools/moe_flags.h"
 
 namespace strata::tools {
 
@@ -50,22 +51,7 @@ void add_serve_command(CLI::App& app) {
       ->check(CLI::IsMember({"none", "int8", "int4"}));
   cmd->add_option("--quantize-group", o->quantize_group, "elements per quantization scale: 64 or 128 (default)")
       ->check(CLI::IsMember({64, 128}));
-  cmd->add_option("--moe-expert-cache-mb", o->moe_expert_cache_mb,
-                  "a mixture of experts' device cache of experts, in MiB: -1 (default) as much as the transient "
-                  "device memory holds, 0 none")
-      ->check(CLI::Range(std::int64_t{-1}, std::int64_t{1} << 40));
-  cmd->add_option("--moe-prefetch", o->moe_prefetch,
-                  "on: a mixture of experts' next-layer experts start streaming a layer early, guessed by running "
-                  "that layer's router on the current hidden state; off (default)")
-      ->check(CLI::IsMember({"on", "off"}));
-  cmd->add_option("--moe-cpu-experts", o->moe_cpu_experts,
-                  "where a mixture's expert kept in pinned host memory runs: off (default) copied to the device; on "
-                  "on the host where it lives (only its tokens cross the link); auto on the host when few enough "
-                  "tokens were routed to it for that to be faster, by the --profile machine profile (every count on "
-                  "the host backend)")
-      ->check(CLI::IsMember({"off", "on", "auto"}));
-  cmd->add_option("--profile", o->profile_path,
-                  "the machine profile (`strata bench machine --out FILE`) that --moe-cpu-experts auto decides by");
+  add_moe_flags(*cmd, o->moe_expert_cache_mb, o->moe_prefetch, o->moe_cpu_experts, o->profile_path);
   cmd->callback([o, device, max_body] {
     o->config_path = device->config_path;
     o->device_kind = device->device;

@@ -194,6 +194,20 @@ TEST(ParamFetcher, ASlowNvmeReadHoldsOnlyTheStagedStream) {
   run.device->synchronize();
 }
 
+// Two staging buffers, and a prefetch bucket that lets one module at a time be gathered ahead.
+config::Config two_staging_buffers(const std::string& nvme) {
+  config::Config config = make_config(3, config::OffloadDevice::kNvme, config::OffloadDevice::kCpu, nvme);
+  config.zero_optimization.offload_param.buffer_count = 2;
+  config.zero_optimization.stage3_prefetch_bucket_size = std::uint64_t{1};
+  return config;
+}
+
+// Acquires module m (checking its values) and releases it.
+void take(zero::ParamFetcher& f, int m) {
+  expect_initial(f.acquire(m), m);
+  f.release(m);
+}
+
 // Bytes the swap space has read so far.
 std::uint64_t bytes_read(const FetcherRun& run) { return run.store->swap()->engine().stats().bytes_read; }
 
@@ -204,9 +218,7 @@ std::uint64_t bytes_read(const FetcherRun& run) { return run.store->swap()->engi
 // oldest, gathered ahead to free its buffer), not dropped and read again.
 TEST(ParamFetcher, ANeededModuleKeepsTheReadsFetchedAhead) {
   TempDir dir;
-  config::Config config = make_config(3, config::OffloadDevice::kNvme, config::OffloadDevice::kCpu, dir.path());
-  config.zero_optimization.offload_param.buffer_count = 2;
-  config.zero_optimization.stage3_prefetch_bucket_size = std::uint64_t{1};
+  const config::Config config = two_staging_buffers(dir.path());
   std::uint64_t control = 0;
   {
     FetcherRun run(config, {});
@@ -245,31 +257,25 @@ TEST(ParamFetcher, ANeededModuleKeepsTheReadsFetchedAhead) {
 // free (module 2's, gathered ahead at acquire(1)) must go to module 5, not to module 4's read.
 TEST(ParamFetcher, AHintedModuleIsReadBeforeTheTracesNext) {
   TempDir dir;
-  config::Config config = make_config(3, config::OffloadDevice::kNvme, config::OffloadDevice::kCpu, dir.path());
-  config.zero_optimization.offload_param.buffer_count = 2;
-  config.zero_optimization.stage3_prefetch_bucket_size = std::uint64_t{1};
+  const config::Config config = two_staging_buffers(dir.path());
   std::vector<char> routed(kModules, 0);
   routed[5] = 1;
   FetcherRun run(config, {}, routed);
   zero::ParamFetcher& f = *run.fetcher;
-  auto take = [&](int m) {
-    expect_initial(f.acquire(m), m);
-    f.release(m);
-  };
   f.begin_step();  // records the trace 0..4
-  for (int m = 0; m < kModules; ++m) take(m);
+  for (int m = 0; m < kModules; ++m) take(f, m);
   f.end_step();
 
   f.begin_step();
-  take(0);
+  take(f, 0);
   ASSERT_TRUE(f.fetched(2));
   ASSERT_TRUE(f.fetched(3)) << "the test needs both staging buffers reading along the trace";
   f.hint(5);
   EXPECT_FALSE(f.fetched(5));
-  take(1);
+  take(f, 1);
   EXPECT_TRUE(f.fetched(5)) << "the hinted module did not get the staging buffer that freed";
   EXPECT_FALSE(f.fetched(4)) << "the trace's next read went before the hinted module";
-  for (int m : {5, 2, 3, 4}) take(m);
+  for (int m : {5, 2, 3, 4}) take(f, m);
   f.end_step();
   run.device->synchronize();
 }
@@ -279,32 +285,26 @@ TEST(ParamFetcher, AHintedModuleIsReadBeforeTheTracesNext) {
 // (the lookahead's wrong guesses): their hints are stale and must never be read.
 TEST(ParamFetcher, HintsOfAPassedLayerAreNotRead) {
   TempDir dir;
-  config::Config config = make_config(3, config::OffloadDevice::kNvme, config::OffloadDevice::kCpu, dir.path());
-  config.zero_optimization.offload_param.buffer_count = 2;
-  config.zero_optimization.stage3_prefetch_bucket_size = std::uint64_t{1};
+  const config::Config config = two_staging_buffers(dir.path());
   std::vector<char> routed(kModules, 0);
   routed[2] = routed[3] = 1;
   FetcherRun run(config, {}, routed);
   zero::ParamFetcher& f = *run.fetcher;
-  auto take = [&](int m) {
-    expect_initial(f.acquire(m), m);
-    f.release(m);
-  };
   f.begin_step();  // the trace 0, 1, 4, 5
-  for (int m = 0; m < kModules; ++m) take(m);
+  for (int m = 0; m < kModules; ++m) take(f, m);
   f.end_step();
 
   f.begin_step();
-  take(0);  // reads 1 (gathered ahead), 4 and 5 along the trace: both buffers busy
+  take(f, 0);  // reads 1 (gathered ahead), 4 and 5 along the trace: both buffers busy
   ASSERT_TRUE(f.fetched(4));
   ASSERT_TRUE(f.fetched(5));
   f.hint(2);
   f.hint(3);
   ASSERT_FALSE(f.fetched(2));
-  take(4);  // a later layer's block: the hints of layer 1 are stale
+  take(f, 4);  // a later layer's block: the hints of layer 1 are stale
   EXPECT_FALSE(f.fetched(2)) << "a stale hint was read";
   EXPECT_FALSE(f.fetched(3)) << "a stale hint was read";
-  take(5);
+  take(f, 5);
   EXPECT_FALSE(f.fetched(2));
   EXPECT_FALSE(f.fetched(3));
   f.end_step();
