@@ -345,6 +345,11 @@ void bench_infer(const InferBenchOptions& o) {
       j["resident_modules"] = c.resident;
       if (c.expert_hit_rate >= 0) j["expert_hit_rate"] = c.expert_hit_rate;
       if (c.expert_host_share >= 0) j["expert_host_share"] = c.expert_host_share;
+      if (c.expert_host_share >= 0) {  // a mixture of experts: the flags that shape its traffic
+        j["moe_expert_cache_mb"] = o.moe_expert_cache_mb;
+        j["moe_prefetch"] = o.moe_prefetch;
+        j["moe_cpu_experts"] = o.moe_cpu_experts;
+      }
       j["modules"] = c.modules;
       if (c.accelerate_tokens_per_s > 0) j["accelerate_tokens_per_s"] = c.accelerate_tokens_per_s;
       if (!c.accelerate_error.empty()) j["accelerate_error"] = c.accelerate_error;
