@@ -87,6 +87,13 @@ void Metrics::streamed_bytes(std::uint64_t h2d, std::uint64_t nvme) {
   nvme_ = nvme;
 }
 
+void Metrics::experts(std::uint64_t cached, std::uint64_t fetched, std::uint64_t host) {
+  std::lock_guard lock(mutex_);
+  experts_[0] = cached;
+  experts_[1] = fetched;
+  experts_[2] = host;
+}
+
 std::uint64_t Metrics::generated_tokens() const {
   std::lock_guard lock(mutex_);
   return generated_;
@@ -113,6 +120,12 @@ std::string Metrics::render() const {
   using runtime::tiers::Tier;
   out += fmt::format("strata_streamed_bytes_total{{tier=\"{}\"}} {}\n", runtime::tiers::tier_key(Tier::pinned), h2d_);
   out += fmt::format("strata_streamed_bytes_total{{tier=\"{}\"}} {}\n", runtime::tiers::tier_key(Tier::nvme), nvme_);
+  if (experts_[0] + experts_[1] + experts_[2] > 0) {
+    out += "# HELP strata_experts_total A mixture's routed experts computed, by where their weights were.\n"
+           "# TYPE strata_experts_total counter\n";
+    constexpr const char* kWhere[3] = {"cached", "fetched", "host"};
+    for (int i = 0; i < 3; ++i) out += fmt::format("strata_experts_total{{where=\"{}\"}} {}\n", kWhere[i], experts_[i]);
+  }
   return out;
 }
 

@@ -12,6 +12,10 @@
 //   strata_step_batch_size                  histogram: rows per decoding step
 //   strata_streamed_bytes_total{tier}       bytes the inference engine moved to the device from
 //                                           pinned host memory (h2d) and read from NVMe
+//   strata_experts_total{where}             a mixture's routed experts computed: "cached" (found
+//                                           on the device), "fetched" (copied for it), "host"
+//                                           (computed on the host, --moe-cpu-experts); none for a
+//                                           dense model
 //
 // Threading: every member function is thread-safe (one mutex: a few updates per step).
 #include <cstdint>
@@ -48,6 +52,7 @@ class Metrics {
   void step(int rows, int running, int queued);
   void queue(int running, int queued);
   void streamed_bytes(std::uint64_t h2d, std::uint64_t nvme);  // totals so far
+  void experts(std::uint64_t cached, std::uint64_t fetched, std::uint64_t host);  // totals so far
 
   std::uint64_t generated_tokens() const;
   std::string render() const;
@@ -59,6 +64,7 @@ class Metrics {
   std::uint64_t generated_ = 0;
   int running_ = 0, queued_ = 0, batch_ = 0;
   std::uint64_t h2d_ = 0, nvme_ = 0;
+  std::uint64_t experts_[3] = {};  // cached, fetched, host
   Histogram ttft_;
   Histogram tpot_;
   Histogram batch_sizes_;

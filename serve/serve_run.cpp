@@ -184,6 +184,8 @@ int run_serve(const ServeOptions& o) {
       end();
       const runtime::zero::EngineCounters c = engine.counters();
       metrics.streamed_bytes(c.h2d_bytes - loaded.h2d_bytes, c.nvme_read_bytes - loaded.nvme_read_bytes);
+      metrics.experts(c.expert_hits - loaded.expert_hits, c.expert_misses - loaded.expert_misses,
+                      c.expert_host - loaded.expert_host);
     };
     batcher = std::make_unique<Batcher>(server->model(), spec->vocab_size(), bo, hooks, server->compute(), &metrics);
   } catch (...) {

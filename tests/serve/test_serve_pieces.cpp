@@ -268,6 +268,13 @@ TEST(Metrics, RendersPrometheusText) {
   EXPECT_TRUE(has("strata_time_per_output_token_seconds_count 2"));
   EXPECT_TRUE(has("strata_streamed_bytes_total{tier=\"pinned\"} 1000"));
   EXPECT_TRUE(has("strata_streamed_bytes_total{tier=\"nvme\"} 24"));
+  EXPECT_EQ(text.find("strata_experts_total"), std::string::npos) << "a dense model's metrics name experts";
+  m.experts(7, 2, 5);
+  const std::string moe = m.render();
+  for (const char* line : {"strata_experts_total{where=\"cached\"} 7", "strata_experts_total{where=\"fetched\"} 2",
+                           "strata_experts_total{where=\"host\"} 5"}) {
+    EXPECT_NE(moe.find(std::string(line) + "\n"), std::string::npos) << line;
+  }
 }
 
 }  // namespace
