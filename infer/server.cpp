@@ -114,8 +114,7 @@ std::int64_t host_expert_rows(const std::string& mode, const std::string& profil
   const models::ModelLayout layout = spec.layout();
   for (const models::ModuleLayout& m : layout.modules) {
     if (m.kind != models::ModuleKind::expert) continue;
-    const std::uint64_t es = dtype_size(dtype);
-    return runtime::estimate::cpu_expert_max_rows(profile, m.numel * es, m.numel, spec.hidden_size(), es);
+    return runtime::estimate::cpu_expert_max_rows(profile, m.numel, spec.hidden_size(), dtype_size(dtype));
   }
   return 0;
 }

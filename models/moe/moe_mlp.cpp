@@ -126,7 +126,7 @@ void MoeMlp::route_and_compute(Stream& s, ModuleAccess& modules, const ModelLayo
                     dt);
     modules.release(m);
   }
-  if (!host_experts_.empty()) compute_on_host(s, layout, layer, a);
+  if (a.on_host) compute_on_host(s, layout, layer, a);
   ops::moe_combine_fwd(s, out, a.ys, a.weights, a.position, N, k, C, dt);
 }
 

@@ -8,14 +8,14 @@
 
 namespace strata::runtime::estimate {
 
-std::int64_t cpu_expert_max_rows(const MachineProfile& p, std::uint64_t expert_bytes, std::uint64_t expert_numel,
-                                 int hidden, std::uint64_t elem_bytes) {
+std::int64_t cpu_expert_max_rows(const MachineProfile& p, std::uint64_t expert_numel, int hidden,
+                                 std::uint64_t elem_bytes) {
   if (p.cpu_matmul_bytes_per_s <= 0 || p.cpu_matmul_flops_per_s <= 0) {
     throw Error("the machine profile has no cpu_matmul_bytes_per_s / cpu_matmul_flops_per_s (written by an "
                 "earlier strata)",
                 "--profile", "measure it again with `strata bench machine --out FILE`, or give --moe-cpu-experts on|off");
   }
-  const double W = static_cast<double>(expert_bytes);
+  const double W = static_cast<double>(expert_numel) * static_cast<double>(elem_bytes);
   const double copy = W / p.h2d_bytes_per_s;
   const double read = W / p.cpu_matmul_bytes_per_s;
   const double per_row_flops = 2.0 * static_cast<double>(expert_numel) / p.cpu_matmul_flops_per_s;

@@ -23,7 +23,7 @@ namespace strata::runtime::estimate {
 
 // Throws strata::Error naming the key when the profile lacks the CPU matmul rates (a profile
 // written before them: measure again).
-std::int64_t cpu_expert_max_rows(const MachineProfile& profile, std::uint64_t expert_bytes,
-                                 std::uint64_t expert_numel, int hidden, std::uint64_t elem_bytes);
+std::int64_t cpu_expert_max_rows(const MachineProfile& profile, std::uint64_t expert_numel, int hidden,
+                                 std::uint64_t elem_bytes);
 
 }  // namespace strata::runtime::estimate

@@ -24,10 +24,7 @@ MoeBytes moe_bytes(const std::vector<std::size_t>& numels, const std::vector<cha
     (expert ? b.expert_bytes : b.non_expert_bytes) += static_cast<std::uint64_t>(numels[m]) * ds;
   }
   const std::uint64_t count = static_cast<std::uint64_t>(routing.sparse_layers) * static_cast<std::uint64_t>(routing.experts);
-  if (count > 0) {
-    b.one_expert_bytes = b.expert_bytes / count;
-    b.one_expert_numel = b.one_expert_bytes / ds;
-  }
+  if (count > 0) b.one_expert_bytes = b.expert_bytes / count;
   return b;
 }
 

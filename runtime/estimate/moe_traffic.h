@@ -50,7 +50,6 @@ struct MoeBytes {
   std::uint64_t non_expert_bytes = 0;  // every module that is not routed
   std::uint64_t expert_bytes = 0;      // every expert of every sparse layer
   std::uint64_t one_expert_bytes = 0;  // expert_bytes / (sparse layers x E): one expert's
-  std::uint64_t one_expert_numel = 0;  // and its elements
 };
 // `routed[m]`: module m is an expert (ModelLayout::routed_modules; empty: none).
 MoeBytes moe_bytes(const std::vector<std::size_t>& module_numels, const std::vector<char>& routed,

@@ -344,11 +344,12 @@ void ParamFetcher::gather_ahead(int module) {
 // waiting. A hinted module is `awaited` until acquired or until a later layer's block is: the
 // last victim of evict_one and never the expert cache's. The lookahead's wrong guesses (models/
 // moe) are hinted like the right ones; once the next block is acquired they are stale: no longer
-// wanted (their reads never start) and no longer awaited (the first victims). Before, each acquire's prefetch gave the freed buffer back to the trace, the expert
-// came on demand with every buffer busy, and with the device memory full of hinted experts the
-// trace's read was dropped to make room, to be started again at the next prefetch: at batch 16
-// from NVMe (docs/benchmarks.md, "Mixtures of experts"), 479 MiB read per step for 388 MiB
-// copied, and 390 MiB since.
+// wanted (their reads never start) and no longer awaited (the first victims).
+// Before, each acquire's prefetch gave the freed buffer back to the trace, the expert came on
+// demand with every buffer busy, and with the device memory full of hinted experts the trace's
+// read was dropped to make room, to be started again at the next prefetch: at batch 16 from NVMe
+// (docs/benchmarks.md, "Mixtures of experts"), 479 MiB read per step for 388 MiB copied, and
+// 390 MiB since.
 void ParamFetcher::start_wanted_reads() {
   std::size_t done = 0;
   for (; done < wanted_.size(); ++done) {

@@ -73,7 +73,6 @@ struct Decoded {
   // The first run's decoding steps: routed experts copied to the device, and computed on the host.
   std::uint64_t decode_misses = 0, decode_on_host = 0;
   std::uint64_t prefill_misses = 0;  // the first run's prefill: routed experts copied
-  std::uint64_t decode_nvme = 0, decode_h2d = 0;  // the first run's decoding steps: bytes read, copied
 };
 
 Decoded decode(runtime::config::OffloadDevice params, const std::string& nvme, std::uint64_t device_bytes,
@@ -150,8 +149,6 @@ Decoded decode(runtime::config::OffloadDevice params, const std::string& nvme, s
     const runtime::zero::EngineCounters end = engine.counters();
     if (run == 0) {
       r.prefill_misses = prefilled.expert_misses - start.expert_misses;
-      r.decode_nvme = end.nvme_read_bytes - prefilled.nvme_read_bytes;
-      r.decode_h2d = end.h2d_bytes - prefilled.h2d_bytes;
       r.decode_misses = end.expert_misses - prefilled.expert_misses;
       r.decode_on_host = end.expert_host - prefilled.expert_host;
     }
@@ -183,8 +180,6 @@ TEST(MoeStreaming, ExpertsStreamedOnlyWhenRoutedGenerateTheResidentTokens) {
     }
     EXPECT_LT(streamed.bound, streamed.all_experts / 2);
     EXPECT_LT(streamed.first_hit_rate, 0.5);  // no cache: the resident experts only
-    std::printf("%s: decoding read %llu bytes, copied %llu\n", params == runtime::config::OffloadDevice::kCpu ? "cpu" : "nvme",
-                static_cast<unsigned long long>(streamed.decode_nvme), static_cast<unsigned long long>(streamed.decode_h2d));
     // The lookahead's guesses cost bytes (within every expert's), never tokens.
     const Decoded guessed = decode(params, dir.path(), 3 * kMiB / 2, {.lookahead = true});
     EXPECT_EQ(guessed.ids, resident.ids);

@@ -135,7 +135,7 @@ TEST(EstimateMoe, ACudaProfileGivesTheHostExpertRows) {
   in.profile = p;
   // One expert: 3 x 2048 x 768 bf16 elements, rows of 2048 (test_cpu_experts: 11 rows).
   const std::uint64_t numel = 3ull * 2048 * 768;
-  const std::int64_t rows = runtime::estimate::cpu_expert_max_rows(p, numel * 2, numel, 2048, 2);
+  const std::int64_t rows = runtime::estimate::cpu_expert_max_rows(p, numel, 2048, 2);
   EXPECT_EQ(rows, 11);
   EXPECT_EQ(moe_json(in, e)["host_expert_rows"], rows);
   const std::string text = moe_section(in, e);

@@ -344,8 +344,8 @@ void bench_infer(const InferBenchOptions& o) {
       j["nvme_bytes_per_step"] = c.nvme_bytes_per_step;
       j["resident_modules"] = c.resident;
       if (c.expert_hit_rate >= 0) j["expert_hit_rate"] = c.expert_hit_rate;
-      if (c.expert_host_share >= 0) j["expert_host_share"] = c.expert_host_share;
-      if (c.expert_host_share >= 0) {  // a mixture of experts: the flags that shape its traffic
+      if (c.expert_host_share >= 0) {  // a mixture of experts, and the flags that shape its traffic
+        j["expert_host_share"] = c.expert_host_share;
         j["moe_expert_cache_mb"] = o.moe_expert_cache_mb;
         j["moe_prefetch"] = o.moe_prefetch;
         j["moe_cpu_experts"] = o.moe_cpu_experts;

@@ -99,14 +99,14 @@ std::string bytes_text(double b) { return format_bytes(static_cast<std::uint64_t
 
 // --moe-cpu-experts auto's row limit on a cuda profile with the host matmul rates; none otherwise
 // (no profile, an earlier profile, or the host backend, where auto is every row count).
-std::optional<std::int64_t> host_expert_rows(const EstimateInputs& in, const runtime::estimate::MoeBytes& bytes) {
+std::optional<std::int64_t> host_expert_rows(const EstimateInputs& in, const Estimate& e,
+                                             const runtime::estimate::MoeBytes& bytes) {
   if (!in.profile || in.profile->backend != "cuda" || in.profile->cpu_matmul_bytes_per_s <= 0 ||
       in.profile->cpu_matmul_flops_per_s <= 0) {
     return std::nullopt;
   }
-  const std::uint64_t es = bytes.one_expert_bytes / std::max<std::uint64_t>(1, bytes.one_expert_numel);
-  return runtime::estimate::cpu_expert_max_rows(*in.profile, bytes.one_expert_bytes, bytes.one_expert_numel,
-                                                in.model.hidden_size, es);
+  const std::uint64_t es = dtype_size(e.dtype);
+  return runtime::estimate::cpu_expert_max_rows(*in.profile, bytes.one_expert_bytes / es, in.model.hidden_size, es);
 }
 
 }  // namespace
@@ -136,7 +136,7 @@ std::string moe_section(const EstimateInputs& in, const Estimate& e) {
       e.batch, e.seq_len, t.experts_per_layer,
       e.gas > 1 ? fmt::format(" ({} micro-batches)", e.gas) : "", bytes_text(t.expert_bytes * e.gas),
       bytes_text(t.all_expert_bytes * e.gas), t.fraction());
-  if (const std::optional<std::int64_t> rows = host_expert_rows(in, bytes)) {
+  if (const std::optional<std::int64_t> rows = host_expert_rows(in, e, bytes)) {
     out += *rows > 0
                ? fmt::format("  with --moe-cpu-experts auto, an expert in pinned memory with at most {} row(s) runs on the "
                              "host\n  (the profile's host matmul beats copying it: runtime/estimate/cpu_experts.h)\n",
@@ -166,7 +166,7 @@ nlohmann::json moe_json(const EstimateInputs& in, const Estimate& e) {
                       {"every_expert_token_bytes", t.dense_token_bytes}});
   }
   const runtime::estimate::TrainTraffic t = runtime::estimate::train_traffic(moe, bytes, e.batch, e.seq_len);
-  const std::optional<std::int64_t> host_rows = host_expert_rows(in, bytes);
+  const std::optional<std::int64_t> host_rows = host_expert_rows(in, e, bytes);
   return {{"experts", moe.experts},
           {"experts_per_token", moe.per_token},
           {"sparse_layers", moe.sparse_layers},

@@ -49,29 +49,29 @@ TEST(CpuExperts, TheRowLimitIsWhereTheHostStopsWinning) {
                         Case{profile(25e9, 200e9, 4e12), "a slow link, capped"},
                         Case{profile(50e9, 50.3e9, 1.5e12), "the read decides"}}) {
     SCOPED_TRACE(c.what);
-    const std::int64_t rows = cpu_expert_max_rows(c.p, bytes, numel, 2048, 2);
+    const std::int64_t rows = cpu_expert_max_rows(c.p, numel, 2048, 2);
     EXPECT_GT(rows, 0);
     EXPECT_EQ(rows, searched(c.p, static_cast<double>(bytes), static_cast<double>(numel), 2048, 2.0));
   }
   // 50 GB/s over the link and 100 GB/s of host reads at 0.6 TFLOPS: 11 rows (by hand: copy
   // 188.7 us; 11 rows 173.0 + 1.8 us of flops and rows, 12 rows 188.7 + 2.0 us).
-  EXPECT_EQ(cpu_expert_max_rows(profile(50e9, 100e9, 0.6e12), bytes, numel, 2048, 2), 11);
+  EXPECT_EQ(cpu_expert_max_rows(profile(50e9, 100e9, 0.6e12), numel, 2048, 2), 11);
   // A faster link helps the copy: fewer rows. A host fast enough for more is capped.
-  EXPECT_LT(cpu_expert_max_rows(profile(100e9, 100e9, 0.6e12), bytes, numel, 2048, 2),
-            cpu_expert_max_rows(profile(50e9, 100e9, 0.6e12), bytes, numel, 2048, 2));
-  EXPECT_EQ(cpu_expert_max_rows(profile(50e9, 100e9, 1e12), bytes, numel, 2048, 2), kernels::host::kMatmulFewRows);
+  EXPECT_LT(cpu_expert_max_rows(profile(100e9, 100e9, 0.6e12), numel, 2048, 2),
+            cpu_expert_max_rows(profile(50e9, 100e9, 0.6e12), numel, 2048, 2));
+  EXPECT_EQ(cpu_expert_max_rows(profile(50e9, 100e9, 1e12), numel, 2048, 2), kernels::host::kMatmulFewRows);
 }
 
 TEST(CpuExperts, NeverWhenTheLinkCopiesFasterThanTheHostReads) {
-  const std::uint64_t numel = 3ull * 4096 * 14336, bytes = numel * 2;
-  EXPECT_EQ(cpu_expert_max_rows(profile(55e9, 40e9, 2e12), bytes, numel, 4096, 2), 0);
-  EXPECT_EQ(cpu_expert_max_rows(profile(55e9, 55e9, 2e12), bytes, numel, 4096, 2), 0);
+  const std::uint64_t numel = 3ull * 4096 * 14336;
+  EXPECT_EQ(cpu_expert_max_rows(profile(55e9, 40e9, 2e12), numel, 4096, 2), 0);
+  EXPECT_EQ(cpu_expert_max_rows(profile(55e9, 55e9, 2e12), numel, 4096, 2), 0);
 }
 
 TEST(CpuExperts, AProfileWithoutTheCpuRatesIsRefused) {
   const std::uint64_t numel = 3ull * 64 * 96;
   try {
-    cpu_expert_max_rows(profile(10e9, 0, 0), numel * 4, numel, 64, 4);
+    cpu_expert_max_rows(profile(10e9, 0, 0), numel, 64, 4);
     ADD_FAILURE() << "accepted a profile without cpu_matmul rates";
   } catch (const Error& e) {
     const std::string what = e.what();
