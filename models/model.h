@@ -31,11 +31,11 @@ struct ModelOptions {
   // holds at most head_chunk_bytes of logits at once.
   int vocab_multiple = 0;
   std::uint64_t head_chunk_bytes = std::uint64_t{1} << 30;
-  // Decoding a mixture of experts (models/moe/moe_mlp.h): after each layer, run the next sparse
-  // layer's router on the current hidden state and hint the experts it picks to the provider
-  // (ParamProvider::prefetch), so that their fetches start a layer early. A wrong guess costs
-  // bytes, never tokens: the real router decides what is computed. Off by default: measured on
-  // random weights (docs/benchmarks.md) the guesses cost more bytes than their overlap saved.
+  // Decoding a mixture of experts (models/moe/moe_mlp.h): once a layer's experts are hinted, run
+  // the next sparse layer's router on the layer's input and hint the experts it picks to the
+  // provider (ParamProvider::prefetch) behind them, withdrawn (cancel_prefetch) where the next
+  // router disagrees (Note [Guessing the next layer's experts] in models/moe/moe_mlp.cpp). A
+  // wrong guess costs bytes, never tokens: the real router decides what is computed.
   bool moe_lookahead = false;
   // A mixture's routed expert with at most this many rows (tokens) routed to it, that the
   // provider keeps in pinned host memory and has not fetched (ParamProvider::acquire_host), is

@@ -296,23 +296,17 @@ class LlamaParts final : public StackParts {
     ops::residual_fwd(s, x, x, d.proj, N * C, dt);
     ops::rmsnorm_fwd(s, n, nullptr, x, p.mlp_norm, N, C, eps, dt);
     if (p.router != nullptr) {
-      moe_->decode(s, call.modules, layout_, l, p.router, n, d.proj, N);
+      // With the lookahead, the next layer's experts are guessed from x (Note [Guessing the
+      // next layer's experts] in models/moe/moe_mlp.cpp).
+      const bool guess = lookahead_ && l + 1 < config_.num_hidden_layers && config_.sparse_layer(l + 1);
+      const MoeMlp::Lookahead next{l + 1, sparse_slots_.mlp_norm, sparse_slots_.router, x, eps};
+      moe_->decode(s, call.modules, layout_, l, p.router, n, d.proj, N, guess ? &next : nullptr);
     } else {
       ops::matmul_fwd(s, d.gu, n, p.gate_up, nullptr, N, C, 2 * F, dt);
       ops::swiglu_fwd(s, d.h, d.gu, N, F, dt);
       ops::matmul_fwd(s, d.proj, d.h, p.down, nullptr, N, F, C, dt);
     }
     ops::residual_fwd(s, x, x, d.proj, N * C, dt);
-    if (lookahead_ && l + 1 < config_.num_hidden_layers && config_.sparse_layer(l + 1)) {
-      // The next layer's router on this layer's output (its attention not applied yet): a guess
-      // of its experts, hinted so that their fetches overlap its attention.
-      const int next = layout_.block_module(l + 1);
-      const ModuleView view = call.modules.acquire(next);
-      const BlockParams q = block_params(view, l + 1);
-      ops::rmsnorm_fwd(s, n, nullptr, x, q.mlp_norm, N, C, eps, dt);
-      moe_->predict(s, call.modules, layout_, l + 1, q.router, n, N);
-      call.modules.release(next);
-    }
   }
 
   // The load-balancing loss joins the training loss when the config asks (HF's rule).

@@ -70,11 +70,16 @@ void MoeMlp::carve_backward_scratch(Carver& c, std::size_t N) {
 void MoeMlp::carve_decode(Carver& c, std::size_t N) {
   carve_saved(c, decode_, N);
   carve_forward_scratch(c, N);
+  const std::size_t E = static_cast<std::size_t>(shape_.E), k = static_cast<std::size_t>(shape_.k);
+  guess_n_ = act(c, N * static_cast<std::size_t>(shape_.C));
+  guess_probs_ = static_cast<float*>(c.take(N * E * sizeof(float)));
+  guess_idx_ = static_cast<std::int32_t*>(c.take(N * k * sizeof(std::int32_t)));
+  guess_weights_ = static_cast<float*>(c.take(N * k * sizeof(float)));
 }
 
 void MoeMlp::route_and_compute(Stream& s, ModuleAccess& modules, const ModelLayout& layout, int layer,
                                const void* router, const void* n, void* out, Saved& a, std::int64_t N,
-                               float* prob_sum) {
+                               float* prob_sum, const Lookahead* next) {
   const int C = shape_.C, E = shape_.E, k = shape_.k, F = shape_.F;
   const DType dt = dtype_;
   ops::matmul_fwd(s, logits_, n, router, nullptr, N, C, E, dt);
@@ -107,6 +112,8 @@ void MoeMlp::route_and_compute(Stream& s, ModuleAccess& modules, const ModelLayo
       modules.prefetch(m);
     }
   }
+  withdraw_guesses(modules, layout, layer, a.host_offsets);
+  if (next != nullptr) guess(s, modules, layout, *next, N);
   a.on_host = !host_experts_.empty();
   if (a.on_host) send_host_rows(s, a);
   const std::size_t uC = static_cast<std::size_t>(C), uF = static_cast<std::size_t>(F);
@@ -205,7 +212,7 @@ void MoeMlp::compute_on_host(Stream& s, const ModelLayout& layout, int layer, Sa
 
 void MoeMlp::forward(Stream& s, ModuleAccess& modules, const ModelLayout& layout, int layer, const void* router,
                      const void* n, void* out, Saved& a, std::int64_t N, bool record) {
-  route_and_compute(s, modules, layout, layer, router, n, out, a, N, record ? prob_sum_ : nullptr);
+  route_and_compute(s, modules, layout, layer, router, n, out, a, N, record ? prob_sum_ : nullptr, nullptr);
   if (!record) return;
   // host_offsets and host_prob_sum_ are final: route_and_compute synchronized after copying them.
   const std::size_t E = static_cast<std::size_t>(shape_.E);
@@ -256,24 +263,65 @@ void MoeMlp::backward(Stream& s, ModuleAccess& modules, const ModelLayout& layou
 }
 
 void MoeMlp::decode(Stream& s, ModuleAccess& modules, const ModelLayout& layout, int layer, const void* router,
-                    const void* n, void* out, std::int64_t N) {
-  route_and_compute(s, modules, layout, layer, router, n, out, decode_, N, nullptr);
+                    const void* n, void* out, std::int64_t N, const Lookahead* next) {
+  route_and_compute(s, modules, layout, layer, router, n, out, decode_, N, nullptr, next);
 }
 
-void MoeMlp::predict(Stream& s, ModuleAccess& modules, const ModelLayout& layout, int layer, const void* router,
-                     const void* n, std::int64_t N) {
+// Note [Guessing the next layer's experts]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Streaming at batch 1, a layer's expert reads can start only once its router ran: the link or
+// the disk idles while the previous layer's last expert computes and the layer's attention runs.
+// The residual stream changes little from one layer to the next, so the next layer's router on
+// this layer's input (x before this layer's MLP adds to it, normalised with the next layer's
+// norm) picks mostly the experts it will pick (Mixtral-offloading's speculative loading). The
+// guess is made right after this layer's own experts are hinted, so the provider queues the
+// guessed fetches behind them: they use the time the link would idle, from this layer's experts
+// to the next router, never delaying a needed one. When the next layer routes, a guess it did
+// not confirm is withdrawn (ModuleAccess::cancel_prefetch): a read not started yet is dropped,
+// one done is the first to be evicted. A wrong guess costs bytes, never tokens: the router
+// decides what is computed. With experts on the host (Note [Experts on the host]) for the
+// pass's row count, nothing is guessed: a guessed expert would be copied, not computed where
+// it lives.
+void MoeMlp::guess(Stream& s, ModuleAccess& modules, const ModelLayout& layout, const Lookahead& next,
+                   std::int64_t N) {
   const int E = shape_.E, k = shape_.k;
-  Saved& a = decode_;
-  ops::matmul_fwd(s, logits_, n, router, nullptr, N, shape_.C, E, dtype_);
-  ops::moe_router_fwd(s, a.probs, a.idx, a.weights, nullptr, logits_, N, E, k, shape_.renormalize, dtype_);
+  // Experts on the host for this many rows: a guessed expert in pinned memory would be copied
+  // instead of computed where it lives, so nothing is guessed.
+  if (host_expert_rows_ >= N) return;
+  // This layer's routing (probs, idx, weights) is still to be used: the guess has its own.
+  const int block = layout.block_module(next.layer);
+  const ModuleLayout& bl = layout.modules[static_cast<std::size_t>(block)];
+  const ModuleView v = modules.acquire(block);
+  ops::rmsnorm_fwd(s, guess_n_, nullptr, next.x, tensor_at(v, bl.tensors[static_cast<std::size_t>(next.norm_slot)]),
+                   N, shape_.C, next.eps, dtype_);
+  ops::matmul_fwd(s, logits_, guess_n_, tensor_at(v, bl.tensors[static_cast<std::size_t>(next.router_slot)]),
+                  nullptr, N, shape_.C, E, dtype_);
+  ops::moe_router_fwd(s, guess_probs_, guess_idx_, guess_weights_, nullptr, logits_, N, E, k, shape_.renormalize,
+                      dtype_);
+  modules.release(block);
   host_picks_.resize(static_cast<std::size_t>(N) * static_cast<std::size_t>(k));
-  s.copy_async(host_picks_.data(), a.idx, host_picks_.size() * sizeof(std::int32_t));
+  s.copy_async(host_picks_.data(), guess_idx_, host_picks_.size() * sizeof(std::int32_t));
   s.synchronize();
   std::vector<char> picked(static_cast<std::size_t>(E), 0);
   for (std::int32_t e : host_picks_) picked[static_cast<std::size_t>(e)] = 1;
+  guessed_layer_ = next.layer;
+  guessed_.clear();
   for (int e = 0; e < E; ++e) {
-    if (picked[static_cast<std::size_t>(e)] != 0) modules.prefetch(layout.expert_module(layer, e));
+    if (picked[static_cast<std::size_t>(e)] == 0) continue;
+    guessed_.push_back(e);
+    modules.prefetch(layout.expert_module(next.layer, e));
   }
+}
+
+void MoeMlp::withdraw_guesses(ModuleAccess& modules, const ModelLayout& layout, int layer,
+                              const std::vector<std::int32_t>& offsets) {
+  if (guessed_layer_ != layer) return;
+  for (int e : guessed_) {
+    const auto u = static_cast<std::size_t>(e);
+    if (offsets[u + 1] == offsets[u]) modules.cancel_prefetch(layout.expert_module(layer, e));
+  }
+  guessed_layer_ = -1;
+  guessed_.clear();
 }
 
 MoeMlp::Totals MoeMlp::totals() const {

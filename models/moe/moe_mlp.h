@@ -108,14 +108,23 @@ class MoeMlp {
   void backward(runtime::device::Stream& s, ModuleAccess& modules, const ModelLayout& layout, int layer,
                 const void* router, void* grad_router, const void* n, const void* dout, void* dn, Saved& a,
                 std::int64_t N, const float* daux);
-  // forward() over a decoding pass's N tokens, on carve_decode's buffers; no statistics.
+  // The next sparse layer's guess input for decode() (ModelOptions::moe_lookahead): where its
+  // block module (layout.block_module(layer)) keeps its MLP norm's weight (C) and its router
+  // (E, C) (indices into the module's tensors), and the residual stream x (N, C) that this
+  // layer's MLP adds to. The block is acquired only once this layer's experts are hinted.
+  struct Lookahead {
+    int layer = -1;
+    int norm_slot = -1;
+    int router_slot = -1;
+    const void* x = nullptr;
+    float eps = 0.0f;
+  };
+  // forward() over a decoding pass's N tokens, on carve_decode's buffers; no statistics. With
+  // `next`, once this layer's experts are hinted, guesses next.layer's experts and hints them too
+  // (Note [Guessing the next layer's experts] in moe_mlp.cpp); a guess the next layer's router
+  // does not confirm is withdrawn (ModuleAccess::cancel_prefetch) when that layer routes.
   void decode(runtime::device::Stream& s, ModuleAccess& modules, const ModelLayout& layout, int layer,
-              const void* router, const void* n, void* out, std::int64_t N);
-  // Runs `layer`'s router on n (N, C) and hints the experts it picks to `modules`
-  // (ModuleAccess::prefetch): the lookahead of ModelOptions::moe_lookahead, on carve_decode's
-  // buffers (the layer's own decode overwrites them). Waits for the picks (one synchronization).
-  void predict(runtime::device::Stream& s, ModuleAccess& modules, const ModelLayout& layout, int layer,
-               const void* router, const void* n, std::int64_t N);
+              const void* router, const void* n, void* out, std::int64_t N, const Lookahead* next);
 
   // The load-balancing loss of the last forward over N tokens (above), from every sparse layer's
   // recorded statistics; 0 before any.
@@ -126,7 +135,14 @@ class MoeMlp {
  private:
   // The routing and the experts, shared by forward and decode.
   void route_and_compute(runtime::device::Stream& s, ModuleAccess& modules, const ModelLayout& layout, int layer,
-                         const void* router, const void* n, void* out, Saved& a, std::int64_t N, float* prob_sum);
+                         const void* router, const void* n, void* out, Saved& a, std::int64_t N, float* prob_sum,
+                         const Lookahead* next);
+  // The lookahead: next's router on next's norm of next.x; its picks hinted, kept in guessed_.
+  void guess(runtime::device::Stream& s, ModuleAccess& modules, const ModelLayout& layout, const Lookahead& next,
+             std::int64_t N);
+  // Withdraws the guesses of `layer` that its routing (offsets, E + 1) gave no row.
+  void withdraw_guesses(ModuleAccess& modules, const ModelLayout& layout, int layer,
+                        const std::vector<std::int32_t>& offsets);
   void* act(Carver& c, std::size_t n) const { return c.take(n * dtype_size(dtype_)); }
   // The routed experts the host computes (acquire_host gave their weights): their rows to the
   // host, then, once the device's experts are enqueued, their SwiGLU there and their outputs back.
@@ -157,7 +173,14 @@ class MoeMlp {
   std::vector<std::vector<std::int64_t>> counts_;
   std::vector<std::vector<double>> prob_sums_;
   std::vector<float> host_prob_sum_;  // (E), the copy of prob_sum_
-  std::vector<std::int32_t> host_picks_;  // (N, k), predict()'s
+  // The lookahead (decode with a Lookahead): its normalised input, routing and picks.
+  void* guess_n_ = nullptr;                 // (N, C)
+  float* guess_probs_ = nullptr;            // (N, E) fp32
+  std::int32_t* guess_idx_ = nullptr;       // (N, k)
+  float* guess_weights_ = nullptr;          // (N, k) fp32
+  std::vector<std::int32_t> host_picks_;    // (N, k), guess()'s
+  int guessed_layer_ = -1;                  // the layer guessed_ holds experts of
+  std::vector<int> guessed_;                // its hinted experts
   // Experts on the host.
   struct HostExpert {
     int expert = 0;

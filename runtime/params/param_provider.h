@@ -50,6 +50,9 @@ class ParamProvider {
   // A hint: module m will be acquired soon (a mixture's experts, once their router ran). A
   // provider may start fetching it; nothing by default.
   virtual void prefetch(int /*module*/) {}
+  // The hint of module m was wrong (a mixture's expert guessed ahead that its router did not
+  // pick): a provider may drop a fetch not started yet and give up the fetched module first.
+  virtual void cancel_prefetch(int /*module*/) {}
   // Module m's parameters (numel elements of the compute dtype) in host memory, for the host to
   // compute on where they are instead of the device (a mixture's cold expert, models/moe/
   // moe_mlp.h): the pointer when the provider keeps them in pinned host memory, unquantized and

@@ -64,6 +64,11 @@ void ResidentParams::prefetch(int module) {
   ++counts_[static_cast<std::size_t>(module)].prefetches;
 }
 
+void ResidentParams::cancel_prefetch(int module) {
+  check_module(module);
+  ++counts_[static_cast<std::size_t>(module)].cancels;
+}
+
 void* ResidentParams::params(int module) const {
   check_module(module);
   return params_[static_cast<std::size_t>(module)].data();

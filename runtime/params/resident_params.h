@@ -29,6 +29,7 @@ class ResidentParams final : public ParamProvider {
   ModuleView acquire_grads(int module) override;
   void grads_ready(int module, const device::Event& done) override;
   void prefetch(int module) override;  // nothing to fetch: counted
+  void cancel_prefetch(int module) override;  // counted
 
   // Direct access for loading weights, the optimizer and tests (device memory).
   void* params(int module) const;
@@ -37,7 +38,7 @@ class ResidentParams final : public ParamProvider {
   // Enqueues zero-filling of every gradient buffer on `stream` (before a step's backward).
   void zero_grads(device::Stream& stream);
 
-  // Number of acquire / acquire_grads / grads_ready / prefetch calls so far, per module (tests
+  // Number of acquire / acquire_grads / grads_ready / prefetch / cancel_prefetch calls so far, per module (tests
   // check the model's protocol with them).
   struct Counts {
     int acquires = 0;
@@ -45,6 +46,7 @@ class ResidentParams final : public ParamProvider {
     int grad_acquires = 0;
     int grads_ready = 0;
     int prefetches = 0;
+    int cancels = 0;
   };
   const Counts& counts(int module) const;
 

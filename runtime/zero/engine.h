@@ -134,6 +134,7 @@ class ZeroEngine final : public params::ParamProvider {
   // micro-batch). With several ranks the module's collective still runs, on a zero buffer.
   void grads_none(int module, const device::Event& done) override;
   void prefetch(int module) override;
+  void cancel_prefetch(int module) override;
 
   struct Parts;  // engine.cpp: the streams, the tier store and the parts below
 

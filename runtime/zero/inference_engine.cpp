@@ -202,6 +202,7 @@ void InferenceEngine::grads_ready(int /*module*/, const device::Event& /*done*/)
 }
 
 void InferenceEngine::prefetch(int module) { parts_->fetcher.hint(module); }
+void InferenceEngine::cancel_prefetch(int module) { parts_->fetcher.unhint(module); }
 
 const void* InferenceEngine::acquire_host(int module) {
   Parts& p = *parts_;

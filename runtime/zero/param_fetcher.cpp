@@ -315,6 +315,14 @@ void ParamFetcher::hint(int module) {
   gather_ahead(module);
 }
 
+void ParamFetcher::unhint(int module) {
+  Module& s = modules_.at(static_cast<std::size_t>(module));
+  s.hinted = false;
+  if (!s.wanted) return;
+  s.wanted = false;
+  wanted_.erase(std::find(wanted_.begin(), wanted_.end(), module));
+}
+
 void ParamFetcher::pass_block(int module) {
   if (module <= current_block_) return;
   current_block_ = module;

@@ -96,6 +96,9 @@ class ParamFetcher {
   // staging buffer is free, its gather when the element budgets and the memory allow without
   // waiting; else nothing (the acquire fetches it).
   void hint(int module);
+  // Module m's hint was wrong (ParamProvider::cancel_prefetch): its read is dropped if it has not
+  // started, and fetched it is no longer awaited (evicted first).
+  void unhint(int module);
   std::uint64_t expert_cache_bytes() const { return cache_bytes_; }
   bool held(int module) const { return modules_[static_cast<std::size_t>(module)].holders > 0; }
   // Being read or on the device (gathered, fetched ahead or in the expert cache).

@@ -286,9 +286,13 @@ TEST(MoeModel, KvCacheDecodingMatchesTheFullForward) {
 }
 
 // Decoding hints the provider (ParamProvider::prefetch) with every expert a layer's router picked,
-// before acquiring them; with moe_lookahead also with the next layer's guesses, a layer early.
+// before acquiring them; with moe_lookahead also with the next layer's guesses, a layer early,
+// and a guess the next layer's router did not pick is withdrawn (cancel_prefetch), no other.
 TEST(MoeModel, DecodingHintsTheRoutedExpertsAndTheLookaheadGuessesMore) {
   const LlamaConfig c = moe_config("MixtralForCausalLM");
+  struct Seen {
+    int hints = 0, first_layer_hints = 0, cancels = 0;
+  };
   auto count = [&](bool lookahead) {
     Rig rig(c, {.moe_lookahead = lookahead});
     KvCache cache = rig.model->make_kv_cache(1, 8);
@@ -296,26 +300,41 @@ TEST(MoeModel, DecodingHintsTheRoutedExpertsAndTheLookaheadGuessesMore) {
     const int len = 4;
     std::vector<float> logits(static_cast<std::size_t>(c.vocab_size));
     rig.model->prefill(cache, prompt.data(), &len, 1, len, logits.data());
-    int hints = 0, acquired = 0, first_layer_hints = 0;
+    // One decoding step of one token after the prefill: per layer, k experts acquired once.
+    std::vector<runtime::params::ResidentParams::Counts> before;
+    for (std::size_t m = 0; m < rig.layout.modules.size(); ++m) before.push_back(rig.params->counts(static_cast<int>(m)));
+    const std::int32_t next = 3;
+    rig.model->forward_decode(cache, &next, 1, 1, logits.data());
+    Seen seen;
+    int acquired = 0;
     for (int l = 0; l < c.num_hidden_layers; ++l) {
       for (int e = 0; e < c.num_experts; ++e) {
-        const auto& n = rig.params->counts(rig.layout.expert_module(l, e));
-        // A routed expert is hinted before each acquire.
-        if (n.acquires > 0) {
-          EXPECT_GE(n.prefetches, n.acquires) << "layer " << l << " expert " << e;
-        }
-        hints += n.prefetches;
-        acquired += n.acquires;
-        if (l == 0) first_layer_hints += n.prefetches;
+        const int m = rig.layout.expert_module(l, e);
+        const auto& now = rig.params->counts(m);
+        const auto& was = before[static_cast<std::size_t>(m)];
+        const int acquires = now.acquires - was.acquires, hints = now.prefetches - was.prefetches,
+                  cancels = now.cancels - was.cancels;
+        // A routed expert is hinted before its acquire; a guess is one more hint.
+        EXPECT_GE(hints, acquires) << "layer " << l << " expert " << e;
+        const bool guessed = hints > acquires;
+        // Withdrawn exactly when guessed and not picked.
+        EXPECT_EQ(cancels, guessed && acquires == 0 ? 1 : 0) << "layer " << l << " expert " << e;
+        seen.hints += hints;
+        seen.cancels += cancels;
+        acquired += acquires;
+        if (l == 0) seen.first_layer_hints += hints;
       }
     }
-    EXPECT_GT(acquired, 0);
-    return std::pair{hints, first_layer_hints};
+    EXPECT_EQ(acquired, c.num_hidden_layers * c.num_experts_per_tok);
+    return seen;
   };
-  const auto [plain, plain_first] = count(false);
-  const auto [ahead, ahead_first] = count(true);
-  EXPECT_GT(ahead, plain);                // the guesses for layers 1 and 2
-  EXPECT_EQ(ahead_first, plain_first);    // nothing guesses layer 0
+  const Seen plain = count(false);
+  const Seen ahead = count(true);
+  EXPECT_EQ(plain.hints, c.num_hidden_layers * c.num_experts_per_tok);
+  EXPECT_EQ(plain.cancels, 0);
+  EXPECT_GT(ahead.hints, plain.hints);                    // the guesses for layers 1 and 2
+  EXPECT_EQ(ahead.first_layer_hints, plain.first_layer_hints);  // nothing guesses layer 0
+  EXPECT_GT(ahead.cancels, 0) << "the test needs a wrong guess (seeded weights)";
 }
 
 // bf16 storage with fp32 arithmetic tracks fp32 (routing decided on the same logits up to bf16).

@@ -311,4 +311,36 @@ TEST(ParamFetcher, HintsOfAPassedLayerAreNotRead) {
   run.device->synchronize();
 }
 
+// Modules 2 and 3 are routed (layer 1's experts), hinted while both staging buffers hold reads
+// along the trace. Module 3's hint is withdrawn (the lookahead guessed it and the router did not
+// pick it: ParamProvider::cancel_prefetch): when acquiring 2 frees a buffer, 3 must not be read.
+// The control run keeps the hint: 3 is read then, so the setup does free a buffer for it.
+TEST(ParamFetcher, AWithdrawnHintIsNotRead) {
+  TempDir dir;
+  const config::Config config = two_staging_buffers(dir.path());
+  std::vector<char> routed(kModules, 0);
+  routed[2] = routed[3] = 1;
+  for (const bool withdraw : {false, true}) {
+    FetcherRun run(config, {}, routed);
+    zero::ParamFetcher& f = *run.fetcher;
+    f.begin_step();  // the trace 0, 1, 4, 5
+    for (int m = 0; m < kModules; ++m) take(f, m);
+    f.end_step();
+
+    f.begin_step();
+    take(f, 0);  // reads 1 (gathered ahead), 4 and 5 along the trace: both buffers busy
+    ASSERT_TRUE(f.fetched(4));
+    ASSERT_TRUE(f.fetched(5));
+    f.hint(2);
+    f.hint(3);
+    ASSERT_FALSE(f.fetched(3));
+    if (withdraw) f.unhint(3);
+    take(f, 2);  // on demand: a buffer frees, then 2's after its copy
+    EXPECT_EQ(f.fetched(3), !withdraw) << (withdraw ? "a withdrawn hint was read" : "the control read nothing");
+    for (int m : {1, 4, 5}) take(f, m);
+    f.end_step();
+    run.device->synchronize();
+  }
+}
+
 }  // namespace
