@@ -12,6 +12,7 @@
 #include "core/log.h"
 #include "core/units.h"
 #include "models/hf_weights.h"
+#include "offload/aio_engine.h"
 #include "offload/host_buffer.h"
 #include "runtime/estimate/cpu_experts.h"
 #include "runtime/tiers/plan.h"
@@ -174,6 +175,12 @@ Server::Server(ServerSetup setup, bool verbose) : setup_(std::move(setup)) {
   }
   engine_ = std::make_unique<runtime::zero::InferenceEngine>(setup_.config, engine_setup, *device_, *compute_, *comm_,
                                                              *tracer_);
+  // The disk's read track (NVMe-streamed weights): the time reads were in flight, as strata
+  // train's. The tracer is declared before the engine, so it outlives the engine's I/O threads.
+  engine_->tiers().io().set_activity_hook([tracer = tracer_.get()](offload::IoOp op, std::int64_t start_ns,
+                                                                    std::int64_t end_ns, std::uint64_t bytes) {
+    if (op == offload::IoOp::kRead) tracer->record("read", runtime::trace::kNvmeReadTrack, start_ns, end_ns, bytes);
+  });
   if (verbose) {
     std::fprintf(stderr, "model: %s; %s%s, batch %d, %d positions, device %s\n", spec.describe().c_str(),
                  std::string(dtype_name(dtype_)).c_str(),

@@ -112,11 +112,21 @@ void ParamFetcher::make_pools(std::uint64_t activation_bytes) {
   }
 }
 
+// Note [Free staging buffers]: a module gathered ahead of its read leaves its staging buffer not
+// `busy` at once, with the H2D from it enqueued on the staged stream behind the read; a read
+// started into that buffer waits on the host (start_read) for that copy, that is for the previous
+// read. So a read takes a buffer whose copy has run when there is one. Taking the first buffer not
+// busy, every hinted read after the first waited for the one before it, and the thread with it:
+// at batch 1 from NVMe (configs/qwen3-moe-bytes.json, 5 staging buffers) a layer's two experts
+// were read one after the other, the second starting once the first was read and copied.
 int ParamFetcher::free_staging() const {
+  int pending = -1;
   for (std::size_t i = 0; i < staging_.size(); ++i) {
-    if (!staging_[i].busy) return static_cast<int>(i);
+    if (staging_[i].busy) continue;
+    if (staging_[i].done->query()) return static_cast<int>(i);
+    if (pending < 0) pending = static_cast<int>(i);
   }
-  return -1;
+  return pending;
 }
 
 void ParamFetcher::start_read(int module) {

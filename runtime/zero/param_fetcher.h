@@ -145,7 +145,9 @@ class ParamFetcher {
   std::size_t shard_bytes(int module) const;
   void make_pools(std::uint64_t activation_bytes);
   void start_read(int module);             // NVMe: read the shard into a staging buffer
-  int free_staging() const;                // -1 when every staging buffer is busy
+  // A staging buffer not busy, one whose last H2D has run first (Note [Free staging buffers]);
+  // -1 when every one is busy.
+  int free_staging() const;
   void free_a_staging_buffer();            // every one is busy: gathers (or drops) the oldest read
   void gather_ahead(int module);           // gather(module, false) within the element budgets
   void start_wanted_reads();               // wanted_ into free staging buffers, in order

@@ -3,12 +3,13 @@
 // (Note [Staged copies] in runtime/zero/param_fetcher.cpp); a module needed now while every
 // staging buffer holds a read fetched ahead keeps those reads (none is read twice); a hinted
 // module that found every staging buffer busy is read before the trace's next module (Note
-// [Hinted reads first]).
+// [Hinted reads first]); hinted reads run side by side (Note [Free staging buffers]).
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -341,6 +342,41 @@ TEST(ParamFetcher, AWithdrawnHintIsNotRead) {
     f.end_step();
     run.device->synchronize();
   }
+}
+
+// Modules 2 and 3 are routed (a layer's experts); three staging buffers. The disk holds every
+// read. Module 2 is hinted: its read starts and it is gathered ahead, its copy waiting on the
+// staged stream for the read. Module 3 is hinted next: its read must start at once, into another
+// buffer, side by side with 2's. Taking 2's buffer (not busy once its copy is enqueued), the hint
+// waited on the host for 2's copy, that is for 2's read: here until the disk is let go.
+TEST(ParamFetcher, HintedReadsRunSideBySide) {
+  TempDir dir;
+  config::Config config = make_config(3, config::OffloadDevice::kNvme, config::OffloadDevice::kCpu, dir.path());
+  config.zero_optimization.offload_param.buffer_count = 3;
+  config.aio.block_size = kMiB;  // a block per shard
+  std::vector<char> routed(kModules, 0);
+  routed[2] = routed[3] = 1;
+  SlowReads disk;
+  FetcherRun run(config, disk.hook(), routed);
+  zero::ParamFetcher& f = *run.fetcher;
+  f.begin_step();  // the trace 0, 1, 4, 5
+  for (int m = 0; m < kModules; ++m) take(f, m);
+  f.end_step();
+  run.device->synchronize();
+
+  f.begin_step();
+  disk.hold_all_but(std::uint64_t{1} << 40, config.aio.block_size);  // no read is spared
+  f.hint(2);
+  ASSERT_EQ(f.counters().prefetched, 1u) << "the test needs module 2 gathered ahead of its read";
+  std::future<void> second = std::async(std::launch::async, [&f] { f.hint(3); });
+  const bool side_by_side = second.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  disk.let_go();
+  second.get();
+  EXPECT_TRUE(side_by_side) << "the second hinted read waited for the first";
+  EXPECT_TRUE(f.fetched(3));
+  for (int m : {0, 1, 2, 3, 4, 5}) take(f, m);
+  f.end_step();
+  run.device->synchronize();
 }
 
 }  // namespace
