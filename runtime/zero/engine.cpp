@@ -217,6 +217,9 @@ EngineCounters ZeroEngine::counters() const {
   c.prefetched = f.prefetched;
   c.reused = f.reused;
   c.trace_divergences = f.trace_divergences;
+  c.unused_fetches = f.unused_fetches;
+  c.unused_read_bytes = f.unused_read_bytes;
+  c.unused_h2d_bytes = f.unused_h2d_bytes;
   c.skipped_steps = skipped_steps_;
   c.speculative_updates = speculative_updates_;
   c.speculative_redone = speculative_redone_;

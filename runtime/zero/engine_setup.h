@@ -48,6 +48,9 @@ struct EngineCounters {
   std::uint64_t expert_hits = 0;       // inference: routed modules (experts) acquired on the device
   std::uint64_t expert_misses = 0;     // and those fetched for the acquire (the expert cache's rate)
   std::uint64_t expert_host = 0;       // and those computed on the host where they live (acquire_host)
+  std::uint64_t unused_fetches = 0;    // fetched ahead, given up before any acquire (wrong guesses)
+  std::uint64_t unused_read_bytes = 0;  // their NVMe bytes read (in nvme_read_bytes)
+  std::uint64_t unused_h2d_bytes = 0;   // their bytes copied to the device (in h2d_bytes)
   std::uint64_t skipped_steps = 0;     // fp16 overflow
   std::uint64_t speculative_updates = 0;  // module updates run before the norm was known
   std::uint64_t speculative_redone = 0;   // of which redone (the norm was over the threshold)

@@ -124,6 +124,9 @@ EngineCounters InferenceEngine::counters() const {
   c.trace_divergences = f.trace_divergences;
   c.expert_hits = f.expert_hits;
   c.expert_misses = f.expert_misses;
+  c.unused_fetches = f.unused_fetches;
+  c.unused_read_bytes = f.unused_read_bytes;
+  c.unused_h2d_bytes = f.unused_h2d_bytes;
   c.expert_host = host_acquires_;
   if (offload::SwapSpace* sw = p.store.swap()) c.nvme_read_bytes = sw->engine().stats().bytes_read - io_read_base_;
   return c;

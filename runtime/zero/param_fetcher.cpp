@@ -286,6 +286,12 @@ bool ParamFetcher::keep_for_reuse(int module) const {
 
 void ParamFetcher::drop_gathered(int module) {
   Module& s = modules_[static_cast<std::size_t>(module)];
+  // Fetched ahead and given up before any acquire: a wrong guess, a read dropped for room.
+  if (s.fetch == FetchState::reading || (s.fetch == FetchState::gathered && s.prefetched)) {
+    ++counters_.unused_fetches;
+    if (store_.state(module, tiers::StateKind::param).needs_staging()) counters_.unused_read_bytes += shard_bytes(module);
+    if (s.fetch == FetchState::gathered) counters_.unused_h2d_bytes += shard_bytes(module);
+  }
   if (s.fetch == FetchState::reading) {
     store_.state(module, tiers::StateKind::param).engine().wait(s.read);
     staging_[static_cast<std::size_t>(s.staging)].busy = false;

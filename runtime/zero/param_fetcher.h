@@ -66,6 +66,11 @@ struct FetchCounters {
   std::uint64_t trace_divergences = 0;
   std::uint64_t expert_hits = 0;       // acquires of a routed module found in the expert cache
   std::uint64_t expert_misses = 0;     // acquires of a routed module that had to be fetched
+  // Fetched ahead and given up before any acquire (the lookahead's wrong guesses, reads dropped
+  // for room): how many, their NVMe bytes read and their bytes copied to the device.
+  std::uint64_t unused_fetches = 0;
+  std::uint64_t unused_read_bytes = 0;
+  std::uint64_t unused_h2d_bytes = 0;
 };
 
 class ParamFetcher {

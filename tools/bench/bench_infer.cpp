@@ -3,7 +3,9 @@
 // what does not fit the device budget streamed from pinned host memory / NVMe) and batch size,
 // against the bound of the bytes it streams: a decoding step cannot beat the time its host ->
 // device bytes take at the pinned H2D rate, nor its NVMe bytes at the disk's read rate, both
-// measured in the same run. vs_bound = tokens/s / (batch / that time).
+// measured in the same run. vs_bound = tokens/s / (batch / that time). The bytes are those the
+// step needs: a mixture's lookahead (--moe-prefetch on) fetches guesses the router may not
+// confirm, reported apart (unused_*_bytes_per_step) and left out of the bound.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -44,6 +46,8 @@ struct Cell {
   double tokens_per_s = 0;       // batch / step
   double h2d_bytes_per_step = 0;
   double nvme_bytes_per_step = 0;
+  double unused_h2d_bytes_per_step = 0;   // of h2d_bytes_per_step: fetched ahead, never acquired
+  double unused_nvme_bytes_per_step = 0;  // of nvme_bytes_per_step: the same
   double bound_tokens_per_s = 0;  // 0: nothing streamed (no bound from the links)
   double expert_hit_rate = -1;    // a mixture's timed steps: expert acquires found on the device (-1: no experts)
   double expert_host_share = -1;  // and of all routed experts, those computed on the host (--moe-cpu-experts)
@@ -278,9 +282,14 @@ void bench_infer(const InferBenchOptions& o) {
         if (hits + misses + on_host > 0) {
           cell.expert_host_share = static_cast<double>(on_host) / static_cast<double>(hits + misses + on_host);
         }
+        cell.unused_h2d_bytes_per_step = static_cast<double>(after.unused_h2d_bytes - before.unused_h2d_bytes) / o.steps;
+        cell.unused_nvme_bytes_per_step =
+            static_cast<double>(after.unused_read_bytes - before.unused_read_bytes) / o.steps;
+        const double needed_h2d = cell.h2d_bytes_per_step - cell.unused_h2d_bytes_per_step;
+        const double needed_nvme = cell.nvme_bytes_per_step - cell.unused_nvme_bytes_per_step;
         double bound_s = 0;
-        if (h2d_gbps > 0) bound_s = std::max(bound_s, cell.h2d_bytes_per_step / (h2d_gbps * 1e9));
-        if (disk_gbps > 0) bound_s = std::max(bound_s, cell.nvme_bytes_per_step / (disk_gbps * 1e9));
+        if (h2d_gbps > 0) bound_s = std::max(bound_s, needed_h2d / (h2d_gbps * 1e9));
+        if (disk_gbps > 0) bound_s = std::max(bound_s, needed_nvme / (disk_gbps * 1e9));
         cell.bound_tokens_per_s = bound_s > 0 ? batch / bound_s : 0;
         if (o.peers && placement == "cpu") {
           run_accelerate_peer(o, *spec, scratch, server.device().backend() == runtime::device::Backend::cuda, batch,
@@ -292,7 +301,7 @@ void bench_infer(const InferBenchOptions& o) {
       std::fprintf(text, "  %-6s batch %-4d %s\n", placement.c_str(), batch,
                    cell.error.empty()
                        ? fmt::format("prefill {:9.1f} tokens/s; decode {:9.2f} ms/step {:10.1f} tokens/s  streamed {}/step (nvme {}), {} of {} modules "
-                                     "resident{}{}{}",
+                                     "resident{}{}{}{}",
                                      cell.prefill_tokens_per_s, cell.step_ms, cell.tokens_per_s,
                                      format_bytes(static_cast<std::uint64_t>(cell.h2d_bytes_per_step)),
                                      format_bytes(static_cast<std::uint64_t>(cell.nvme_bytes_per_step)), cell.resident,
@@ -306,6 +315,12 @@ void bench_infer(const InferBenchOptions& o) {
                                          : std::string(),
                                      cell.expert_host_share > 0
                                          ? fmt::format("; {:.1f}% of experts on the host", 100.0 * cell.expert_host_share)
+                                         : std::string(),
+                                     cell.unused_h2d_bytes_per_step + cell.unused_nvme_bytes_per_step > 0
+                                         ? fmt::format("; fetched ahead and not used {}/step",
+                                                       format_bytes(static_cast<std::uint64_t>(std::max(
+                                                           cell.unused_h2d_bytes_per_step,
+                                                           cell.unused_nvme_bytes_per_step))))
                                          : std::string())
                              .c_str()
                        : ("error: " + cell.error).c_str());
@@ -342,6 +357,8 @@ void bench_infer(const InferBenchOptions& o) {
       j["tokens_per_s"] = c.tokens_per_s;
       j["h2d_bytes_per_step"] = c.h2d_bytes_per_step;
       j["nvme_bytes_per_step"] = c.nvme_bytes_per_step;
+      j["unused_h2d_bytes_per_step"] = c.unused_h2d_bytes_per_step;
+      j["unused_nvme_bytes_per_step"] = c.unused_nvme_bytes_per_step;
       j["resident_modules"] = c.resident;
       if (c.expert_hit_rate >= 0) j["expert_hit_rate"] = c.expert_hit_rate;
       if (c.expert_host_share >= 0) {  // a mixture of experts, and the flags that shape its traffic
