@@ -57,6 +57,7 @@ class ModuleAccess {
   void grads_none(int module);  // no contribution this micro-batch (ParamProvider::grads_none)
   void prefetch(int module) { params_.prefetch(module); }  // a hint (ParamProvider::prefetch)
   void cancel_prefetch(int module) { params_.cancel_prefetch(module); }  // a hint withdrawn
+  bool resident(int module) const { return params_.resident(module); }  // ParamProvider::resident
   // Host memory the host may compute on (ParamProvider::acquire_host), or null.
   const void* acquire_host(int module) { return params_.acquire_host(module); }
 

@@ -51,6 +51,13 @@ void qk_rmsnorm_bwd(void* dqkv, void* dq_weight, void* dk_weight, const void* qk
 
 void matmul_fwd(void* out, const void* inp, const void* weight, const void* bias,
                 std::int64_t N, int C, int OC, DType dtype, cudaStream_t stream);
+// kernels/host/matmul.h's matmul_grouped_fwd; weights and offsets are host arrays (the weights
+// device pointers). One grouped cuBLAS call (Note [Grouped expert matmuls] in matmul.cu).
+void matmul_grouped_fwd(void* out, const void* inp, const void* const* weights, const std::int32_t* offsets,
+                        int groups, int C, int OC, DType dtype, cudaStream_t stream);
+// How many times, on the calling thread, matmul_grouped_fwd found the grouped call unsupported
+// and ran one GEMM per group instead.
+std::uint64_t matmul_grouped_declined_count();
 void matmul_bwd(void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
                 const void* weight, std::int64_t N, int C, int OC, DType dtype,
                 cudaStream_t stream);

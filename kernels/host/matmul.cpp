@@ -69,6 +69,18 @@ void matmul_fwd(void* out, const void* inp, const void* weight, const void* bias
   y.store();
 }
 
+void matmul_grouped_fwd(void* out, const void* inp, const void* const* weights, const std::int32_t* offsets,
+                        int groups, int C, int OC, DType dtype) {
+  const std::size_t es = dtype_size(dtype);
+  for (int g = 0; g < groups; ++g) {
+    const std::int64_t first = offsets[g], rows = offsets[g + 1] - offsets[g];
+    if (rows == 0 || weights[g] == nullptr) continue;
+    matmul_fwd(static_cast<std::byte*>(out) + static_cast<std::size_t>(first) * static_cast<std::size_t>(OC) * es,
+               static_cast<const std::byte*>(inp) + static_cast<std::size_t>(first) * static_cast<std::size_t>(C) * es,
+               weights[g], nullptr, rows, C, OC, dtype);
+  }
+}
+
 void matmul_bwd(void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
                 const void* weight, std::int64_t N, int C, int OC, DType dtype) {
   if (N == 0) return;

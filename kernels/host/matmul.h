@@ -44,4 +44,11 @@ void matmul_bwd_dgelu(void* dpre, void* dpre_bias, void* dweight, void* dbias, c
                       const void* inp, const void* pre, const void* weight, std::int64_t N, int C,
                       int OC, DType dtype);
 
+// Grouped (a mixture's experts over their sorted rows): for each group g with weights[g] not
+// null, rows [offsets[g], offsets[g+1]) of out (., OC) = the same rows of inp (., C) @
+// weights[g] (OC, C)^T. Rows of a group without a weight are left as they are. offsets has
+// groups + 1 non-decreasing entries. Bit for bit matmul_fwd on each group's rows (no bias).
+void matmul_grouped_fwd(void* out, const void* inp, const void* const* weights, const std::int32_t* offsets,
+                        int groups, int C, int OC, DType dtype);
+
 }  // namespace strata::kernels::host

@@ -99,6 +99,7 @@ void MoeMlp::route_and_compute(Stream& s, ModuleAccess& modules, const ModelLayo
   // side by side), before the first runs.
   host_experts_.clear();
   on_host_.assign(static_cast<std::size_t>(E), 0);
+  bool all_resident = true;  // every routed expert on the device for good: one grouped matmul
   for (int e = 0; e < E; ++e) {
     const std::int64_t count =
         a.host_offsets[static_cast<std::size_t>(e) + 1] - a.host_offsets[static_cast<std::size_t>(e)];
@@ -110,12 +111,19 @@ void MoeMlp::route_and_compute(Stream& s, ModuleAccess& modules, const ModelLayo
       on_host_[static_cast<std::size_t>(e)] = 1;
     } else {
       modules.prefetch(m);
+      all_resident = all_resident && modules.resident(m);
     }
   }
   withdraw_guesses(modules, layout, layer, a.host_offsets);
   if (next != nullptr) guess(s, modules, layout, *next, N);
   a.on_host = !host_experts_.empty();
-  if (a.on_host) send_host_rows(s, a);
+  if (a.on_host) {
+    send_host_rows(s, a);
+  } else if (all_resident) {
+    compute_grouped(s, modules, layout, layer, a);
+    ops::moe_combine_fwd(s, out, a.ys, a.weights, a.position, N, k, C, dt);
+    return;
+  }
   const std::size_t uC = static_cast<std::size_t>(C), uF = static_cast<std::size_t>(F);
   for (int e = 0; e < E; ++e) {
     const std::int64_t first = a.host_offsets[static_cast<std::size_t>(e)];
@@ -135,6 +143,36 @@ void MoeMlp::route_and_compute(Stream& s, ModuleAccess& modules, const ModelLayo
   }
   if (a.on_host) compute_on_host(s, layout, layer, a);
   ops::moe_combine_fwd(s, out, a.ys, a.weights, a.position, N, k, C, dt);
+}
+
+// Note [Grouped experts]: when every routed expert of the layer is resident on the device
+// (ParamProvider::resident: nothing to fetch, no memory to find), the layer holds them all at
+// once and runs gate|up as one grouped matmul over the sorted rows, one SwiGLU over all N k rows
+// (they are the routed experts' rows, contiguous), and down as one grouped matmul: three ops
+// instead of three per expert (on CUDA one cublasGemmGroupedBatchedEx each, Note [Grouped expert
+// matmuls] in kernels/cuda/matmul.cu; on the host the same matmuls in turn, bit for bit the
+// per-expert path). A streamed expert needs the plan's memory for one expert at a time beside its
+// block, so a layer with any streamed (or host) expert takes the per-expert path. The backward
+// stays per expert (each expert's gradients are acquired and reported on their own).
+void MoeMlp::compute_grouped(Stream& s, ModuleAccess& modules, const ModelLayout& layout, int layer, Saved& a) {
+  const int E = shape_.E, C = shape_.C, F = shape_.F;
+  std::vector<const void*> gate_up(static_cast<std::size_t>(E), nullptr), down(static_cast<std::size_t>(E), nullptr);
+  std::vector<int> held;
+  for (int e = 0; e < E; ++e) {
+    const auto u = static_cast<std::size_t>(e);
+    if (a.host_offsets[u + 1] == a.host_offsets[u]) continue;
+    const int m = layout.expert_module(layer, e);
+    const ModuleLayout& ml = layout.modules[static_cast<std::size_t>(m)];
+    const ModuleView w = modules.acquire(m);
+    gate_up[u] = tensor_at(w, ml.tensors[kExpertGateUp]);
+    down[u] = tensor_at(w, ml.tensors[kExpertDown]);
+    held.push_back(m);
+  }
+  const std::int64_t rows = a.host_offsets[static_cast<std::size_t>(E)];
+  ops::matmul_grouped_fwd(s, a.gu, a.xs, gate_up, a.host_offsets, C, 2 * F, dtype_);
+  ops::swiglu_fwd(s, a.h, a.gu, rows, F, dtype_);
+  ops::matmul_grouped_fwd(s, a.ys, a.h, down, a.host_offsets, F, C, dtype_);
+  for (int m : held) modules.release(m);
 }
 
 // Note [Experts on the host]

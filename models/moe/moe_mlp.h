@@ -12,7 +12,8 @@
 // Dropless: every (token, slot) pair is computed. The N*k pairs are sorted by expert
 // (kernels/host/moe.h: moe_sort) so that each expert's rows are one contiguous block of a
 // gathered copy of n: an expert is two matmuls over its rows, and experts without a row are
-// never touched. The routing (offsets per expert) is read on the host after the router ran --
+// never touched. When every routed expert is resident, the layer's experts run as grouped
+// matmuls (one op for all experts' gate|up, one for their down: Note [Grouped experts]). The routing (offsets per expert) is read on the host after the router ran --
 // one synchronization per layer -- because the host decides which expert modules to acquire:
 // each expert is its own module (models/llama/llama_layout.h), acquired only when a row was
 // routed to it, so a tiered or streaming provider moves only the experts the router picked.
@@ -137,6 +138,10 @@ class MoeMlp {
   void route_and_compute(runtime::device::Stream& s, ModuleAccess& modules, const ModelLayout& layout, int layer,
                          const void* router, const void* n, void* out, Saved& a, std::int64_t N, float* prob_sum,
                          const Lookahead* next);
+  // Every routed expert resident: gate|up, SwiGLU and down over all rows at once (Note
+  // [Grouped experts] in moe_mlp.cpp).
+  void compute_grouped(runtime::device::Stream& s, ModuleAccess& modules, const ModelLayout& layout, int layer,
+                       Saved& a);
   // The lookahead: next's router on next's norm of next.x; its picks hinted, kept in guessed_.
   void guess(runtime::device::Stream& s, ModuleAccess& modules, const ModelLayout& layout, const Lookahead& next,
              std::int64_t N);

@@ -2,6 +2,7 @@
 // host kernel on the stream's worker thread. Lambdas capture the arguments by value.
 #include "runtime/ops/ops.h"
 
+#include "core/error.h"
 #include "kernels/cuda/cast.h"
 #include "kernels/cuda/moe.h"
 #include "kernels/cuda/ops.h"
@@ -150,6 +151,19 @@ void matmul_fwd(device::Stream& s, void* out, const void* inp, const void* weigh
     return;
   }
   s.host_task([=] { kh::matmul_fwd(out, inp, weight, bias, N, C, OC, dtype); }, "matmul_fwd");
+}
+
+void matmul_grouped_fwd(device::Stream& s, void* out, const void* inp, const std::vector<const void*>& weights,
+                        const std::vector<std::int32_t>& offsets, int C, int OC, DType dtype) {
+  STRATA_ASSERT(offsets.size() == weights.size() + 1, "matmul_grouped_fwd: groups + 1 offsets");
+  const int groups = static_cast<int>(weights.size());
+  const OpScope scope(s, "matmul_grouped_fwd");
+  if (cudaStream_t cs = cuda_stream(s)) {
+    CUDA_OP(kc::matmul_grouped_fwd(out, inp, weights.data(), offsets.data(), groups, C, OC, dtype, cs));
+    return;
+  }
+  s.host_task([=] { kh::matmul_grouped_fwd(out, inp, weights.data(), offsets.data(), groups, C, OC, dtype); },
+              "matmul_grouped_fwd");
 }
 
 void matmul_bwd(device::Stream& s, void* dinp, void* dweight, void* dbias, const void* dout,

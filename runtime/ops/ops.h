@@ -8,6 +8,7 @@
 // host memory the caller keeps alive). Calls return after enqueueing.
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "core/dtype.h"
 #include "runtime/device/device.h"
@@ -45,6 +46,10 @@ void qk_rmsnorm_bwd(device::Stream& s, void* dqkv, void* dq_weight, void* dk_wei
 
 void matmul_fwd(device::Stream& s, void* out, const void* inp, const void* weight, const void* bias,
                 std::int64_t N, int C, int OC, DType dtype);
+// A mixture's experts at once (kernels/host/matmul.h's matmul_grouped_fwd): weights (device
+// pointers, null for an expert skipped) and offsets (groups + 1) are host values, copied.
+void matmul_grouped_fwd(device::Stream& s, void* out, const void* inp, const std::vector<const void*>& weights,
+                        const std::vector<std::int32_t>& offsets, int C, int OC, DType dtype);
 void matmul_bwd(device::Stream& s, void* dinp, void* dweight, void* dbias, const void* dout,
                 const void* inp, const void* weight, std::int64_t N, int C, int OC,
                 DType dtype);

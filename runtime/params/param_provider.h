@@ -50,6 +50,10 @@ class ParamProvider {
   // A hint: module m will be acquired soon (a mixture's experts, once their router ran). A
   // provider may start fetching it; nothing by default.
   virtual void prefetch(int /*module*/) {}
+  // Module m's parameters are on the device for good: acquire(m) fetches nothing and needs no
+  // device memory (resident modules). A model may then hold several such modules at once (a
+  // mixture's experts in one grouped matmul). False by default.
+  virtual bool resident(int /*module*/) const { return false; }
   // The hint of module m was wrong (a mixture's expert guessed ahead that its router did not
   // pick): a provider may drop a fetch not started yet and give up the fetched module first.
   virtual void cancel_prefetch(int /*module*/) {}

@@ -1,5 +1,7 @@
 #include "runtime/params/resident_params.h"
 
+#include <algorithm>
+
 
 #include <memory>
 
@@ -39,12 +41,14 @@ std::size_t ResidentParams::module_numel(int module) const {
 ModuleView ResidentParams::acquire(int module) {
   check_module(module);
   ++counts_[static_cast<std::size_t>(module)].acquires;
+  most_held_ = std::max(most_held_, ++held_);
   return {params(module), module_numel(module), dtype_, nullptr};
 }
 
 void ResidentParams::release(int module, const device::Event& /*done*/) {
   check_module(module);
   ++counts_[static_cast<std::size_t>(module)].releases;
+  --held_;
 }
 
 ModuleView ResidentParams::acquire_grads(int module) {

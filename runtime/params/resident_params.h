@@ -30,6 +30,7 @@ class ResidentParams final : public ParamProvider {
   void grads_ready(int module, const device::Event& done) override;
   void prefetch(int module) override;  // nothing to fetch: counted
   void cancel_prefetch(int module) override;  // counted
+  bool resident(int /*module*/) const override { return true; }
 
   // Direct access for loading weights, the optimizer and tests (device memory).
   void* params(int module) const;
@@ -49,6 +50,8 @@ class ResidentParams final : public ParamProvider {
     int cancels = 0;
   };
   const Counts& counts(int module) const;
+  // The most modules held at once so far (acquired and not yet released).
+  int most_held() const { return most_held_; }
 
  private:
   void check_module(int module) const;
@@ -58,6 +61,7 @@ class ResidentParams final : public ParamProvider {
   std::vector<device::DeviceBuffer> params_;
   std::vector<device::DeviceBuffer> grads_;
   std::vector<Counts> counts_;
+  int held_ = 0, most_held_ = 0;
 };
 
 }  // namespace strata::runtime::params

@@ -135,6 +135,7 @@ class ZeroEngine final : public params::ParamProvider {
   void grads_none(int module, const device::Event& done) override;
   void prefetch(int module) override;
   void cancel_prefetch(int module) override;
+  bool resident(int module) const override;  // the plan keeps it on the device
 
   struct Parts;  // engine.cpp: the streams, the tier store and the parts below
 

@@ -18,6 +18,8 @@
 //    dots and finite differences (dweights and dy).
 //  - A whole layer: router, sort, gather, per-expert maps over offsets' ranges, combine, against
 //    the layer computed token by token.
+//  - The experts' grouped matmul: bit for bit each expert's matmul_fwd, rows without a weight
+//    untouched, against a double reference.
 //  - Bitwise determinism for 1, 2, 3 and 7 OpenMP threads, every dtype; N = 0 is a no-op for
 //    every op; bad E / k are a strata::Error.
 #include <gtest/gtest.h>
@@ -36,6 +38,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "kernels/host/matmul.h"
 #include "kernels/host/moe.h"
 #include "tests/kernels/host_test_util.h"
 
@@ -431,6 +434,58 @@ TEST(MoeHost, AWholeLayerMatchesTheTokenByTokenSum) {
       for (int c = 0; c < C; ++c) want[n * C + c] += double{w[n * r.k + j]} * ((e + 1) / 4.0 * x[n * C + c] + e / 8.0);
     }
   EXPECT_LE(rel_err(out, want), kRefTol);
+}
+
+// The experts' grouped matmul (kernels/host/matmul.h): each expert's sorted rows times its
+// weight, bit for bit matmul_fwd on those rows; an expert without a weight (computed elsewhere)
+// leaves its rows as they were; fp32 against a double reference.
+TEST(MoeHost, GroupedMatmulIsEachExpertsMatmul) {
+  const Route r{13, 7, 3};
+  constexpr int C = 37, OC = 29;
+  Vec probs(r.N * r.E), w(r.N * r.k);
+  Ints idx(r.N * r.k);
+  host::moe_router_fwd(probs.data(), idx.data(), w.data(), nullptr, random_vec(r.N * r.E, 110, -2, 2).data(), r.N,
+                       r.E, r.k, true, DType::f32);
+  const Sorted s = sort(idx, r);
+  const long long rows = r.N * r.k;
+  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+    const std::size_t es = dtype_size(dt);
+    const Bytes x = pack(random_vec(rows * C, 111), dt), out0 = pack(random_vec(rows * OC, 112), dt);
+    std::vector<Bytes> weights;
+    std::vector<const void*> ptrs;
+    for (int e = 0; e < r.E; ++e) {
+      weights.push_back(pack(random_vec(OC * C, 120 + static_cast<std::uint32_t>(e)), dt));
+      ptrs.push_back(e == 2 ? nullptr : weights.back().data());
+    }
+    Bytes got = out0, want = out0;
+    host::matmul_grouped_fwd(got.data(), x.data(), ptrs.data(), s.offsets.data(), r.E, C, OC, dt);
+    for (int e = 0; e < r.E; ++e) {
+      if (ptrs[e] == nullptr) continue;
+      host::matmul_fwd(want.data() + s.offsets[e] * OC * es, x.data() + s.offsets[e] * C * es, ptrs[e], nullptr,
+                       s.offsets[e + 1] - s.offsets[e], C, OC, dt);
+    }
+    EXPECT_EQ(got, want) << dtype_name(dt);
+    EXPECT_TRUE(std::equal(got.begin() + s.offsets[2] * OC * es, got.begin() + s.offsets[3] * OC * es,
+                           out0.begin() + s.offsets[2] * OC * es))
+        << "the rows of the expert without a weight were written, " << dtype_name(dt);
+    EXPECT_LT(s.offsets[2], s.offsets[3]) << "the test needs rows routed to expert 2";
+    if (dt != DType::f32) continue;
+    const Vec xv = unpack(x, dt), gv = unpack(got, dt);
+    Vec gotv;  // the routed rows with a weight, and their double reference
+    Dbl routed;
+    for (int e = 0; e < r.E; ++e) {
+      if (ptrs[e] == nullptr) continue;
+      const Vec wv = unpack(weights[e], dt);
+      for (int row = s.offsets[e]; row < s.offsets[e + 1]; ++row)
+        for (int o = 0; o < OC; ++o) {
+          double acc = 0;
+          for (int c = 0; c < C; ++c) acc += double{xv[row * C + c]} * wv[o * C + c];
+          routed.push_back(acc);
+          gotv.push_back(gv[row * OC + o]);
+        }
+    }
+    EXPECT_LE(rel_err(gotv, routed), kRefTol);
+  }
 }
 
 // ---- every op: determinism, zero rows, bad configs --------------------------------------------

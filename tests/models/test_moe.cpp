@@ -337,6 +337,18 @@ TEST(MoeModel, DecodingHintsTheRoutedExpertsAndTheLookaheadGuessesMore) {
   EXPECT_GT(ahead.cancels, 0) << "the test needs a wrong guess (seeded weights)";
 }
 
+// With every expert resident (ResidentParams), a layer holds all its routed experts at once and
+// runs them as grouped matmuls (Note [Grouped experts] in models/moe/moe_mlp.cpp); one expert at a
+// time, the most modules ever held would be a block and one expert (and the embedding or head).
+TEST(MoeModel, ResidentExpertsRunGrouped) {
+  const LlamaConfig c = moe_config("MixtralForCausalLM");
+  Rig rig(c, {});
+  const int B = 2, T = 9;
+  const auto in = random_tokens(B * T, c.vocab_size, 12), tg = random_tokens(B * T, c.vocab_size, 13);
+  rig.model->forward(in.data(), tg.data(), B, T, true);
+  EXPECT_GE(rig.params->most_held(), 1 + c.num_experts_per_tok + 1) << "experts held one at a time";
+}
+
 // bf16 storage with fp32 arithmetic tracks fp32 (routing decided on the same logits up to bf16).
 TEST(MoeModel, Bf16StorageTracksFp32) {
   const LlamaConfig c = moe_config("Qwen3MoeForCausalLM");
