@@ -296,8 +296,8 @@ class LlamaParts final : public StackParts {
     ops::residual_fwd(s, x, x, d.proj, N * C, dt);
     ops::rmsnorm_fwd(s, n, nullptr, x, p.mlp_norm, N, C, eps, dt);
     if (p.router != nullptr) {
-      // With the lookahead, the next layer's experts are guessed from x (Note [Guessing the
-      // next layer's experts] in models/moe/moe_mlp.cpp).
+      // With the lookahead, the next layer's experts are guessed from x:
+      // Note [Guessing the next layer's experts] in models/moe/moe_mlp.cpp.
       const bool guess = lookahead_ && l + 1 < config_.num_hidden_layers && config_.sparse_layer(l + 1);
       const MoeMlp::Lookahead next{l + 1, sparse_slots_.mlp_norm, sparse_slots_.router, x, eps};
       moe_->decode(s, call.modules, layout_, l, p.router, n, d.proj, N, guess ? &next : nullptr);

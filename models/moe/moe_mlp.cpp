@@ -149,9 +149,9 @@ void MoeMlp::route_and_compute(Stream& s, ModuleAccess& modules, const ModelLayo
 // (ParamProvider::resident: nothing to fetch, no memory to find), the layer holds them all at
 // once and runs gate|up as one grouped matmul over the sorted rows, one SwiGLU over all N k rows
 // (they are the routed experts' rows, contiguous), and down as one grouped matmul: three ops
-// instead of three per expert (on CUDA one cublasGemmGroupedBatchedEx each, Note [Grouped expert
-// matmuls] in kernels/cuda/matmul.cu; on the host the same matmuls in turn, bit for bit the
-// per-expert path). A streamed expert needs the plan's memory for one expert at a time beside its
+// instead of three per expert (on CUDA one cublasGemmGroupedBatchedEx each:
+// Note [Grouped expert matmuls] in kernels/cuda/matmul.cu; on the host the same matmuls in turn,
+// bit for bit the per-expert path). A streamed expert needs the plan's memory for one expert at a time beside its
 // block, so a layer with any streamed (or host) expert takes the per-expert path. The backward
 // stays per expert (each expert's gradients are acquired and reported on their own).
 void MoeMlp::compute_grouped(Stream& s, ModuleAccess& modules, const ModelLayout& layout, int layer, Saved& a) {
