@@ -67,9 +67,10 @@ void MoeMlp::carve_backward_scratch(Carver& c, std::size_t N) {
   dxs_ = act(c, Nk * C);
 }
 
-void MoeMlp::carve_decode(Carver& c, std::size_t N) {
+void MoeMlp::carve_decode(Carver& c, std::size_t N, bool lookahead) {
   carve_saved(c, decode_, N);
   carve_forward_scratch(c, N);
+  if (!lookahead) return;
   const std::size_t E = static_cast<std::size_t>(shape_.E), k = static_cast<std::size_t>(shape_.k);
   guess_n_ = act(c, N * static_cast<std::size_t>(shape_.C));
   guess_probs_ = static_cast<float*>(c.take(N * E * sizeof(float)));

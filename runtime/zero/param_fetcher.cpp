@@ -489,12 +489,26 @@ bool ParamFetcher::evict_one(int size_class) {
   return true;
 }
 
+// Note [Placing a buffer needed now]: a region holding a block and one expert beside it (the
+// plan's minimum, a mixture streamed at batch 16) split when a buffer took the first hole the
+// oldest pending buffer left: the block went into the hole of the last expert while the previous
+// block's bytes were still pending, and once those came back the region had two holes, neither
+// large enough for the next expert (tools: bench infer --model configs/qwen3-moe-bytes.json
+// --device-memory 60MiB --placements nvme --batches 16 ran out of memory mid-run, "the free
+// space is fragmented"). With every pending buffer back first, the free bytes are one hole
+// around the held buffers. The wait is for work already enqueued, and only when the region is
+// full.
 device::DeviceBuffer ParamFetcher::allocate_now(int size_class, std::size_t bytes, const std::string& what) {
   device::DevicePool& pool = *pools_[size_class];
   for (;;) {
     device::DeviceBuffer buffer = pool.try_allocate(bytes, what);
     if (!buffer.empty()) return buffer;
-    if (pool.wait_one()) continue;
+    // Every pending buffer back before trying again, not the oldest alone (Note [Placing a buffer
+    // needed now]).
+    if (pool.wait_one()) {
+      pool.drain();
+      continue;
+    }
     if (evict_one(size_class)) continue;
     return pool.allocate(bytes, what);  // nothing left to give up: the arena's OutOfMemory report
   }
