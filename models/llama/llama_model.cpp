@@ -179,7 +179,7 @@ class LlamaParts final : public StackParts {
     decode_.proj = act(c, N * C);
     decode_.gu = any_dense_ ? act(c, N * 2 * F) : nullptr;
     decode_.h = any_dense_ ? act(c, N * F) : nullptr;
-    if (any_sparse_) moe_->carve_decode(c, N, lookahead_);
+    if (any_sparse_) moe_->carve_decode(c, N);
   }
 
   // Token embeddings only: the positions enter through the rotary embedding.

@@ -95,9 +95,9 @@ class MoeMlp {
   void carve_saved(Carver& c, Saved& saved, std::size_t N);
   void carve_forward_scratch(Carver& c, std::size_t N);  // the router's logits, P's device sum
   void carve_backward_scratch(Carver& c, std::size_t N);  // gradients of the routed rows
-  // A decoding pass of N tokens: its own Saved (not kept) and the forward scratch; with
-  // `lookahead`, the guess's buffers too (decode with a Lookahead).
-  void carve_decode(Carver& c, std::size_t N, bool lookahead);
+  // A decoding pass of N tokens: its own Saved (not kept), the forward scratch and the
+  // lookahead's buffers (decode with a Lookahead).
+  void carve_decode(Carver& c, std::size_t N);
 
   // out (N, C) = the sparse MLP of n (N, C). `router` is the layer's (E, C) matrix; experts are
   // acquired through `modules` (layout.expert_module(layer, e)) when rows were routed to them.

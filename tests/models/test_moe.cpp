@@ -337,6 +337,41 @@ TEST(MoeModel, DecodingHintsTheRoutedExpertsAndTheLookaheadGuessesMore) {
   EXPECT_GT(ahead.cancels, 0) << "the test needs a wrong guess (seeded weights)";
 }
 
+// The lookahead guesses nothing for a batch expected to pick more than half the experts: 7
+// experts, 3 per token, 2 rows pick 7 (1 - (4/7)^2) = 4.7 of them on average. A guess is a hint
+// beyond the acquires.
+TEST(MoeModel, TheLookaheadSitsOutABatchThatPicksMostExperts) {
+  const LlamaConfig c = moe_config("MixtralForCausalLM");
+  for (const int B : {1, 2}) {
+    Rig rig(c, {.moe_lookahead = true});
+    KvCache cache = rig.model->make_kv_cache(B, 8);
+    const std::vector<std::int32_t> prompt = random_tokens(B * 4, c.vocab_size, 9);
+    const std::vector<int> lengths(static_cast<std::size_t>(B), 4);
+    std::vector<float> logits(static_cast<std::size_t>(B) * static_cast<std::size_t>(c.vocab_size));
+    rig.model->prefill(cache, prompt.data(), lengths.data(), B, 4, logits.data());
+    int hints = 0, acquires = 0;
+    for (int l = 0; l < c.num_hidden_layers; ++l) {
+      for (int e = 0; e < c.num_experts; ++e) {
+        hints -= rig.params->counts(rig.layout.expert_module(l, e)).prefetches;
+        acquires -= rig.params->counts(rig.layout.expert_module(l, e)).acquires;
+      }
+    }
+    const std::vector<std::int32_t> next(static_cast<std::size_t>(B), 3);
+    rig.model->forward_decode(cache, next.data(), B, 1, logits.data());
+    for (int l = 0; l < c.num_hidden_layers; ++l) {
+      for (int e = 0; e < c.num_experts; ++e) {
+        hints += rig.params->counts(rig.layout.expert_module(l, e)).prefetches;
+        acquires += rig.params->counts(rig.layout.expert_module(l, e)).acquires;
+      }
+    }
+    if (B == 1) {
+      EXPECT_GT(hints, acquires) << "one row picks 3 of 7: guessed";
+    } else {
+      EXPECT_EQ(hints, acquires) << "two rows pick most of the 7: nothing guessed";
+    }
+  }
+}
+
 // With every expert resident (ResidentParams), a layer holds all its routed experts at once and
 // runs them as grouped matmuls (Note [Grouped experts] in models/moe/moe_mlp.cpp); one expert at a
 // time, the most modules ever held would be a block and one expert (and the embedding or head).
