@@ -34,7 +34,8 @@ struct ModelOptions {
   // Decoding a mixture of experts (models/moe/moe_mlp.h): once a layer's experts are hinted, run
   // the next sparse layer's router on the layer's input and hint the experts it picks to the
   // provider (ParamProvider::prefetch) behind them, withdrawn (cancel_prefetch) where the next
-  // router disagrees (Note [Guessing the next layer's experts] in models/moe/moe_mlp.cpp). A
+  // router disagrees (Note [Guessing the next layer's experts] in models/moe/moe_mlp.cpp); only
+  // where the next block is resident, and not for a batch expected to pick most experts. A
   // wrong guess costs bytes, never tokens: the real router decides what is computed.
   bool moe_lookahead = false;
   // A mixture's routed expert with at most this many rows (tokens) routed to it, that the

@@ -39,6 +39,15 @@ void ModuleAccess::release(int module) {
   params_.release(module, *done_);
 }
 
+runtime::params::ModuleView ModuleAccess::resident_view(int module) {
+  runtime::params::ModuleView v = params_.resident_view(module);
+  if (v.data == nullptr) return v;
+  STRATA_ASSERT(v.dtype == dtype_ && v.numel == layout_.modules[static_cast<std::size_t>(module)].numel,
+                "the provider's view does not match the layout");
+  if (v.ready != nullptr) compute_.wait(*v.ready);
+  return v;
+}
+
 runtime::params::ModuleView ModuleAccess::acquire_grads(int module) {
   runtime::params::ModuleView v = params_.acquire_grads(module);
   STRATA_ASSERT(v.dtype == dtype_ && v.numel == layout_.modules[static_cast<std::size_t>(module)].numel,

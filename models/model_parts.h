@@ -58,6 +58,8 @@ class ModuleAccess {
   void prefetch(int module) { params_.prefetch(module); }  // a hint (ParamProvider::prefetch)
   void cancel_prefetch(int module) { params_.cancel_prefetch(module); }  // a hint withdrawn
   bool resident(int module) const { return params_.resident(module); }  // ParamProvider::resident
+  // ParamProvider::resident_view, waited for on the compute stream; data null when not given.
+  runtime::params::ModuleView resident_view(int module);
   // Host memory the host may compute on (ParamProvider::acquire_host), or null.
   const void* acquire_host(int module) { return params_.acquire_host(module); }
 

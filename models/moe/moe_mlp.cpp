@@ -103,6 +103,7 @@ void MoeMlp::route_and_compute(Stream& s, ModuleAccess& modules, const ModelLayo
   host_experts_.clear();
   on_host_.assign(static_cast<std::size_t>(E), 0);
   bool all_resident = true;  // every routed expert on the device for good: one grouped matmul
+  std::vector<int> device_experts;
   for (int e = 0; e < E; ++e) {
     const std::int64_t count =
         a.host_offsets[static_cast<std::size_t>(e) + 1] - a.host_offsets[static_cast<std::size_t>(e)];
@@ -113,11 +114,14 @@ void MoeMlp::route_and_compute(Stream& s, ModuleAccess& modules, const ModelLayo
       host_experts_.push_back({e, host});
       on_host_[static_cast<std::size_t>(e)] = 1;
     } else {
-      modules.prefetch(m);
+      device_experts.push_back(m);
       all_resident = all_resident && modules.resident(m);
     }
   }
+  // Wrong guesses out of the way first, so that a read not started yet never goes before this
+  // layer's own (Note [Guessing the next layer's experts]).
   withdraw_guesses(modules, layout, layer, a.host_offsets);
+  for (int m : device_experts) modules.prefetch(m);
   if (next != nullptr) guess(s, modules, layout, *next, N);
   a.on_host = !host_experts_.empty();
   if (a.on_host) {
@@ -317,9 +321,11 @@ void MoeMlp::decode(Stream& s, ModuleAccess& modules, const ModelLayout& layout,
 // norm) picks mostly the experts it will pick (Mixtral-offloading's speculative loading). The
 // guess is made right after this layer's own experts are hinted, so the provider queues the
 // guessed fetches behind them: they use the time the link would idle, from this layer's experts
-// to the next router, never delaying a needed one. When the next layer routes, a guess it did
-// not confirm is withdrawn (ModuleAccess::cancel_prefetch): a read not started yet is dropped,
-// one done is the first to be evicted. A wrong guess costs bytes, never tokens: the router
+// to the next router. The router and norm are read where they stay (ParamProvider::
+// resident_view): with the next block streamed there is no guess. When the next layer routes,
+// the guesses it did not confirm (or sends to the host) are withdrawn before its own experts are
+// hinted (ModuleAccess::cancel_prefetch): a read not started yet is dropped, a fetched one gives
+// its memory back. A wrong guess costs bytes, never tokens: the router
 // decides what is computed. With experts on the host (Note [Experts on the host]) for the
 // pass's row count, nothing is guessed: a guessed expert would be copied, not computed where
 // it lives. Nor when the batch is expected to pick more than half the experts: then the
@@ -336,17 +342,20 @@ void MoeMlp::guess(Stream& s, ModuleAccess& modules, const ModelLayout& layout, 
   // memory the layer's own experts need.
   const double expected = static_cast<double>(E) * (1.0 - std::pow(1.0 - static_cast<double>(k) / E, static_cast<double>(N)));
   if (expected > 0.5 * E) return;
-  // This layer's routing (probs, idx, weights) is still to be used: the guess has its own.
+  // The next block's router and norm where they stay (a resident block): acquiring the block
+  // here, out of its turn, would fetch it early, pass this layer in the provider's order (its
+  // experts no longer awaited) and change the recorded fetch order with the batch size.
   const int block = layout.block_module(next.layer);
   const ModuleLayout& bl = layout.modules[static_cast<std::size_t>(block)];
-  const ModuleView v = modules.acquire(block);
+  const ModuleView v = modules.resident_view(block);
+  if (v.data == nullptr) return;
+  // This layer's routing (probs, idx, weights) is still to be used: the guess has its own.
   ops::rmsnorm_fwd(s, guess_n_, nullptr, next.x, tensor_at(v, bl.tensors[static_cast<std::size_t>(next.norm_slot)]),
                    N, shape_.C, next.eps, dtype_);
   ops::matmul_fwd(s, logits_, guess_n_, tensor_at(v, bl.tensors[static_cast<std::size_t>(next.router_slot)]),
                   nullptr, N, shape_.C, E, dtype_);
   ops::moe_router_fwd(s, guess_probs_, guess_idx_, guess_weights_, nullptr, logits_, N, E, k, shape_.renormalize,
                       dtype_);
-  modules.release(block);
   host_picks_.resize(static_cast<std::size_t>(N) * static_cast<std::size_t>(k));
   s.copy_async(host_picks_.data(), guess_idx_, host_picks_.size() * sizeof(std::int32_t));
   s.synchronize();
@@ -366,7 +375,8 @@ void MoeMlp::withdraw_guesses(ModuleAccess& modules, const ModelLayout& layout, 
   if (guessed_layer_ != layer) return;
   for (int e : guessed_) {
     const auto u = static_cast<std::size_t>(e);
-    if (offsets[u + 1] == offsets[u]) modules.cancel_prefetch(layout.expert_module(layer, e));
+    // Not picked, or picked for the host (a fetch it does not need).
+    if (offsets[u + 1] == offsets[u] || on_host_[u] != 0) modules.cancel_prefetch(layout.expert_module(layer, e));
   }
   guessed_layer_ = -1;
   guessed_.clear();

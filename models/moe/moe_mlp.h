@@ -113,7 +113,8 @@ class MoeMlp {
   // The next sparse layer's guess input for decode() (ModelOptions::moe_lookahead): where its
   // block module (layout.block_module(layer)) keeps its MLP norm's weight (C) and its router
   // (E, C) (indices into the module's tensors), and the residual stream x (N, C) that this
-  // layer's MLP adds to. The block is acquired only once this layer's experts are hinted.
+  // layer's MLP adds to. The block is read where it stays (ModuleAccess::resident_view), never
+  // acquired: with the next block streamed, nothing is guessed.
   struct Lookahead {
     int layer = -1;
     int norm_slot = -1;
@@ -146,7 +147,8 @@ class MoeMlp {
   // The lookahead: next's router on next's norm of next.x; its picks hinted, kept in guessed_.
   void guess(runtime::device::Stream& s, ModuleAccess& modules, const ModelLayout& layout, const Lookahead& next,
              std::int64_t N);
-  // Withdraws the guesses of `layer` that its routing (offsets, E + 1) gave no row.
+  // Withdraws the guesses of `layer` that its routing (offsets, E + 1) gave no row or sent to
+  // the host (on_host_).
   void withdraw_guesses(ModuleAccess& modules, const ModelLayout& layout, int layer,
                         const std::vector<std::int32_t>& offsets);
   void* act(Carver& c, std::size_t n) const { return c.take(n * dtype_size(dtype_)); }

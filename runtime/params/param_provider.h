@@ -54,6 +54,11 @@ class ParamProvider {
   // device memory (resident modules). A model may then hold several such modules at once (a
   // mixture's experts in one grouped matmul). False by default.
   virtual bool resident(int /*module*/) const { return false; }
+  // A resident module's parameters without acquiring it (a mixture's lookahead reads the next
+  // layer's router from its block): no holder, no record in a fetch order, nothing fetched. The
+  // view is valid while the provider lives and no update rewrites the module; data is null where
+  // the provider cannot give it now (the default; a module not resident).
+  virtual ModuleView resident_view(int /*module*/) { return {}; }
   // The hint of module m was wrong (a mixture's expert guessed ahead that its router did not
   // pick): a provider may drop a fetch not started yet and give up the fetched module first.
   virtual void cancel_prefetch(int /*module*/) {}

@@ -68,6 +68,11 @@ void ResidentParams::prefetch(int module) {
   ++counts_[static_cast<std::size_t>(module)].prefetches;
 }
 
+ModuleView ResidentParams::resident_view(int module) {
+  check_module(module);
+  return {params(module), module_numel(module), dtype_, nullptr};
+}
+
 void ResidentParams::cancel_prefetch(int module) {
   check_module(module);
   ++counts_[static_cast<std::size_t>(module)].cancels;

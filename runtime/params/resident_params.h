@@ -31,6 +31,7 @@ class ResidentParams final : public ParamProvider {
   void prefetch(int module) override;  // nothing to fetch: counted
   void cancel_prefetch(int module) override;  // counted
   bool resident(int /*module*/) const override { return true; }
+  ModuleView resident_view(int module) override;  // not counted as an acquire
 
   // Direct access for loading weights, the optimizer and tests (device memory).
   void* params(int module) const;

@@ -187,6 +187,7 @@ void ZeroEngine::grads_ready(int module, const device::Event& done) {
 void ZeroEngine::prefetch(int module) { parts_->fetcher.hint(module); }
 void ZeroEngine::cancel_prefetch(int module) { parts_->fetcher.unhint(module); }
 bool ZeroEngine::resident(int module) const { return parts_->store.module_plan(module).resident; }
+params::ModuleView ZeroEngine::resident_view(int module) { return parts_->fetcher.resident_view(module); }
 
 void ZeroEngine::grads_none(int module, const device::Event& done) {
   if (parts_->grads.ready_none(module, done)) gradient_final(module);

@@ -136,6 +136,7 @@ class ZeroEngine final : public params::ParamProvider {
   void prefetch(int module) override;
   void cancel_prefetch(int module) override;
   bool resident(int module) const override;  // the plan keeps it on the device
+  params::ModuleView resident_view(int module) override;
 
   struct Parts;  // engine.cpp: the streams, the tier store and the parts below
 

@@ -207,6 +207,7 @@ void InferenceEngine::grads_ready(int /*module*/, const device::Event& /*done*/)
 void InferenceEngine::prefetch(int module) { parts_->fetcher.hint(module); }
 void InferenceEngine::cancel_prefetch(int module) { parts_->fetcher.unhint(module); }
 bool InferenceEngine::resident(int module) const { return parts_->store.module_plan(module).resident; }
+params::ModuleView InferenceEngine::resident_view(int module) { return parts_->fetcher.resident_view(module); }
 
 const void* InferenceEngine::acquire_host(int module) {
   Parts& p = *parts_;

@@ -80,6 +80,7 @@ class InferenceEngine final : public params::ParamProvider {
   void prefetch(int module) override;
   void cancel_prefetch(int module) override;
   bool resident(int module) const override;  // the plan keeps it on the device
+  params::ModuleView resident_view(int module) override;
   // A pinned, unquantized module of one rank that is not fetched (ParamProvider::acquire_host);
   // counted in EngineCounters::expert_host.
   const void* acquire_host(int module) override;

@@ -289,8 +289,12 @@ void ParamFetcher::drop_gathered(int module) {
   // Fetched ahead and given up before any acquire: a wrong guess, a read dropped for room.
   if (s.fetch == FetchState::reading || (s.fetch == FetchState::gathered && s.prefetched)) {
     ++counters_.unused_fetches;
-    if (store_.state(module, tiers::StateKind::param).needs_staging()) counters_.unused_read_bytes += shard_bytes(module);
-    if (s.fetch == FetchState::gathered) counters_.unused_h2d_bytes += shard_bytes(module);
+    const tiers::TierState& param = store_.state(module, tiers::StateKind::param);
+    if (param.needs_staging()) counters_.unused_read_bytes += shard_bytes(module);
+    // Copied from the host (NVMe staging or pinned), not within the device.
+    if (s.fetch == FetchState::gathered && (param.needs_staging() || param.host_data() != nullptr)) {
+      counters_.unused_h2d_bytes += shard_bytes(module);
+    }
   }
   if (s.fetch == FetchState::reading) {
     store_.state(module, tiers::StateKind::param).engine().wait(s.read);
@@ -334,9 +338,13 @@ void ParamFetcher::hint(int module) {
 void ParamFetcher::unhint(int module) {
   Module& s = modules_.at(static_cast<std::size_t>(module));
   s.hinted = false;
-  if (!s.wanted) return;
-  s.wanted = false;
-  wanted_.erase(std::find(wanted_.begin(), wanted_.end(), module));
+  if (s.wanted) {
+    s.wanted = false;
+    wanted_.erase(std::find(wanted_.begin(), wanted_.end(), module));
+  }
+  // Fetched ahead and not needed: its memory and prefetch budget back now (a read still in
+  // flight finishes; it is given up when a buffer is needed).
+  if (s.fetch == FetchState::gathered && s.prefetched && s.holders == 0 && !s.cached) drop_gathered(module);
 }
 
 void ParamFetcher::pass_block(int module) {
@@ -582,6 +590,22 @@ params::ModuleView ParamFetcher::acquire(int module) {
   prefetch(/*may_wait=*/false);  // the model has not enqueued this module's work yet
   view.data = s.gathered.data();
   view.ready = s.ready.get();
+  return view;
+}
+
+params::ModuleView ParamFetcher::resident_view(int module) const {
+  const Module& s = modules_.at(static_cast<std::size_t>(module));
+  const tiers::ModulePlan& mp = plan_of(module);
+  params::ModuleView view;
+  if (!mp.resident || (shards_ > 1 && s.stale)) return view;
+  view.data = store_.state(module, tiers::StateKind::param).device_full();
+  view.numel = mp.part.numel;
+  view.dtype = dtype_;
+  if (shards_ == 1) {
+    view.ready = gate_ != nullptr ? &gate_->updated(module) : nullptr;
+  } else {
+    view.ready = s.ready.get();
+  }
   return view;
 }
 

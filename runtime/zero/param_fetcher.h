@@ -84,6 +84,10 @@ class ParamFetcher {
   ParamFetcher& operator=(const ParamFetcher&) = delete;
 
   params::ModuleView acquire(int module);
+  // A resident module's view without an acquire (ParamProvider::resident_view): no holder, no
+  // trace, no block passed. Null data for a module not resident, or one whose other ranks'
+  // slices are still to be gathered again.
+  params::ModuleView resident_view(int module) const;
   void release(int module);
   void begin_step() {
     trace_.begin_step();

@@ -366,6 +366,10 @@ TEST(ParamFetcher, HintedReadsRunSideBySide) {
 
   f.begin_step();
   disk.hold_all_but(std::uint64_t{1} << 40, config.aio.block_size);  // no read is spared
+  struct LetGo {  // a failed assertion below must not leave the disk held (the teardown waits)
+    SlowReads& disk;
+    ~LetGo() { disk.let_go(); }
+  } let_go{disk};
   f.hint(2);
   ASSERT_EQ(f.counters().prefetched, 1u) << "the test needs module 2 gathered ahead of its read";
   std::future<void> second = std::async(std::launch::async, [&f] { f.hint(3); });
@@ -375,6 +379,36 @@ TEST(ParamFetcher, HintedReadsRunSideBySide) {
   EXPECT_TRUE(side_by_side) << "the second hinted read waited for the first";
   EXPECT_TRUE(f.fetched(3));
   for (int m : {0, 1, 2, 3, 4, 5}) take(f, m);
+  f.end_step();
+  run.device->synchronize();
+}
+
+// Module 2 is routed and hinted with a staging buffer free: read and gathered ahead. Its hint is
+// then withdrawn (the lookahead's wrong guess): its device memory and prefetch budget go back at
+// once, and it counts as fetched and never used.
+TEST(ParamFetcher, AWithdrawnFetchedGuessGivesItsMemoryBack) {
+  TempDir dir;
+  const config::Config config = two_staging_buffers(dir.path());
+  std::vector<char> routed(kModules, 0);
+  routed[2] = 1;
+  FetcherRun run(config, {}, routed);
+  zero::ParamFetcher& f = *run.fetcher;
+  f.begin_step();
+  for (int m = 0; m < kModules; ++m) take(f, m);
+  f.end_step();
+  run.device->synchronize();
+
+  f.begin_step();
+  f.hint(2);
+  ASSERT_EQ(f.counters().prefetched, 1u) << "the test needs module 2 gathered ahead";
+  const std::uint64_t used = f.device_memory().current_bytes;
+  f.unhint(2);
+  EXPECT_FALSE(f.fetched(2));
+  EXPECT_EQ(f.counters().unused_fetches, 1u);
+  EXPECT_EQ(f.counters().unused_read_bytes, module_numel(2) * 4);
+  run.device->synchronize();
+  EXPECT_LT(f.device_memory().current_bytes, used) << "its buffer is still held";
+  for (int m : {0, 1, 3, 4, 5}) take(f, m);
   f.end_step();
   run.device->synchronize();
 }
