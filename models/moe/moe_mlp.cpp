@@ -74,10 +74,11 @@ void MoeMlp::carve_decode(Carver& c, std::size_t N) {
   // The lookahead's (decode with a Lookahead) whether or not it is on: the sizes the model
   // reports for the device (inference_bytes) do not depend on the model's options.
   const std::size_t E = static_cast<std::size_t>(shape_.E), k = static_cast<std::size_t>(shape_.k);
-  guess_n_ = act(c, N * static_cast<std::size_t>(shape_.C));
-  guess_probs_ = static_cast<float*>(c.take(N * E * sizeof(float)));
-  guess_idx_ = static_cast<std::int32_t*>(c.take(N * k * sizeof(std::int32_t)));
-  guess_weights_ = static_cast<float*>(c.take(N * k * sizeof(float)));
+  const std::size_t G = std::min(N, static_cast<std::size_t>(lookahead_rows()));  // the rows a guess may have
+  guess_n_ = act(c, G * static_cast<std::size_t>(shape_.C));
+  guess_probs_ = static_cast<float*>(c.take(G * E * sizeof(float)));
+  guess_idx_ = static_cast<std::int32_t*>(c.take(G * k * sizeof(std::int32_t)));
+  guess_weights_ = static_cast<float*>(c.take(G * k * sizeof(float)));
 }
 
 void MoeMlp::route_and_compute(Stream& s, ModuleAccess& modules, const ModelLayout& layout, int layer,
@@ -337,11 +338,9 @@ void MoeMlp::guess(Stream& s, ModuleAccess& modules, const ModelLayout& layout, 
   // Experts on the host for this many rows: a guessed expert in pinned memory would be copied
   // instead of computed where it lives, so nothing is guessed.
   if (host_expert_rows_ >= N) return;
-  // A batch whose tokens are expected to pick more than half the experts (E (1 - (1 - k/E)^N)
-  // distinct ones) needs most of them anyway: guesses would only take the staging buffers and
-  // memory the layer's own experts need.
-  const double expected = static_cast<double>(E) * (1.0 - std::pow(1.0 - static_cast<double>(k) / E, static_cast<double>(N)));
-  if (expected > 0.5 * E) return;
+  // A batch whose tokens are expected to pick more than half the experts needs most of them
+  // anyway: guesses would only take the staging buffers and memory the layer's own experts need.
+  if (N > lookahead_rows()) return;
   // The next block's router and norm where they stay (a resident block): acquiring the block
   // here, out of its turn, would fetch it early, pass this layer in the provider's order (its
   // experts no longer awaited) and change the recorded fetch order with the batch size.
@@ -368,6 +367,13 @@ void MoeMlp::guess(Stream& s, ModuleAccess& modules, const ModelLayout& layout, 
     guessed_.push_back(e);
     modules.prefetch(layout.expert_module(next.layer, e));
   }
+}
+
+std::int64_t MoeMlp::lookahead_rows() const {
+  // The largest N with E (1 - (1 - k/E)^N) <= E / 2 expected distinct picks: (1 - k/E)^N >= 1/2.
+  const double keep = 1.0 - static_cast<double>(shape_.k) / shape_.E;
+  if (keep <= 0.0) return 0;  // k = E: every expert, whatever the rows
+  return static_cast<std::int64_t>(std::floor(std::log(0.5) / std::log(keep)));
 }
 
 void MoeMlp::withdraw_guesses(ModuleAccess& modules, const ModelLayout& layout, int layer,

@@ -147,6 +147,9 @@ class MoeMlp {
   // The lookahead: next's router on next's norm of next.x; its picks hinted, kept in guessed_.
   void guess(runtime::device::Stream& s, ModuleAccess& modules, const ModelLayout& layout, const Lookahead& next,
              std::int64_t N);
+  // The most rows (tokens) a guess is made for: past it, the batch is expected to pick more than
+  // half the experts (E (1 - (1 - k/E)^N) > E / 2) and nothing is guessed.
+  std::int64_t lookahead_rows() const;
   // Withdraws the guesses of `layer` that its routing (offsets, E + 1) gave no row or sent to
   // the host (on_host_).
   void withdraw_guesses(ModuleAccess& modules, const ModelLayout& layout, int layer,

@@ -511,8 +511,7 @@ device::DeviceBuffer ParamFetcher::allocate_now(int size_class, std::size_t byte
   for (;;) {
     device::DeviceBuffer buffer = pool.try_allocate(bytes, what);
     if (!buffer.empty()) return buffer;
-    // Every pending buffer back before trying again, not the oldest alone (Note [Placing a buffer
-    // needed now]).
+    // Every pending buffer back first, not the oldest alone (Note [Placing a buffer needed now]).
     if (pool.wait_one()) {
       pool.drain();
       continue;
