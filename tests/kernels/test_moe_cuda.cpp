@@ -295,6 +295,14 @@ TEST(MoeOpsCuda, SortGatherCombineScatter) {
   }
 }
 
+// Where each expert's rows start once random picks are sorted by expert: (E + 1) offsets.
+Ints sorted_offsets(const Route& r, std::uint32_t seed) {
+  const Ints idx = random_picks(r, seed);
+  Ints offsets(r.E + 1), order(idx.size()), position(idx.size());
+  host::moe_sort(offsets.data(), order.data(), position.data(), idx.data(), r.N, r.E, r.k);
+  return offsets;
+}
+
 // The experts' grouped matmul (dev::matmul_grouped_fwd, Note [Grouped expert matmuls]) against
 // the host's (each group's rows by matmul_fwd): routed rows sorted by expert, every other expert
 // without a weight (its rows keep their bytes), shapes of Mixtral (8 experts, 2 per token) and
@@ -310,9 +318,7 @@ TEST(MoeOpsCuda, GroupedExpertMatmul) {
   for (const Case& cs : cases) {
     const Route& r = cs.r;
     const std::size_t nk = static_cast<std::size_t>(r.N) * r.k;
-    const Ints idx = random_picks(r, 30);
-    Ints offsets(r.E + 1), order(nk), position(nk);
-    host::moe_sort(offsets.data(), order.data(), position.data(), idx.data(), r.N, r.E, r.k);
+    const Ints offsets = sorted_offsets(r, 30);
     for (DType t : kAllDTypes) {
       const std::size_t es = dtype_size(t);
       const std::string name = route_name("matmul_grouped_fwd", t, r, false) + " C=" + std::to_string(cs.C) +

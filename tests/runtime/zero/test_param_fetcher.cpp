@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <future>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -209,6 +210,34 @@ void take(zero::ParamFetcher& f, int m) {
   f.release(m);
 }
 
+// routed[m] for FetcherRun: the modules given are a mixture's experts.
+std::vector<char> routed_modules(std::initializer_list<int> modules) {
+  std::vector<char> routed(kModules, 0);
+  for (int m : modules) routed[static_cast<std::size_t>(m)] = 1;
+  return routed;
+}
+
+// One step acquiring every module in order: the trace (the modules not routed).
+void record_trace(zero::ParamFetcher& f) {
+  f.begin_step();
+  for (int m = 0; m < kModules; ++m) take(f, m);
+  f.end_step();
+}
+
+// Modules 2 and 3 routed (layer 1's experts, after block 1), two staging buffers: the next step
+// acquires 0, so the trace's reads of 1 (gathered ahead), 4 and 5 hold both buffers; then 2 and 3
+// are hinted and wait for a buffer.
+void hint_layer_one_behind_the_trace(zero::ParamFetcher& f) {
+  f.begin_step();
+  take(f, 0);
+  ASSERT_TRUE(f.fetched(4));
+  ASSERT_TRUE(f.fetched(5));
+  f.hint(2);
+  f.hint(3);
+  ASSERT_FALSE(f.fetched(2));
+  ASSERT_FALSE(f.fetched(3));
+}
+
 // Bytes the swap space has read so far.
 std::uint64_t bytes_read(const FetcherRun& run) { return run.store->swap()->engine().stats().bytes_read; }
 
@@ -259,13 +288,10 @@ TEST(ParamFetcher, ANeededModuleKeepsTheReadsFetchedAhead) {
 TEST(ParamFetcher, AHintedModuleIsReadBeforeTheTracesNext) {
   TempDir dir;
   const config::Config config = two_staging_buffers(dir.path());
-  std::vector<char> routed(kModules, 0);
-  routed[5] = 1;
+  const std::vector<char> routed = routed_modules({5});
   FetcherRun run(config, {}, routed);
   zero::ParamFetcher& f = *run.fetcher;
-  f.begin_step();  // records the trace 0..4
-  for (int m = 0; m < kModules; ++m) take(f, m);
-  f.end_step();
+  record_trace(f);  // 0..4
 
   f.begin_step();
   take(f, 0);
@@ -287,21 +313,11 @@ TEST(ParamFetcher, AHintedModuleIsReadBeforeTheTracesNext) {
 TEST(ParamFetcher, HintsOfAPassedLayerAreNotRead) {
   TempDir dir;
   const config::Config config = two_staging_buffers(dir.path());
-  std::vector<char> routed(kModules, 0);
-  routed[2] = routed[3] = 1;
+  const std::vector<char> routed = routed_modules({2, 3});
   FetcherRun run(config, {}, routed);
   zero::ParamFetcher& f = *run.fetcher;
-  f.begin_step();  // the trace 0, 1, 4, 5
-  for (int m = 0; m < kModules; ++m) take(f, m);
-  f.end_step();
-
-  f.begin_step();
-  take(f, 0);  // reads 1 (gathered ahead), 4 and 5 along the trace: both buffers busy
-  ASSERT_TRUE(f.fetched(4));
-  ASSERT_TRUE(f.fetched(5));
-  f.hint(2);
-  f.hint(3);
-  ASSERT_FALSE(f.fetched(2));
+  record_trace(f);  // 0, 1, 4, 5
+  ASSERT_NO_FATAL_FAILURE(hint_layer_one_behind_the_trace(f));
   take(f, 4);  // a later layer's block: the hints of layer 1 are stale
   EXPECT_FALSE(f.fetched(2)) << "a stale hint was read";
   EXPECT_FALSE(f.fetched(3)) << "a stale hint was read";
@@ -319,22 +335,12 @@ TEST(ParamFetcher, HintsOfAPassedLayerAreNotRead) {
 TEST(ParamFetcher, AWithdrawnHintIsNotRead) {
   TempDir dir;
   const config::Config config = two_staging_buffers(dir.path());
-  std::vector<char> routed(kModules, 0);
-  routed[2] = routed[3] = 1;
+  const std::vector<char> routed = routed_modules({2, 3});
   for (const bool withdraw : {false, true}) {
     FetcherRun run(config, {}, routed);
     zero::ParamFetcher& f = *run.fetcher;
-    f.begin_step();  // the trace 0, 1, 4, 5
-    for (int m = 0; m < kModules; ++m) take(f, m);
-    f.end_step();
-
-    f.begin_step();
-    take(f, 0);  // reads 1 (gathered ahead), 4 and 5 along the trace: both buffers busy
-    ASSERT_TRUE(f.fetched(4));
-    ASSERT_TRUE(f.fetched(5));
-    f.hint(2);
-    f.hint(3);
-    ASSERT_FALSE(f.fetched(3));
+    record_trace(f);  // 0, 1, 4, 5
+    ASSERT_NO_FATAL_FAILURE(hint_layer_one_behind_the_trace(f));
     if (withdraw) f.unhint(3);
     take(f, 2);  // on demand: a buffer frees, then 2's after its copy
     EXPECT_EQ(f.fetched(3), !withdraw) << (withdraw ? "a withdrawn hint was read" : "the control read nothing");
@@ -354,14 +360,11 @@ TEST(ParamFetcher, HintedReadsRunSideBySide) {
   config::Config config = make_config(3, config::OffloadDevice::kNvme, config::OffloadDevice::kCpu, dir.path());
   config.zero_optimization.offload_param.buffer_count = 3;
   config.aio.block_size = kMiB;  // a block per shard
-  std::vector<char> routed(kModules, 0);
-  routed[2] = routed[3] = 1;
+  const std::vector<char> routed = routed_modules({2, 3});
   SlowReads disk;
   FetcherRun run(config, disk.hook(), routed);
   zero::ParamFetcher& f = *run.fetcher;
-  f.begin_step();  // the trace 0, 1, 4, 5
-  for (int m = 0; m < kModules; ++m) take(f, m);
-  f.end_step();
+  record_trace(f);  // 0, 1, 4, 5
   run.device->synchronize();
 
   f.begin_step();
@@ -389,13 +392,10 @@ TEST(ParamFetcher, HintedReadsRunSideBySide) {
 TEST(ParamFetcher, AWithdrawnFetchedGuessGivesItsMemoryBack) {
   TempDir dir;
   const config::Config config = two_staging_buffers(dir.path());
-  std::vector<char> routed(kModules, 0);
-  routed[2] = 1;
+  const std::vector<char> routed = routed_modules({2});
   FetcherRun run(config, {}, routed);
   zero::ParamFetcher& f = *run.fetcher;
-  f.begin_step();
-  for (int m = 0; m < kModules; ++m) take(f, m);
-  f.end_step();
+  record_trace(f);
   run.device->synchronize();
 
   f.begin_step();
