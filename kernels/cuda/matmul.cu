@@ -280,8 +280,9 @@ void matmul_fwd(void* out, const void* inp, const void* weight, const void* bias
 // 1 runs 8 experts a layer, a prefill up to 128: the launches, not the flops, were the cost).
 // Each expert is a group of one problem, in the transposed terms of the header: out^T (OC, rows)
 // = W[T] (OC, C) * inp^T (C, rows), rows varying by expert. The pointer arrays must be in device
-// memory: copied from pageable host memory (the copy returns once the source is staged), into
-// stream-ordered scratch. Where cuBLAS does not support the call (its status says so), each
+// memory: copied from pageable host memory (the copy returns once the source is staged; the
+// driver may first wait for the stream's work, a cost to measure on a GPU: a kernel argument
+// would avoid it), into stream-ordered scratch. Where cuBLAS does not support the call (its status says so), each
 // group's GEMM runs alone, counted by matmul_grouped_declined_count.
 namespace {
 thread_local std::uint64_t grouped_declined = 0;

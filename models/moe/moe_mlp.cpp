@@ -159,9 +159,9 @@ void MoeMlp::route_and_compute(Stream& s, ModuleAccess& modules, const ModelLayo
 // (they are the routed experts' rows, contiguous), and down as one grouped matmul: three ops
 // instead of three per expert (on CUDA one cublasGemmGroupedBatchedEx each:
 // Note [Grouped expert matmuls] in kernels/cuda/matmul.cu; on the host the same matmuls in turn,
-// bit for bit the per-expert path). A streamed expert needs the plan's memory for one expert at a time beside its
-// block, so a layer with any streamed (or host) expert takes the per-expert path. The backward
-// stays per expert (each expert's gradients are acquired and reported on their own).
+// bit for bit the per-expert path). A streamed expert needs the plan's memory for one expert at a
+// time beside its block, so a layer with any streamed (or host) expert takes the per-expert path.
+// The backward stays per expert (each expert's gradients are acquired and reported on their own).
 void MoeMlp::compute_grouped(Stream& s, ModuleAccess& modules, const ModelLayout& layout, int layer, Saved& a) {
   const int E = shape_.E, C = shape_.C, F = shape_.F;
   std::vector<const void*> gate_up(static_cast<std::size_t>(E), nullptr), down(static_cast<std::size_t>(E), nullptr);
@@ -322,12 +322,12 @@ void MoeMlp::decode(Stream& s, ModuleAccess& modules, const ModelLayout& layout,
 // norm) picks mostly the experts it will pick (Mixtral-offloading's speculative loading). The
 // guess is made right after this layer's own experts are hinted, so the provider queues the
 // guessed fetches behind them: they use the time the link would idle, from this layer's experts
-// to the next router. The router and norm are read where they stay (ParamProvider::
-// resident_view): with the next block streamed there is no guess. When the next layer routes,
-// the guesses it did not confirm (or sends to the host) are withdrawn before its own experts are
-// hinted (ModuleAccess::cancel_prefetch): a read not started yet is dropped, a fetched one gives
-// its memory back. A wrong guess costs bytes, never tokens: the router
-// decides what is computed. With experts on the host (Note [Experts on the host]) for the
+// to the next router. The router and norm are read where they stay
+// (ParamProvider::resident_view): with the next block streamed there is no guess. When the next
+// layer routes, the guesses it did not confirm (or sends to the host) are withdrawn before its
+// own experts are hinted (ModuleAccess::cancel_prefetch): a read not started yet is dropped, a
+// fetched one gives its memory back. A wrong guess costs bytes, never tokens: the router decides
+// what is computed. With experts on the host (Note [Experts on the host]) for the
 // pass's row count, nothing is guessed: a guessed expert would be copied, not computed where
 // it lives. Nor when the batch is expected to pick more than half the experts: then the
 // guesses' reads and memory crowd out the layer's own (measured at batch 16 of

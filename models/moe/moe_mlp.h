@@ -13,8 +13,9 @@
 // (kernels/host/moe.h: moe_sort) so that each expert's rows are one contiguous block of a
 // gathered copy of n: an expert is two matmuls over its rows, and experts without a row are
 // never touched. When every routed expert is resident, the layer's experts run as grouped
-// matmuls (one op for all experts' gate|up, one for their down: Note [Grouped experts]). The routing (offsets per expert) is read on the host after the router ran --
-// one synchronization per layer -- because the host decides which expert modules to acquire:
+// matmuls (one op for all experts' gate|up, one for their down: Note [Grouped experts]). The
+// routing (offsets per expert) is read on the host after the router ran -- one synchronization
+// per layer -- because the host decides which expert modules to acquire:
 // each expert is its own module (models/llama/llama_layout.h), acquired only when a row was
 // routed to it, so a tiered or streaming provider moves only the experts the router picked.
 //

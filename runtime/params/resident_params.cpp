@@ -1,8 +1,6 @@
 #include "runtime/params/resident_params.h"
 
 #include <algorithm>
-
-
 #include <memory>
 
 #include <fmt/format.h>

@@ -40,8 +40,8 @@ class ResidentParams final : public ParamProvider {
   // Enqueues zero-filling of every gradient buffer on `stream` (before a step's backward).
   void zero_grads(device::Stream& stream);
 
-  // Number of acquire / acquire_grads / grads_ready / prefetch / cancel_prefetch calls so far, per module (tests
-  // check the model's protocol with them).
+  // Number of acquire / acquire_grads / grads_ready / prefetch / cancel_prefetch calls so far,
+  // per module (tests check the model's protocol with them).
   struct Counts {
     int acquires = 0;
     int releases = 0;

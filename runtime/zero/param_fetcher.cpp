@@ -286,10 +286,10 @@ bool ParamFetcher::keep_for_reuse(int module) const {
 
 void ParamFetcher::drop_gathered(int module) {
   Module& s = modules_[static_cast<std::size_t>(module)];
+  const tiers::TierState& param = store_.state(module, tiers::StateKind::param);
   // Fetched ahead and given up before any acquire: a wrong guess, a read dropped for room.
   if (s.fetch == FetchState::reading || (s.fetch == FetchState::gathered && s.prefetched)) {
     ++counters_.unused_fetches;
-    const tiers::TierState& param = store_.state(module, tiers::StateKind::param);
     if (param.needs_staging()) counters_.unused_read_bytes += shard_bytes(module);
     // Copied from the host (NVMe staging or pinned), not within the device.
     if (s.fetch == FetchState::gathered && (param.needs_staging() || param.host_data() != nullptr)) {
@@ -297,7 +297,7 @@ void ParamFetcher::drop_gathered(int module) {
     }
   }
   if (s.fetch == FetchState::reading) {
-    store_.state(module, tiers::StateKind::param).engine().wait(s.read);
+    param.engine().wait(s.read);
     staging_[static_cast<std::size_t>(s.staging)].busy = false;
     s.staging = -1;
     s.fetch = FetchState::idle;
@@ -558,23 +558,17 @@ params::ModuleView ParamFetcher::acquire(int module) {
     if (s.cached) cache_remove(module);
   }
   if (mp.resident) {
-    const tiers::TierState& param = store_.state(module, tiers::StateKind::param);
-    view.data = param.device_full();
-    if (shards_ == 1) {
-      view.ready = gate_ != nullptr ? &gate_->updated(module) : nullptr;
-      return view;
-    }
     if (s.stale) {
       // Every rank updated its shard: gather the others' (issued by this thread, so that the
       // ranks issue their collectives in the same order).
+      const tiers::TierState& param = store_.state(module, tiers::StateKind::param);
       if (gate_ != nullptr) streams_.comm->wait(gate_->updated(module));
       comm_.all_gather(param.device_data(), param.device_full(), mp.part.shard_numel, dtype_, *streams_.comm);
       count_all_gather(mp.part.padded_numel * dtype_size(dtype_));
       s.ready->record(*streams_.comm);
       s.stale = false;
     }
-    view.ready = s.ready.get();
-    return view;
+    return resident_view(module);
   }
   if (s.fetch == FetchState::gathered) {
     if (s.prefetched) {
