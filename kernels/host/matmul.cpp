@@ -8,6 +8,7 @@
 
 #include "kernels/host/elementwise.h"
 #include "kernels/host/kernel_impl.h"
+#include "kernels/host/matmul_rows.h"
 
 namespace strata::kernels::host {
 namespace {
@@ -47,6 +48,10 @@ struct F32Out {
 void matmul_fwd(void* out, const void* inp, const void* weight, const void* bias,
                 std::int64_t N, int C, int OC, DType dtype) {
   if (N == 0 || OC == 0) return;
+  if (matmul_takes_rows(N, dtype)) {  // Note [Few-row matmuls] in matmul_rows.cpp
+    matmul_rows_fwd(out, inp, weight, bias, N, C, OC, dtype);
+    return;
+  }
   const auto OCs = static_cast<std::size_t>(OC);
   std::vector<float> tmp_inp, tmp_w;
   const float* x = as_f32(inp, dtype, static_cast<std::size_t>(N) * static_cast<std::size_t>(C), tmp_inp);

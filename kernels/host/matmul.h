@@ -1,6 +1,8 @@
 #pragma once
 // Matmul with bias (torch.nn.Linear: weight stored (OC, C)), forward and backward, on
 // OpenBLAS sgemm. bf16 / fp16 operands are widened to fp32 first: fp32 accumulation always.
+// A forward of few rows (matmul_rows.h's matmul_takes_rows: a decoded token) reads the weight
+// once with the row kernel of matmul_rows.h instead.
 //
 // Also the two matmuls of a GPT MLP fused with their GELU (the tanh approximation of
 // elementwise.h): matmul_bias_gelu_fwd (c_fc and the GELU after it) and matmul_bwd_dgelu

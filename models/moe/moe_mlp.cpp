@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "kernels/host/matmul_rows.h"
+#include "kernels/host/matmul.h"
 #include "kernels/host/swiglu.h"
 #include "runtime/ops/ops.h"
 
@@ -201,11 +201,11 @@ void MoeMlp::compute_grouped(Stream& s, ModuleAccess& modules, const ModelLayout
 // when it returns), resized only after the next layer's s.synchronize(). Experts on the host
 // keep no activations in Saved: a forward that a backward follows must not use them (backward
 // checks; only the inference engine gives acquire_host).
-// The matmuls are kernels/host/matmul_rows.h's (the weight read once in its dtype; fp32 goes to
-// the host backend's own matmul, so on the host backend in fp32 the tokens are bit for bit those
-// of the device path); on the host backend the host waits for the whole stream first (the device's
-// kernels run on the same cores: overlapping gains nothing, and OpenBLAS is called from one
-// thread at a time).
+// The matmuls are kernels/host's matmul_fwd (for few rows the weight read once in its dtype,
+// Note [Few-row matmuls] in kernels/host/matmul_rows.cpp): the host backend's own matmul, so on
+// the host backend the tokens are bit for bit those of the device path. On the host backend the
+// host waits for the whole stream first (the device's kernels run on the same cores: overlapping
+// gains nothing, and OpenBLAS is called from one thread at a time).
 
 void MoeMlp::send_host_rows(Stream& s, const Saved& a) {
   const std::size_t C = static_cast<std::size_t>(shape_.C), F = static_cast<std::size_t>(shape_.F);
@@ -243,11 +243,11 @@ void MoeMlp::compute_on_host(Stream& s, const ModelLayout& layout, int layer, Sa
     const ModuleLayout& ml = layout.modules[static_cast<std::size_t>(layout.expert_module(layer, x.expert))];
     std::byte* x_gu = rows(gu, x.at, 2 * uF, dt);
     std::byte* x_h = rows(h, x.at, uF, dt);
-    host::matmul_rows_fwd(x_gu, rows(xs, x.at, uC, dt), host_tensor(x.weights, ml.tensors[kExpertGateUp], dt),
-                          x.count, C, 2 * F, dt);
+    host::matmul_fwd(x_gu, rows(xs, x.at, uC, dt), host_tensor(x.weights, ml.tensors[kExpertGateUp], dt), nullptr,
+                     x.count, C, 2 * F, dt);
     host::swiglu_fwd(x_h, x_gu, x.count, F, dt);
-    host::matmul_rows_fwd(rows(ys, x.at, uC, dt), x_h, host_tensor(x.weights, ml.tensors[kExpertDown], dt), x.count,
-                          F, C, dt);
+    host::matmul_fwd(rows(ys, x.at, uC, dt), x_h, host_tensor(x.weights, ml.tensors[kExpertDown], dt), nullptr,
+                     x.count, F, C, dt);
   }
   // The outputs go back once every host expert is done: a copy from pageable memory may wait for
   // the stream's work before it (the device's experts), which must not hold up the host's.

@@ -55,7 +55,7 @@ struct MachineProfile {
   // what the step model divides a model's flops by.
   double step_flops_per_s = 0;
   std::vector<StepPoint> step_points;  // by increasing width; at least one
-  // The host's own matmul (kernels/host/matmul_rows.h, the calling thread's team, in dtype) over a weight in
+  // The host's own matmul (kernels/host's matmul_fwd, the calling thread's team, in dtype) over a weight in
   // host memory, as `--moe-cpu-experts auto` computes a mixture's cold expert: at one row, weight
   // bytes per second (what reading the weight costs), and at kMatmulFewRows (16) rows, flops per second (what
   // each further row costs). Optional in the JSON (profiles written before them): 0 when absent.

@@ -19,7 +19,7 @@
 //                sized so that the slower direction takes about --seconds;
 //   gemm         runtime/ops' matmul_fwd (the op the model's layers run) at n x n x n in the
 //                dtype; 2 n^3 flops. n = 4096 on cuda, 2048 on host;
-//   cpu matmul   kernels/host's matmul_rows_fwd on this thread over (4096, 2048) weights in host
+//   cpu matmul   kernels/host's matmul_fwd on this thread over (4096, 2048) weights in host
 //                memory in the dtype, a different one each run out of 256 MiB of them (a
 //                mixture's cold expert computed on the host where it lives,
 //                runtime/estimate/cpu_experts.h): at 1 row as weight bytes per second, at
@@ -55,6 +55,7 @@
 #include "core/error.h"
 #include "core/units.h"
 #include "cpu_adam/adam.h"
+#include "kernels/host/matmul.h"
 #include "kernels/host/matmul_rows.h"
 #include "models/model_parts.h"
 #include "models/registry.h"
@@ -260,7 +261,7 @@ CpuMatmulRates measure_cpu_matmul(double seconds, DType dtype) {
   }
   std::size_t next = 0;  // each run reads the next weight: from memory, as a cold expert is
   auto run = [&](std::int64_t rows) {
-    kernels::host::matmul_rows_fwd(y.data(), x.data(), weights.data() + next * weight_bytes, rows, kIn, kOut, dtype);
+    kernels::host::matmul_fwd(y.data(), x.data(), weights.data() + next * weight_bytes, nullptr, rows, kIn, kOut, dtype);
     next = (next + 1) % copies;
   };
   CpuMatmulRates r;
@@ -499,7 +500,7 @@ void bench_machine(const MachineBenchOptions& o) {
   p.cpu_matmul_bytes_per_s = cpu_matmul.bytes_per_s;
   p.cpu_matmul_flops_per_s = cpu_matmul.flops_per_s;
   table.row("cpu matmul", gbps(p.cpu_matmul_bytes_per_s),
-            fmt::format("host matmul_rows_fwd, 1 row over 4096 x 2048 {} weights from memory; {} at {} rows",
+            fmt::format("host matmul_fwd, 1 row over 4096 x 2048 {} weights from memory; {} at {} rows",
                         p.dtype, tflops(p.cpu_matmul_flops_per_s), kernels::host::kMatmulFewRows));
   p.step_flops_per_s = measure_step(o.seconds, *device, *compute, *spec, shape, dtype, threads);
   table.row("step", tflops(p.step_flops_per_s),
