@@ -34,10 +34,12 @@ float dot(const float* x, const float* w, int C) {
 // bf16 / fp16 weight is first widened into a new fp32 copy of all of it (matmul_fwd): two or
 // three passes over the weight's bytes and an allocation, where one pass is the floor. Here each
 // output channel's weight row is read where it lies (fp32) or widened into a small buffer, and
-// dotted with every input row at once: measured on the dev VM (2 vCPUs), a (1536, 512) fp32
-// weight out of cache took 0.16-0.20 ms at one row against sgemm's 0.40, and 0.36 against 0.56
-// at four rows; at eight rows sgemm is ahead (0.54 against 0.64 ms), so fp32 stops at
-// kMatmulFewRowsF32 = 4. In bf16 the widened copy costs more, and the row kernel stays ahead to
+// dotted with every input row at once. Measured on the dev VM (2 vCPUs; medians of 30 calls, one
+// run each, a (2816, 512) weight as llama-bytes-30m's gate|up): fp32 0.14 ms at one row against
+// sgemm's 0.59, 0.48 against 0.80 at four, even at six to eight, so fp32 stops at
+// kMatmulFewRowsF32 = 4 (the kernel is plain SSE: sgemm's AVX kernels win on more rows). In bf16
+// the widened copy is a fresh allocation of the whole weight per call: 0.28 against 7.7 ms at one
+// row, 2.1 against 8.3 at sixteen, so bf16 / fp16 keep the row kernel to
 // kMatmulFewRows = 16. The kernel's sum order is fixed per output element, so a sequence decoded
 // alone or beside others gets the same bits (within the few-row range).
 void matmul_rows_fwd(void* out, const void* inp, const void* weight, const void* bias, std::int64_t N, int C, int OC,

@@ -42,6 +42,10 @@ def main():
             assert c["bound_tokens_per_s"] > 0 and abs(c["vs_bound"] - c["tokens_per_s"] / c["bound_tokens_per_s"]) < 1e-9, c
         if c["placement"] == "nvme":
             assert c["nvme_bytes_per_step"] > 0 and c["disk_read_gbps"] > 0, c
+            # The disk limit is measured right before and after the cell; the bound takes the faster.
+            assert c["disk_read_gbps"] == max(c["disk_read_gbps_before"], c["disk_read_gbps_after"]) > 0, c
+        else:
+            assert c["disk_read_gbps"] == 0 and "disk_read_gbps_before" not in c, c
     left = [f for f in os.listdir(work)]
     assert not left, f"scratch left in {work}: {left}"
     print(f"{len(cells)} cells; e.g. {cells[-1]}")
