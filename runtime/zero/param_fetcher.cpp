@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/units.h"
+#include "offload/aio_limits.h"
 
 namespace strata::runtime::zero {
 
@@ -45,6 +46,7 @@ ParamFetcher::ParamFetcher(const config::Config& config, tiers::TierStore& store
   prefetch_bucket_ = config::value_or_default(z, &config::ZeroConfig::stage3_prefetch_bucket_size);
   max_live_ = z.stage3_max_live_parameters;
   max_reuse_distance_ = z.stage3_max_reuse_distance;
+  read_part_bytes_ = config.aio.block_size;
   modules_.resize(static_cast<std::size_t>(store.module_count()));
   // A routed module's layer: the last module before it that is not routed (its block).
   layer_of_.assign(modules_.size(), 0);
@@ -129,6 +131,34 @@ int ParamFetcher::free_staging() const {
   return pending;
 }
 
+// Note [Reads in parts]
+// ~~~~~~~~~~~~~~~~~~~~~
+// A staged shard is read in parts, each its own engine read of whole aio.block_size blocks (the
+// swap's unit; at most kMaxReadParts parts), and each part's H2D waits for that part alone. The copy of the
+// first parts then runs while the rest is read, and once the last byte has arrived only the last
+// part is left to copy, not the whole shard: the copy leaves the critical path of a module
+// needed as soon as it is read (a mixture's expert at batch 1: its layer's router ran just
+// before). That needs a disk that completes a queue's requests in the order they were read, as
+// an NVMe drive does; the dev VM's virtio disk completes a layer's queued parts together (one
+// 4.8 ms wait, then all of them within 0.1 ms: `strata infer --trace`, qwen3-moe-bytes from NVMe,
+// batch 1), so there the copies still follow the whole read and nothing was gained; the GPU
+// machine's NVMe is where it is to be measured. A part that is
+// not read yet when its module is gathered ahead makes its copy (and the later parts') wait on
+// the stream for the staging buffer's HostFlag raised to that part's value (Staging::reads counts
+// parts); the read watcher raises it, part after part.
+namespace {
+constexpr std::size_t kMaxReadParts = 16;
+}  // namespace
+
+std::size_t ParamFetcher::read_part_numel(const tiers::TierState& param) const {
+  const std::size_t eb = param.elem_bytes();
+  STRATA_ASSERT(eb > 0 && offload::kDirectIoAlignment % eb == 0, "a staged element does not divide the O_DIRECT block");
+  // Whole swap blocks (aio.block_size, a multiple of the O_DIRECT block): where the swap lets a
+  // read of an extent start and end.
+  const std::size_t blocks = (param.bytes() + kMaxReadParts * read_part_bytes_ - 1) / (kMaxReadParts * read_part_bytes_);
+  return std::max<std::size_t>(1, blocks) * read_part_bytes_ / eb;
+}
+
 void ParamFetcher::start_read(int module) {
   Module& s = modules_[static_cast<std::size_t>(module)];
   const tiers::TierState& param = store_.state(module, tiers::StateKind::param);
@@ -137,12 +167,63 @@ void ParamFetcher::start_read(int module) {
   STRATA_ASSERT(index >= 0, "start_read without a free staging buffer");
   Staging& st = staging_[static_cast<std::size_t>(index)];
   st.done->synchronize();  // the H2D of its previous module has finished
-  s.read = param.read_async(0, param.numel(), st.buffer.data());  // throws before anything changed
+  const std::size_t part = read_part_numel(param), numel = param.numel();
+  s.reads.clear();
+  try {
+    for (std::size_t at = 0; at < numel; at += part) {
+      s.reads.push_back(param.read_async(at, std::min(part, numel - at),
+                                         st.buffer.data() + at * param.elem_bytes()));
+    }
+  } catch (...) {
+    // Nothing changed but the parts in flight into the buffer: they finish before it is reused.
+    for (const offload::AioHandle& r : s.reads) {
+      try {
+        param.engine().wait(r);
+      } catch (const std::exception&) {
+      }
+    }
+    s.reads.clear();
+    throw;
+  }
   st.busy = true;
-  ++st.reads;
+  s.first_flag = st.reads;
+  st.reads += static_cast<std::uint32_t>(s.reads.size());
   s.staging = index;
   s.read_order = ++read_clock_;
   s.fetch = FetchState::reading;
+}
+
+void ParamFetcher::copy_staged(int module, char* slice, device::Stream& in, bool on_demand) {
+  Module& s = modules_[static_cast<std::size_t>(module)];
+  const tiers::TierState& param = store_.state(module, tiers::StateKind::param);
+  Staging& st = staging_[static_cast<std::size_t>(s.staging)];
+  offload::AioEngine& io = param.engine();
+  const std::size_t part_bytes = read_part_numel(param) * param.elem_bytes(), shard = shard_bytes(module);
+  bool on_stream = false;  // a part not read yet: it and every later part wait on the stream
+  for (std::size_t p = 0; p < s.reads.size(); ++p) {
+    const offload::AioHandle read = s.reads[p];
+    if (on_demand) {
+      io.wait(read);  // throws the read's error, naming the extent
+    } else if (on_stream || !io.poll(read)) {
+      // Fetched ahead: the H2D waits for the part on the stream itself (a host flag the read
+      // watcher raises when the part completes), so the copy follows the read without the
+      // trainer thread coming back and without a host function on the stream. A failed read
+      // still raises the flag; its error is thrown at the next acquire or at end_step().
+      on_stream = true;
+      const std::uint32_t value = s.first_flag + static_cast<std::uint32_t>(p) + 1;
+      in.wait_host(*st.read_done, value);
+      read_watcher_.post([&io, read] { io.wait(read); }, [flag = st.read_done.get(), value] { flag->signal(value); });
+    } else {
+      io.wait(read);  // done: reports a failure now
+    }
+    const std::size_t begin = p * part_bytes, end = std::min(shard, begin + part_bytes);
+    if (begin < end) in.copy_async(slice + begin, st.buffer.data() + begin, end - begin);
+  }
+  store_.transfers().add_h2d(shard);
+  st.done->record(in);
+  st.busy = false;
+  s.staging = -1;
+  s.reads.clear();
 }
 
 // On demand with every staging buffer taken by reads fetched ahead (along the trace, or hinted:
@@ -192,26 +273,7 @@ bool ParamFetcher::gather(int module, bool on_demand) {
     if (gate_ != nullptr) in.wait(gate_->updated(module));
     param.copy_to_device(0, param.numel(), slice, in);
   } else {
-    Staging& st = staging_[static_cast<std::size_t>(s.staging)];
-    offload::AioEngine& io = param.engine();
-    if (on_demand) {
-      io.wait(s.read);  // throws the read's error, naming the extent
-    } else if (!io.poll(s.read)) {
-      // Fetched ahead: the H2D waits for the read on the stream itself (a host flag the read
-      // watcher raises when the read completes), so the copy follows the read without the
-      // trainer thread coming back and without a host function on the stream. A failed read
-      // still raises the flag; its error is thrown at the next acquire or at end_step().
-      in.wait_host(*st.read_done, st.reads);
-      read_watcher_.post([&io, read = s.read] { io.wait(read); },
-                         [flag = st.read_done.get(), value = st.reads] { flag->signal(value); });
-    } else {
-      io.wait(s.read);  // done: reports a failure now
-    }
-    in.copy_async(slice, st.buffer.data(), shard_bytes(module));
-    store_.transfers().add_h2d(shard_bytes(module));
-    st.done->record(in);
-    st.busy = false;
-    s.staging = -1;
+    copy_staged(module, slice, in, on_demand);
   }
   if (shards_ > 1) {
     // The all-gather waits for this shard's copy, on whichever stream made it.
@@ -297,7 +359,8 @@ void ParamFetcher::drop_gathered(int module) {
     }
   }
   if (s.fetch == FetchState::reading) {
-    param.engine().wait(s.read);
+    for (const offload::AioHandle& r : s.reads) param.engine().wait(r);
+    s.reads.clear();
     staging_[static_cast<std::size_t>(s.staging)].busy = false;
     s.staging = -1;
     s.fetch = FetchState::idle;

@@ -131,7 +131,8 @@ class ParamFetcher {
     FetchState fetch = FetchState::idle;
     int staging = -1;          // index into staging_ while reading
     std::uint64_t read_order = 0;  // when its last read started (read_clock_)
-    offload::AioHandle read;
+    std::vector<offload::AioHandle> reads;  // its shard's read in parts (Note [Reads in parts])
+    std::uint32_t first_flag = 0;  // the staging buffer's read_done value before its first part's
     device::DeviceBuffer gathered;     // the gathered parameters while fetched
     std::unique_ptr<device::Event> ready;  // when `gathered` (or, resident, the full parameters) may be read
     int holders = 0;           // acquires not yet released
@@ -145,8 +146,8 @@ class ParamFetcher {
   struct Staging {
     offload::HostBuffer buffer;
     std::unique_ptr<device::Event> done;  // the H2D from it
-    std::unique_ptr<device::HostFlag> read_done;  // raised to `reads` when its last read completed
-    std::uint32_t reads = 0;              // reads started into it
+    std::unique_ptr<device::HostFlag> read_done;  // raised to `reads` when its last read part completed
+    std::uint32_t reads = 0;              // read parts started into it
     bool busy = false;
   };
 
@@ -154,6 +155,11 @@ class ParamFetcher {
   std::size_t shard_bytes(int module) const;
   void make_pools(std::uint64_t activation_bytes);
   void start_read(int module);             // NVMe: read the shard into a staging buffer
+  // Elements per read part of a staged shard (Note [Reads in parts]).
+  std::size_t read_part_numel(const tiers::TierState& param) const;
+  // Enqueues on `in` the H2D of a staged shard into `slice`, each part after its read (waited on
+  // the host when `on_demand`, else on the stream).
+  void copy_staged(int module, char* slice, device::Stream& in, bool on_demand);
   // A staging buffer not busy, one whose last H2D has run first (Note [Free staging buffers]);
   // -1 when every one is busy.
   int free_staging() const;
@@ -199,6 +205,7 @@ class ParamFetcher {
   std::uint64_t cache_bytes_ = 0;  // its bytes now
   std::uint64_t cache_clock_ = 0;
   std::uint64_t read_clock_ = 0;   // NVMe reads started
+  std::size_t read_part_bytes_ = 0;  // aio.block_size: the least bytes of a read part
   std::vector<Module> modules_;
   std::vector<Staging> staging_;  // NVMe parameter reads
   std::unique_ptr<device::Event> shard_copied_;  // a gather's H2D, for the all-gather to wait on

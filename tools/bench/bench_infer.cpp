@@ -3,7 +3,8 @@
 // what does not fit the device budget streamed from pinned host memory / NVMe) and batch size,
 // against the bound of the bytes it streams: a decoding step cannot beat the time its host ->
 // device bytes take at the pinned H2D rate, nor its NVMe bytes at the disk's read rate, both
-// measured in the same run (the disk's right before and right after each nvme cell). vs_bound = tokens/s / (batch / that time). The bytes are those the
+// measured in the same run (the disk's as one sequential read of the cell's own NVMe data right
+// before and right after each nvme cell). vs_bound = tokens/s / (batch / that time). The bytes are those the
 // step needs: a mixture's lookahead (--moe-prefetch on) fetches guesses the router may not
 // confirm, reported apart (unused_*_bytes_per_step) and left out of the bound.
 #include <algorithm>
@@ -49,8 +50,9 @@ struct Cell {
   double unused_h2d_bytes_per_step = 0;   // of h2d_bytes_per_step: fetched ahead, never acquired
   double unused_nvme_bytes_per_step = 0;  // of nvme_bytes_per_step: the same
   double bound_tokens_per_s = 0;  // 0: nothing streamed (no bound from the links)
-  // An nvme cell's disk read limit, measured right before and right after its timed steps (this
-  // VM's disk swings 2x between minutes); the bound takes the faster: the ratio errs low.
+  // An nvme cell's disk read limit: one sequential read of its own NVMe data right before and
+  // right after its timed steps (this VM's disk swings 2x between minutes and serves a file just
+  // written faster than older data); the bound takes the faster: the ratio errs low.
   double disk_gbps_before = 0, disk_gbps_after = 0;
   double expert_hit_rate = -1;    // a mixture's timed steps: expert acquires found on the device (-1: no experts)
   double expert_host_share = -1;  // and of all routed experts, those computed on the host (--moe-cpu-experts)
@@ -60,6 +62,20 @@ struct Cell {
   std::string accelerate_error;
 };
 
+
+// The largest regular file under `dir` (the NVMe tier's swap.bin in its per-run folder).
+std::string largest_file_under(const std::string& dir) {
+  std::string best;
+  std::uintmax_t best_size = 0;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir)) {
+    if (entry.is_regular_file() && entry.file_size() > best_size) {
+      best = entry.path().string();
+      best_size = entry.file_size();
+    }
+  }
+  if (best.empty()) throw Error("no NVMe data file under " + dir + " to measure the disk's read rate on");
+  return best;
+}
 
 Json cell_config(const std::string& placement, const std::string& nvme_path, const InferBenchOptions& o) {
   // The training keys mean nothing here, but the resolver wants a batch size.
@@ -231,10 +247,10 @@ void bench_infer(const InferBenchOptions& o) {
         if (device_name.empty()) device_name = server.device().name();
         cell.modules = server.engine().module_count();
         if (h2d_gbps == 0) h2d_gbps = h2d_rate(server) / 1e9;
-        // One 256 MiB sequential pass written and read back with the cell's own I/O options.
+        // One sequential read of the cell's own NVMe data (the tier's swap file, all of it), with
+        // the cell's I/O options: the disk's rate for the bytes the steps read.
         auto disk_limit = [&] {
-          return measure_disk_rates(run_aio_options(config, *spec), scratch.file("disk-limit.bin"), 256 * kMiB, true)
-              .read_gbps;
+          return measure_file_read_rate(run_aio_options(config, *spec), largest_file_under(nvme_path), ~std::uint64_t{0});
         };
         // B random prompts, a prefill, one untimed step (the first along a recorded trace), then
         // the timed steps (greedy).

@@ -220,4 +220,26 @@ DiskRates measure_disk_rates(const offload::AioOptions& aio, const std::string& 
   return rates;
 }
 
+double measure_file_read_rate(const offload::AioOptions& aio, const std::string& path, std::uint64_t bytes) {
+  using Clock = std::chrono::steady_clock;
+  constexpr std::size_t kRequestBytes = 64 * kMiB;
+  const std::uint64_t size = std::filesystem::file_size(path);
+  bytes = std::min(bytes, size) / offload::kDirectIoAlignment * offload::kDirectIoAlignment;
+  if (bytes == 0) throw Error(path + " holds less than one O_DIRECT block: nothing to time a read of");
+  offload::AioEngine engine(aio);
+  const offload::HostBuffer buffer =
+      offload::HostBuffer::allocate(static_cast<std::size_t>(std::min<std::uint64_t>(kRequestBytes, bytes)),
+                                    "the disk limit's buffer");
+  const offload::AioFile file = offload::AioFile::open(path, O_RDONLY, offload::DirectIo::kAuto, 0);
+  const offload::FileId id = engine.add_file(file);
+  const Clock::time_point t0 = Clock::now();
+  for (std::uint64_t offset = 0; offset < bytes; offset += buffer.size()) {
+    engine.read(id, offset, buffer.data(), static_cast<std::size_t>(std::min<std::uint64_t>(buffer.size(), bytes - offset)));
+  }
+  engine.wait_all();
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  engine.remove_file(id);
+  return static_cast<double>(bytes) / seconds / 1e9;
+}
+
 }  // namespace strata::tools

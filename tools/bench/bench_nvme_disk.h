@@ -73,4 +73,10 @@ struct DiskRates {
 DiskRates measure_disk_rates(const offload::AioOptions& aio, const std::string& path, std::uint64_t bytes,
                              bool read_back);
 
+// GB/s of one sequential read of the first `bytes` of an existing file (all of it when shorter;
+// rounded down to the O_DIRECT alignment), the requests submitted at once as measure_disk_rates
+// reads back. Read where a run's own data lies (the NVMe tier's swap file), it is the disk's rate
+// for those bytes: this VM's disk serves a file just written faster than one written a minute ago.
+double measure_file_read_rate(const offload::AioOptions& aio, const std::string& path, std::uint64_t bytes);
+
 }  // namespace strata::tools

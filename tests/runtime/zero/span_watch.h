@@ -75,6 +75,17 @@ class SpanWatch {
       return false;
     });
   }
+  // Until the spans recorded on `track` since arm() have moved `bytes` in all (a staged shard is
+  // copied in parts: Note [Reads in parts] in runtime/zero/param_fetcher.cpp); false after `limit`.
+  bool wait_for_bytes(const std::string& track, std::uint64_t bytes, std::chrono::seconds limit = kHoldLimit) {
+    std::unique_lock lock(mutex_);
+    return changed_.wait_for(lock, limit, [&] {
+      std::uint64_t moved = 0;
+      for (const SeenSpan& s : seen_)
+        if (s.track == track) moved += s.bytes;
+      return moved >= bytes;
+    });
+  }
   // The position of the first span that `match` accepts among those seen, or -1.
   int first(const SpanMatch& match) const {
     std::lock_guard lock(mutex_);

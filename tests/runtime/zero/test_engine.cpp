@@ -102,9 +102,15 @@ TEST(ZeroEngine, PrefetchOverlapsTheNextFetchWithCompute) {
     run.device->synchronize();
     run.on_forward_compute = [&](int m) {
       if (m + 1 >= kModules) return;
-      // A shard copy: the module's elements padded to 64 (fp32, one rank).
-      const std::uint64_t bytes = (module_numel(m + 1) + 63) / 64 * 64 * 4;
-      if (!watch.wait_for(copy_on(shard_track, bytes))) {
+      // A shard copy: the module's elements padded to 64 (fp32, one rank). From NVMe it comes in
+      // parts (Note [Reads in parts]), the modules in order on their own stream: module m + 1's
+      // copy is done once that stream has moved the shards of modules 0 to m + 1.
+      auto shard = [](int k) { return (module_numel(k) + 63) / 64 * 64 * 4; };
+      std::uint64_t through = 0;
+      for (int k = 0; k <= m + 1; ++k) through += shard(k);
+      const bool copied = params == config::OffloadDevice::kNvme ? watch.wait_for_bytes(shard_track, through)
+                                                                 : watch.wait_for(copy_on(shard_track, shard(m + 1)));
+      if (!copied) {
         waits.add("module " + std::to_string(m + 1) + "'s fetch did not finish while module " + std::to_string(m) +
                   " computed (params " + std::string(config::to_string(params)) + ")");
       }

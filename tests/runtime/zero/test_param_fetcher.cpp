@@ -24,6 +24,7 @@
 #include "runtime/zero/param_fetcher.h"
 #include "runtime/zero/state_load.h"
 #include "tests/runtime/zero/engine_fixture.h"
+#include "tests/runtime/zero/span_watch.h"
 
 using namespace strata;
 using namespace strata::runtime;
@@ -96,8 +97,10 @@ std::vector<float> initial_values(int m) {
 struct FetcherRun {
   // routed[m]: module m is a routed module (a mixture's expert: off the trace, fetched on demand
   // or on a hint); none when empty.
-  FetcherRun(const config::Config& config, offload::CompletionHook hook, std::vector<char> routed = {}) {
+  FetcherRun(const config::Config& config, offload::CompletionHook hook, std::vector<char> routed = {},
+             trace::Tracer* tracer = nullptr) {
     device::DeviceOptions o;
+    o.tracer = tracer;
     o.kind = "host";
     o.memory_bytes = config.strata.device_memory_bytes;
     device = device::Device::create(o);
@@ -406,6 +409,53 @@ TEST(ParamFetcher, AWithdrawnFetchedGuessGivesItsMemoryBack) {
   EXPECT_EQ(f.counters().unused_fetches, 1u);
   EXPECT_EQ(f.counters().unused_read_bytes, module_numel(2) * 4);
   for (int m : {0, 1, 3, 4, 5}) take(f, m);
+  f.end_step();
+  run.device->synchronize();
+}
+
+// A staged shard is read in parts, and each part goes up as soon as it is read
+// (Note [Reads in parts] in runtime/zero/param_fetcher.cpp): with the disk holding every block of
+// routed module 2 but its first (aio.block_size 64 KiB: three parts of a shard), a hint of module
+// 2 copies that first part while the rest is still being read. Read in one piece, nothing would
+// go up before the whole shard had been read, and the hold would run out. Then every module's
+// values are right.
+TEST(ParamFetcher, AStagedShardGoesUpPartByPartAsItIsRead) {
+  TempDir dir;
+  config::Config config = make_config(3, config::OffloadDevice::kNvme, config::OffloadDevice::kCpu, dir.path());
+  ASSERT_EQ(config.aio.block_size, 65'536u);
+  ASSERT_GT(module_numel(2) * 4, 2 * config.aio.block_size) << "the test needs a shard of three blocks";
+  const std::vector<char> routed = routed_modules({2});
+  SlowReads disk;
+  trace::Tracer tracer(dir.path() + "/trace.json");
+  SpanWatch watch(tracer);
+  FetcherRun run(config, disk.hook(), routed, &tracer);
+  zero::ParamFetcher& f = *run.fetcher;
+  record_trace(f);  // 0, 1, 3, 4, 5 (2 is routed)
+  take(f, 2);       // 2 read once on demand too: every module's blocks have been seen
+  run.device->synchronize();
+  // The swap's extents follow the modules, three blocks each: module 2's first block is the
+  // seventh block the disk has served (a shard's tail, past its last whole 4 KiB, is read apart).
+  std::vector<std::uint64_t> offsets;
+  for (std::uint64_t o : disk.offsets()) {
+    if (o % config.aio.block_size == 0) offsets.push_back(o);
+  }
+  std::sort(offsets.begin(), offsets.end());
+  offsets.erase(std::unique(offsets.begin(), offsets.end()), offsets.end());
+  ASSERT_EQ(offsets.size(), static_cast<std::size_t>(3 * kModules));
+
+  f.begin_step();
+  disk.hold_all_but(offsets[6], config.aio.block_size);
+  struct LetGo {  // a failed assertion below must not leave the disk held (the teardown waits)
+    SlowReads& disk;
+    ~LetGo() { disk.let_go(); }
+  } let_go{disk};
+  watch.arm();
+  f.hint(2);
+  EXPECT_EQ(f.counters().prefetched, 1u) << "module 2 was not gathered ahead of its read";
+  EXPECT_TRUE(watch.wait_for(copy_on("h2d nvme", config.aio.block_size), std::chrono::seconds(10)))
+      << "module 2's first part did not go up while the rest of its shard was held on the disk";
+  disk.let_go();
+  for (int m : {0, 1, 2, 3, 4, 5}) take(f, m);
   f.end_step();
   run.device->synchronize();
 }
