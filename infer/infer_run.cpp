@@ -156,6 +156,7 @@ int run_inference(const InferOptions& o) {
   setup.quant = quant;
   setup.expert_cache_mb = o.moe_expert_cache_mb;
   setup.moe_lookahead = o.moe_prefetch == "on";
+  setup.moe_fetch_every_expert = o.moe_fetch == "all";
   setup.moe_cpu_experts = o.moe_cpu_experts;
   setup.profile_path = o.profile_path;
   if (perplexity) {

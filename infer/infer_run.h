@@ -29,6 +29,7 @@ struct InferOptions {
   int quantize_group = 128;    // --quantize-group 64|128
   std::int64_t moe_expert_cache_mb = -1;  // --moe-expert-cache-mb (infer/server.h; -1 auto)
   std::string moe_prefetch = "off";       // --moe-prefetch on|off (infer/server.h)
+  std::string moe_fetch = "routed";       // --moe-fetch routed|all (infer/server.h)
   std::string moe_cpu_experts = "off";    // --moe-cpu-experts off|on|auto (infer/server.h)
   std::string profile_path;               // --profile machine.json (for --moe-cpu-experts auto)
   std::string perplexity_path; // --perplexity FILE: report the text's perplexity instead of generating

@@ -145,6 +145,7 @@ Server::Server(ServerSetup setup, bool verbose) : setup_(std::move(setup)) {
   options.dtype = dtype_;
   options.vocab_multiple = models::vocab_multiple_for(device_->backend());
   options.moe_lookahead = setup_.moe_lookahead;
+  options.moe_fetch_every_expert = setup_.moe_fetch_every_expert;
   options.moe_cpu_expert_rows =
       host_expert_rows(setup_.moe_cpu_experts, setup_.profile_path, spec, dtype_, device_->backend());
   batch_ = setup_.batch > 0 ? setup_.batch

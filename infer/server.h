@@ -41,6 +41,7 @@ struct ServerSetup {
   // transient device memory, evicted as needed; 0 none (--moe-expert-cache-mb).
   std::int64_t expert_cache_mb = -1;
   bool moe_lookahead = false;  // models::ModelOptions::moe_lookahead (--moe-prefetch on|off)
+  bool moe_fetch_every_expert = false;  // models::ModelOptions::moe_fetch_every_expert (--moe-fetch all)
   // --moe-cpu-experts: off, on (every expert kept in pinned memory runs on the host where it lives)
   // or auto (those with few enough rows: every count on the host backend, the machine profile's
   // on cuda: runtime/estimate/cpu_experts.h); models::ModelOptions::moe_cpu_expert_rows.

@@ -45,6 +45,10 @@ struct ModelOptions {
   // --moe-cpu-experts on is every row count, auto the count a machine profile says pays
   // (runtime/estimate/cpu_experts.h).
   std::int64_t moe_cpu_expert_rows = 0;
+  // Fetch every expert of a sparse layer each pass whatever its router picked, and compute only
+  // the picked ones: how a dense streaming engine (DeepSpeed's ZeRO-Inference) moves a mixture,
+  // the baseline for the bytes routing saves (strata infer --moe-fetch all). Same tokens.
+  bool moe_fetch_every_expert = false;
 };
 
 // 128 on CUDA, where cuBLAS runs the head's GEMMs on its fast kernels only for aligned sizes; 1

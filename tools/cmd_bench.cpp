@@ -290,6 +290,10 @@ void add_bench_command(CLI::App& app) {
   infer->add_option("--moe-prefetch", infer_options->moe_prefetch,
                     "on or off (default): a mixture of experts' next-layer expert lookahead")
       ->check(CLI::IsMember({"on", "off"}));
+  infer->add_option("--moe-fetch", infer_options->moe_fetch,
+                    "routed (default) or all: a mixture's layer fetches every expert each step, as dense streaming "
+                    "does (the baseline for the bytes routing saves; the same tokens)")
+      ->check(CLI::IsMember({"routed", "all"}));
   infer->add_option("--moe-cpu-experts", infer_options->moe_cpu_experts,
                     "off (default), on or auto: a mixture's experts in pinned memory computed on the host")
       ->check(CLI::IsMember({"off", "on", "auto"}));

@@ -44,7 +44,7 @@ void add_infer_command(CLI::App& app) {
       ->check(CLI::IsMember({"none", "int8", "int4"}));
   cmd->add_option("--quantize-group", o->quantize_group, "elements per quantization scale: 64 or 128 (default)")
       ->check(CLI::IsMember({64, 128}));
-  add_moe_flags(*cmd, o->moe_expert_cache_mb, o->moe_prefetch, o->moe_cpu_experts, o->profile_path);
+  add_moe_flags(*cmd, o->moe_expert_cache_mb, o->moe_prefetch, o->moe_fetch, o->moe_cpu_experts, o->profile_path);
   cmd->add_option("--perplexity", o->perplexity_path,
                   "instead of generating, print the perplexity of this text (its tokens, or its bytes for a "
                   "byte-level model) as one JSON line");

@@ -2,8 +2,8 @@
 
 namespace strata::tools {
 
-void add_moe_flags(CLI::App& cmd, std::int64_t& expert_cache_mb, std::string& prefetch, std::string& cpu_experts,
-                   std::string& profile_path) {
+void add_moe_flags(CLI::App& cmd, std::int64_t& expert_cache_mb, std::string& prefetch, std::string& fetch,
+                   std::string& cpu_experts, std::string& profile_path) {
   cmd.add_option("--moe-expert-cache-mb", expert_cache_mb,
                  "a mixture of experts' device cache of experts, in MiB: -1 (default) as much as the transient device "
                  "memory holds (evicted when it is needed), 0 none; the least recently used expert goes first")
@@ -13,6 +13,11 @@ void add_moe_flags(CLI::App& cmd, std::int64_t& expert_cache_mb, std::string& pr
                  "the experts it picks start streaming a layer early (a wrong guess costs bytes, never tokens); off "
                  "(default): experts are fetched once their own router has run")
       ->check(CLI::IsMember({"on", "off"}));
+  cmd.add_option("--moe-fetch", fetch,
+                 "routed (default): a mixture's layer fetches only the experts its router picked; all: every expert "
+                 "of the layer each step, as dense streaming (DeepSpeed's ZeRO-Inference) moves them, only the picked "
+                 "ones computed: a baseline for the bytes routing saves (the same tokens)")
+      ->check(CLI::IsMember({"routed", "all"}));
   cmd.add_option("--moe-cpu-experts", cpu_experts,
                  "where a mixture's expert kept in pinned host memory runs: off (default) copied to the device; on on "
                  "the host where it lives (only its tokens cross the link); auto on the host when few enough tokens "

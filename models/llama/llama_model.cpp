@@ -118,7 +118,7 @@ class LlamaParts final : public StackParts {
   // The rotary frequencies, (head_dim / 2) fp32, on the device for the model's life.
   void attach(runtime::device::Device& device, Stream& compute, const ModelOptions& options) override {
     lookahead_ = options.moe_lookahead;
-    if (moe_) moe_->attach(device, options.moe_cpu_expert_rows);
+    if (moe_) moe_->attach(device, options.moe_cpu_expert_rows, options.moe_fetch_every_expert);
     host_inv_freq_ = config_.rope_inv_freq();
     inv_freq_ = device.allocate(host_inv_freq_.size() * sizeof(float), "rotary frequencies");
     compute.copy_async(inv_freq_.data(), host_inv_freq_.data(), host_inv_freq_.size() * sizeof(float));

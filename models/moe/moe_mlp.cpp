@@ -30,8 +30,9 @@ MoeMlp::MoeMlp(const MoeShape& shape, DType dtype)
                 "a validated mixture-of-experts shape");
 }
 
-void MoeMlp::attach(runtime::device::Device& device, std::int64_t host_expert_rows) {
+void MoeMlp::attach(runtime::device::Device& device, std::int64_t host_expert_rows, bool fetch_every_expert) {
   host_expert_rows_ = std::max<std::int64_t>(0, host_expert_rows);
+  fetch_every_expert_ = fetch_every_expert;
   host_backend_ = device.backend() == runtime::device::Backend::host;
   rows_sent_ = device.create_event();
 }
@@ -105,10 +106,14 @@ void MoeMlp::route_and_compute(Stream& s, ModuleAccess& modules, const ModelLayo
   on_host_.assign(static_cast<std::size_t>(E), 0);
   bool all_resident = true;  // every routed expert on the device for good: one grouped matmul
   std::vector<int> device_experts;
+  std::vector<int> unpicked;  // --moe-fetch all: fetched beside the routed experts, never computed
   for (int e = 0; e < E; ++e) {
     const std::int64_t count =
         a.host_offsets[static_cast<std::size_t>(e) + 1] - a.host_offsets[static_cast<std::size_t>(e)];
-    if (count == 0) continue;
+    if (count == 0) {
+      if (fetch_every_expert_) unpicked.push_back(layout.expert_module(layer, e));
+      continue;
+    }
     const int m = layout.expert_module(layer, e);
     const void* host = count <= host_expert_rows_ ? modules.acquire_host(m) : nullptr;
     if (host != nullptr) {
@@ -123,12 +128,21 @@ void MoeMlp::route_and_compute(Stream& s, ModuleAccess& modules, const ModelLayo
   // layer's own (Note [Guessing the next layer's experts]).
   withdraw_guesses(modules, layout, layer, a.host_offsets);
   for (int m : device_experts) modules.prefetch(m);
+  for (int m : unpicked) modules.prefetch(m);  // behind the routed ones
   if (next != nullptr) guess(s, modules, layout, *next, N);
+  // The unpicked experts are brought in and let go, as a dense stream moves them.
+  auto take_unpicked = [&] {
+    for (int m : unpicked) {
+      modules.acquire(m);
+      modules.release(m);
+    }
+  };
   a.on_host = !host_experts_.empty();
   if (a.on_host) {
     send_host_rows(s, a);
   } else if (all_resident) {
     compute_grouped(s, modules, layout, layer, a);
+    take_unpicked();
     ops::moe_combine_fwd(s, out, a.ys, a.weights, a.position, N, k, C, dt);
     return;
   }
@@ -149,6 +163,7 @@ void MoeMlp::route_and_compute(Stream& s, ModuleAccess& modules, const ModelLayo
                     dt);
     modules.release(m);
   }
+  take_unpicked();
   if (a.on_host) compute_on_host(s, layout, layer, a);
   ops::moe_combine_fwd(s, out, a.ys, a.weights, a.position, N, k, C, dt);
 }

@@ -89,8 +89,10 @@ class MoeMlp {
   const MoeShape& shape() const { return shape_; }
 
   // Experts with at most `host_expert_rows` routed rows run on the host where the provider keeps
-  // them (0: never). Before the first forward; `device` outlives the MoeMlp.
-  void attach(runtime::device::Device& device, std::int64_t host_expert_rows);
+  // them (0: never). With `fetch_every_expert` every expert of a layer is fetched each pass, the
+  // unpicked ones only acquired and released (ModelOptions::moe_fetch_every_expert). Before the
+  // first forward; `device` outlives the MoeMlp.
+  void attach(runtime::device::Device& device, std::int64_t host_expert_rows, bool fetch_every_expert = false);
 
   // ---- Storage (Carver order is the caller's; each carves where the caller's comment says).
   void carve_saved(Carver& c, Saved& saved, std::size_t N);
@@ -201,6 +203,7 @@ class MoeMlp {
     std::int64_t at = 0;                // and where they start in host_rows_
   };
   std::int64_t host_expert_rows_ = 0;
+  bool fetch_every_expert_ = false;  // ModelOptions::moe_fetch_every_expert
   std::int64_t host_rows_count_ = 0;       // the layer's host experts' rows
   bool host_backend_ = false;  // the device's kernels run on the host's cores too
   std::unique_ptr<runtime::device::Event> rows_sent_;  // after the rows' copy to the host

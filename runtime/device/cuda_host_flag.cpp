@@ -49,7 +49,7 @@ class CudaHostFlag final : public HostFlag {
   void signal(std::uint32_t value) override {
     std::atomic_ref<std::uint32_t> word(*word_);
     std::uint32_t seen = word.load(std::memory_order_relaxed);
-    while (seen < value && !word.compare_exchange_weak(seen, value, std::memory_order_release)) {
+    while (!flag_reached(seen, value) && !word.compare_exchange_weak(seen, value, std::memory_order_release)) {
     }
   }
   std::uint32_t value() const override {

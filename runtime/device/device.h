@@ -93,9 +93,16 @@ class Event {
 // thread, raises the counter to v (it only grows); work a stream enqueues after wait_host(flag, v)
 // starts once the counter has reached v. On cuda the counter is a word of mapped pinned memory
 // that the GPU polls (cuStreamWaitValue32): no host function runs and no CUDA thread blocks. On
-// host the waiting stream's worker blocks until the value is reached.
+// host the waiting stream's worker blocks until the value is reached. "Reached" and "grows" are
+// serial-number order, as cuStreamWaitValue32's GEQ compares ((int32_t)(counter - v) >= 0;
+// flag_reached): a counter that wraps past 2^32 (a long-running server's NVMe read parts) keeps
+// working while signaller and waiter stay within 2^31 of each other.
 // A flag carries no failure: whoever signals after a failed host task signals anyway (a waiter
 // must never hang) and reports the failure itself, before anything reads what the waiter made.
+inline bool flag_reached(std::uint32_t counter, std::uint32_t value) {
+  return static_cast<std::int32_t>(counter - value) >= 0;
+}
+
 class HostFlag {
  public:
   virtual ~HostFlag() = default;

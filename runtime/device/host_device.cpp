@@ -323,7 +323,7 @@ class HostFlagImpl final : public HostFlag {
   void signal(std::uint32_t value) override {
     {
       std::lock_guard lock(state_->mutex);
-      state_->value = std::max(state_->value, value);
+      if (!flag_reached(state_->value, value)) state_->value = value;
     }
     state_->raised.notify_all();
   }
@@ -342,7 +342,7 @@ void HostStream::wait_host(const HostFlag& flag, std::uint32_t value) {
   enqueue(
       [state = host.state(), value] {
         std::unique_lock lock(state->mutex);
-        state->raised.wait(lock, [&] { return state->value >= value; });
+        state->raised.wait(lock, [&] { return flag_reached(state->value, value); });
       },
       /*control=*/true);
 }

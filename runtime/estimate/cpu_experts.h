@@ -13,8 +13,9 @@
 //               (the weight read once at one row, each row's flops at kMatmulFewRows rows; the
 //               row goes to the host and its output comes back)
 // and the answer is the largest r with cpu(r) < copy, 0 when even one row loses, and at most
-// kernels/host/matmul_rows.h's kMatmulFewRows: past it the host kernel widens the whole weight
-// first (matmul_fwd), which these rates do not describe.
+// kernels/host/matmul_rows.h's kMatmulFewRows: past it (bf16 / fp16) the host kernel widens the
+// whole weight first, which these rates do not describe (fp32 goes to sgemm from
+// kMatmulFewRowsF32 + 1 rows, whose packing they do not describe either).
 #include <cstdint>
 
 #include "runtime/estimate/machine_profile.h"

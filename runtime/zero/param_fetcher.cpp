@@ -200,24 +200,52 @@ void ParamFetcher::copy_staged(int module, char* slice, device::Stream& in, bool
   offload::AioEngine& io = param.engine();
   const std::size_t part_bytes = read_part_numel(param) * param.elem_bytes(), shard = shard_bytes(module);
   bool on_stream = false;  // a part not read yet: it and every later part wait on the stream
-  for (std::size_t p = 0; p < s.reads.size(); ++p) {
-    const offload::AioHandle read = s.reads[p];
-    if (on_demand) {
-      io.wait(read);  // throws the read's error, naming the extent
-    } else if (on_stream || !io.poll(read)) {
-      // Fetched ahead: the H2D waits for the part on the stream itself (a host flag the read
-      // watcher raises when the part completes), so the copy follows the read without the
-      // trainer thread coming back and without a host function on the stream. A failed read
-      // still raises the flag; its error is thrown at the next acquire or at end_step().
-      on_stream = true;
-      const std::uint32_t value = s.first_flag + static_cast<std::uint32_t>(p) + 1;
-      in.wait_host(*st.read_done, value);
-      read_watcher_.post([&io, read] { io.wait(read); }, [flag = st.read_done.get(), value] { flag->signal(value); });
-    } else {
-      io.wait(read);  // done: reports a failure now
+  std::size_t p = 0;
+  try {
+    for (; p < s.reads.size(); ++p) {
+      const offload::AioHandle read = s.reads[p];
+      if (on_demand) {
+        io.wait(read);  // throws the read's error, naming the extent
+      } else if (on_stream || !io.poll(read)) {
+        // Fetched ahead: the H2D waits for the part on the stream itself (a host flag the read
+        // watcher raises when the part completes), so the copy follows the read without the
+        // trainer thread coming back and without a host function on the stream. A failed read
+        // still raises the flag; its error is thrown at the next acquire or at end_step().
+        // After an earlier failure the watcher skips `run` but still runs `finally`: it waits for
+        // the part quietly there, so the flag never rises before the part's bytes have landed.
+        on_stream = true;
+        const std::uint32_t value = s.first_flag + static_cast<std::uint32_t>(p) + 1;
+        in.wait_host(*st.read_done, value);
+        read_watcher_.post([&io, read] { io.wait(read); },
+                           [&io, read, flag = st.read_done.get(), value] {
+                             try {
+                               io.wait(read);
+                             } catch (const std::exception&) {
+                             }
+                             flag->signal(value);
+                           });
+      } else {
+        io.wait(read);  // done: reports a failure now
+      }
+      const std::size_t begin = p * part_bytes, end = std::min(shard, begin + part_bytes);
+      if (begin < end) in.copy_async(slice + begin, st.buffer.data() + begin, end - begin);
     }
-    const std::size_t begin = p * part_bytes, end = std::min(shard, begin + part_bytes);
-    if (begin < end) in.copy_async(slice + begin, st.buffer.data() + begin, end - begin);
+  } catch (...) {
+    // A part failed (waited on demand): the parts still in flight finish before the staging
+    // buffer is free again, and the copies enqueued so far are fenced by `done` (the caller
+    // frees the device buffer after them). The module can be read again.
+    for (std::size_t q = p + 1; q < s.reads.size(); ++q) {
+      try {
+        io.wait(s.reads[q]);
+      } catch (const std::exception&) {
+      }
+    }
+    st.done->record(in);
+    st.busy = false;
+    s.staging = -1;
+    s.reads.clear();
+    s.fetch = FetchState::idle;
+    throw;
   }
   store_.transfers().add_h2d(shard);
   st.done->record(in);
@@ -273,7 +301,14 @@ bool ParamFetcher::gather(int module, bool on_demand) {
     if (gate_ != nullptr) in.wait(gate_->updated(module));
     param.copy_to_device(0, param.numel(), slice, in);
   } else {
-    copy_staged(module, slice, in, on_demand);
+    try {
+      copy_staged(module, slice, in, on_demand);
+    } catch (...) {
+      // Copies of the parts before the failed one may still be enqueued: the memory goes back
+      // after them.
+      pools_[mp.size_class]->free_after(std::move(buffer), in);
+      throw;
+    }
   }
   if (shards_ > 1) {
     // The all-gather waits for this shard's copy, on whichever stream made it.

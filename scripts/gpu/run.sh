@@ -19,7 +19,7 @@
 # deepspeed/), or one holding package.sh's pkg.tar.gz of them, unpacked to /tmp/strata-gpu-pkg.
 # tests/tools/check_gpu_run.py runs this script on stand-in binaries.
 # STAGES: which stages, in this order (default: issue 27's order, "cuda_tests sanitizer gpt
-# xl_trace xl_step small_step infer machine": what does not fit the budget is skipped and said so;
+# xl_trace xl_step small_step infer machine moe": what does not fit the budget is skipped and said so;
 # a later lease names the stages still open). Each stage's (minimum, cap) in seconds is in
 # `stage_limits` below. Nothing a stage starts sees $PKG/lib on LD_LIBRARY_PATH (python3 would
 # load Debian's libstdc++ from it): strata's binaries find their libraries by their rpath.
@@ -36,6 +36,10 @@
 #   checksum     bench checksum on this machine's disk (issue 19)
 #   machine      bench machine --device cuda and compare --device cuda against it (issue 18)
 #   infer        bench infer, LLaMA-7B shape, resident and streamed from pinned memory (issue 17)
+#   moe          bench infer, Qwen3-30B-A3B shape, bf16, 16 GiB of device memory, experts in pinned
+#                memory, batch 1: only the routed experts fetched (no expert cache) against every
+#                expert fetched (--moe-fetch all: the dense-streaming baseline), then routed with
+#                the default cache at batch 1 and 16 (issue 32)
 #   gpt          bench gpt --profile, GPT-2 124M at B 8 x T 1024 bf16, and bench attention
 #                (training shape, and decoding at B 8 x past 1024 and B 1 x past 4096)
 #   sanitizer    the flash attention tests and the decoding attention test on their reduced case
@@ -58,7 +62,7 @@ fi
 export PKG
 export STRATA=$PKG/bin/strata
 budget=${BUDGET_S:-540}
-stages=${STAGES:-cuda_tests sanitizer gpt xl_trace xl_step small_step infer machine}
+stages=${STAGES:-cuda_tests sanitizer gpt xl_trace xl_step small_step infer machine moe}
 reserve=15  # kept for the last packing of the logs
 mkdir -p "$out"
 LOGS=$(mktemp -d /tmp/strata-gpu-logs.XXXXXX)
@@ -106,6 +110,7 @@ stage_limits() {
     checksum) echo "60 120" ;;
     machine) echo "60 200" ;;
     infer) echo "120 300" ;;
+    moe) echo "150 360" ;;
     gpt) echo "60 150" ;;
     sanitizer) echo "30 120" ;;
     other_tests) echo "30 200" ;;
@@ -211,6 +216,17 @@ stage_infer() {
     --python "$(command -v python3)" --json >>"$j" 2>>"$t"
 }
 
+stage_moe() {
+  local j=$LOGS/moe.jsonl t=$LOGS/moe.txt fetch
+  local model=(--device cuda --device-memory 16GiB --preset qwen3-30b-a3b --dtype bf16 --placements cpu
+    --prompt-len 64 --steps 6)
+  for fetch in routed all; do
+    "$STRATA" bench infer "${model[@]}" --batches 1 --moe-expert-cache-mb 0 --moe-fetch "$fetch" \
+      --json >>"$j" 2>>"$t" || return 1
+  done
+  "$STRATA" bench infer "${model[@]}" --batches 1,16 --json >>"$j" 2>>"$t"
+}
+
 stage_gpt() {
   "$STRATA" bench gpt --preset gpt2 --batch 8 --seq-len 1024 --dtype bf16 --device cuda \
     --python "$(command -v python3)" --profile --json >"$LOGS/gpt.jsonl" 2>"$LOGS/gpt.txt" || return 1
@@ -282,7 +298,7 @@ PY
 }
 
 export -f stage_cuda_tests xl_config stage_xl_trace bench_step stage_xl_step stage_small_step stage_checksum \
-  stage_machine stage_infer stage_gpt stage_sanitizer stage_other_tests
+  stage_machine stage_infer stage_moe stage_gpt stage_sanitizer stage_other_tests
 
 # NCCL (the toolkit's or PyTorch's wheels'): its folder on the loader's path when the loader
 # does not find it by itself. The carried libraries are found by the binaries' rpath

@@ -60,6 +60,7 @@ struct Options {
   std::uint64_t expert_cache_bytes = 0;
   bool lookahead = false;       // models::ModelOptions::moe_lookahead
   std::int64_t host_rows = 0;   // models::ModelOptions::moe_cpu_expert_rows
+  bool every_expert = false;    // models::ModelOptions::moe_fetch_every_expert
 };
 
 struct Decoded {
@@ -104,6 +105,7 @@ Decoded decode(runtime::config::OffloadDevice params, const std::string& nvme, s
   models::ModelOptions options;
   options.moe_lookahead = o.lookahead;
   options.moe_cpu_expert_rows = o.host_rows;
+  options.moe_fetch_every_expert = o.every_expert;
   auto model = spec.make_model(options, *device, *compute, engine);
   Decoded r;
   r.resident = engine.resident_modules();
@@ -204,6 +206,24 @@ TEST(MoeStreaming, ExpertsStreamedOnlyWhenRoutedGenerateTheResidentTokens) {
     }
     EXPECT_GT(guessed.unused_fetches, 0u) << "no guess was wrong: the test shows nothing";
     for (std::uint64_t u : streamed.step_unused) EXPECT_EQ(u, 0u) << "fetched and unused without the lookahead";
+  }
+}
+
+// --moe-fetch all (the dense-streaming baseline): every decoding step after the first moves every
+// streamed expert, within 1.05 x, none of it unused, and the tokens are the resident model's.
+// Without it the same steps move at most half of that (the test above).
+TEST(MoeStreaming, FetchingEveryExpertMovesThemAllForTheSameTokens) {
+  TempDir dir;
+  const Decoded resident = decode(runtime::config::OffloadDevice::kNone, "", 64 * kMiB);
+  for (auto params : {runtime::config::OffloadDevice::kCpu, runtime::config::OffloadDevice::kNvme}) {
+    SCOPED_TRACE(params == runtime::config::OffloadDevice::kCpu ? "cpu" : "nvme");
+    const Decoded every = decode(params, dir.path(), 3 * kMiB / 2, {.every_expert = true});
+    EXPECT_EQ(every.ids, resident.ids);
+    for (std::size_t t = 1; t < every.step_h2d.size(); ++t) {
+      EXPECT_GE(static_cast<double>(every.step_h2d[t]), 0.95 * static_cast<double>(every.all_experts)) << "step " << t;
+      EXPECT_LE(static_cast<double>(every.step_h2d[t]), 1.05 * static_cast<double>(every.all_experts)) << "step " << t;
+      EXPECT_EQ(every.step_unused[t], 0u) << "step " << t;
+    }
   }
 }
 

@@ -158,6 +158,7 @@ struct InferBenchOptions {
   std::string quantize;                // int8 | int4: the streamed cells' weights (group 128)
   std::int64_t moe_expert_cache_mb = -1;  // a mixture's expert cache (infer/server.h; -1 auto, 0 none)
   std::string moe_prefetch = "off";       // on | off: the experts' lookahead (models::ModelOptions)
+  std::string moe_fetch = "routed";       // routed | all: every expert fetched (models::ModelOptions)
   std::string moe_cpu_experts = "off";    // off | on | auto: experts on the host (infer/server.h)
   std::string profile_path;               // the machine profile auto reads
   bool peers = false;                  // the cpu cells also run transformers + Accelerate (infer_peers.py)

@@ -3,8 +3,8 @@
 // what does not fit the device budget streamed from pinned host memory / NVMe) and batch size,
 // against the bound of the bytes it streams: a decoding step cannot beat the time its host ->
 // device bytes take at the pinned H2D rate, nor its NVMe bytes at the disk's read rate, both
-// measured in the same run (the disk's as one sequential read of the cell's own NVMe data right
-// before and right after each nvme cell). vs_bound = tokens/s / (batch / that time). The bytes are those the
+// measured in the same run (the disk's as one sequential read of the cell's own NVMe data, up to
+// 4 GiB of it, right before and right after each nvme cell). vs_bound = tokens/s / (batch / that time). The bytes are those the
 // step needs: a mixture's lookahead (--moe-prefetch on) fetches guesses the router may not
 // confirm, reported apart (unused_*_bytes_per_step) and left out of the bound.
 #include <algorithm>
@@ -63,7 +63,8 @@ struct Cell {
 };
 
 
-// The largest regular file under `dir` (the NVMe tier's swap.bin in its per-run folder).
+// The largest regular file under `dir` (the NVMe tier's swap.bin in its per-run folder); empty
+// when every file is empty (a model the device holds whole leaves nothing on the disk).
 std::string largest_file_under(const std::string& dir) {
   std::string best;
   std::uintmax_t best_size = 0;
@@ -73,7 +74,6 @@ std::string largest_file_under(const std::string& dir) {
       best_size = entry.file_size();
     }
   }
-  if (best.empty()) throw Error("no NVMe data file under " + dir + " to measure the disk's read rate on");
   return best;
 }
 
@@ -238,6 +238,7 @@ void bench_infer(const InferBenchOptions& o) {
         setup.seed = 1;
         setup.expert_cache_mb = o.moe_expert_cache_mb;
         setup.moe_lookahead = o.moe_prefetch == "on";
+        setup.moe_fetch_every_expert = o.moe_fetch == "all";
         setup.moe_cpu_experts = o.moe_cpu_experts;
         setup.profile_path = o.profile_path;
         infer::Server server(std::move(setup), /*verbose=*/false);
@@ -247,10 +248,12 @@ void bench_infer(const InferBenchOptions& o) {
         if (device_name.empty()) device_name = server.device().name();
         cell.modules = server.engine().module_count();
         if (h2d_gbps == 0) h2d_gbps = h2d_rate(server) / 1e9;
-        // One sequential read of the cell's own NVMe data (the tier's swap file, all of it), with
-        // the cell's I/O options: the disk's rate for the bytes the steps read.
+        // One sequential read of the cell's own NVMe data (the tier's swap file, its first 4 GiB),
+        // with the cell's I/O options: the disk's rate for the bytes the steps read. 0 when
+        // nothing is on the disk (every module resident).
         auto disk_limit = [&] {
-          return measure_file_read_rate(run_aio_options(config, *spec), largest_file_under(nvme_path), ~std::uint64_t{0});
+          const std::string data = largest_file_under(nvme_path);
+          return data.empty() ? 0.0 : measure_file_read_rate(run_aio_options(config, *spec), data, 4 * kGiB);
         };
         // B random prompts, a prefill, one untimed step (the first along a recorded trace), then
         // the timed steps (greedy).
@@ -401,6 +404,7 @@ void bench_infer(const InferBenchOptions& o) {
         j["expert_host_share"] = c.expert_host_share;
         j["moe_expert_cache_mb"] = o.moe_expert_cache_mb;
         j["moe_prefetch"] = o.moe_prefetch;
+        j["moe_fetch"] = o.moe_fetch;
         j["moe_cpu_experts"] = o.moe_cpu_experts;
       }
       j["modules"] = c.modules;

@@ -106,6 +106,30 @@ TEST(HostFlag, StreamWorkWaitsUntilTheHostRaisesIt) {
   EXPECT_EQ(ran.load(), 2);
 }
 
+// The counter wraps past 2^32 (a long-running server's NVMe read parts) in serial-number order, as
+// cuStreamWaitValue32's GEQ compares: a value just past the wrap is above one just before it.
+TEST(HostFlag, TheCounterWrapsInSerialNumberOrder) {
+  auto device = host_device();
+  auto stream = device->create_stream("h2d");
+  auto flag = device->create_host_flag();
+  constexpr std::uint32_t kNearTheTop = 0xFFFF'FFF0u;
+  flag->signal(0x7FFF'FFF0u);  // a counter climbs less than 2^31 at a time
+  flag->signal(kNearTheTop);
+  EXPECT_EQ(flag->value(), kNearTheTop);
+  std::atomic<int> ran{0};
+  stream->wait_host(*flag, 3);  // past the wrap: not reached by kNearTheTop
+  stream->host_task([&] { ran = 1; });
+  std::this_thread::sleep_for(50ms);  // time to run if it wrongly could; not a threshold
+  EXPECT_EQ(ran.load(), 0) << "0xFFFFFFF0 counted as reaching 3";
+  std::thread raiser([&] { flag->signal(3); });
+  stream->synchronize();
+  raiser.join();
+  EXPECT_EQ(ran.load(), 1);
+  EXPECT_EQ(flag->value(), 3u);
+  flag->signal(kNearTheTop);  // behind 3 in serial order: the counter does not go back
+  EXPECT_EQ(flag->value(), 3u);
+}
+
 TEST(HostStream, WaitOrdersAcrossStreams) {
   auto device = host_device();
   auto producer = device->create_stream("producer");
