@@ -134,18 +134,18 @@ int ParamFetcher::free_staging() const {
 // Note [Reads in parts]
 // ~~~~~~~~~~~~~~~~~~~~~
 // A staged shard is read in parts, each its own engine read of whole aio.block_size blocks (the
-// swap's unit; at most kMaxReadParts parts), and each part's H2D waits for that part alone. The copy of the
-// first parts then runs while the rest is read, and once the last byte has arrived only the last
-// part is left to copy, not the whole shard: the copy leaves the critical path of a module
-// needed as soon as it is read (a mixture's expert at batch 1: its layer's router ran just
+// swap's unit; at most kMaxReadParts parts), and each part's H2D waits for that part alone. The
+// copy of the first parts then runs while the rest is read, and once the last byte has arrived
+// only the last part is left to copy, not the whole shard: the copy leaves the critical path of
+// a module needed as soon as it is read (a mixture's expert at batch 1: its layer's router ran just
 // before). That needs a disk that completes a queue's requests in the order they were read, as
 // an NVMe drive does; the dev VM's virtio disk completes a layer's queued parts together (one
 // 4.8 ms wait, then all of them within 0.1 ms: `strata infer --trace`, qwen3-moe-bytes from NVMe,
 // batch 1), so there the copies still follow the whole read and nothing was gained; the GPU
-// machine's NVMe is where it is to be measured. A part that is
-// not read yet when its module is gathered ahead makes its copy (and the later parts') wait on
-// the stream for the staging buffer's HostFlag raised to that part's value (Staging::reads counts
-// parts); the read watcher raises it, part after part.
+// machine's NVMe is where it is to be measured. A part that is not read yet when its module is
+// gathered ahead makes its copy (and the later parts') wait on the stream for the staging
+// buffer's HostFlag raised to that part's value (Staging::reads counts parts); the read watcher
+// raises it, part after part.
 namespace {
 constexpr std::size_t kMaxReadParts = 16;
 }  // namespace
@@ -200,6 +200,13 @@ void ParamFetcher::copy_staged(int module, char* slice, device::Stream& in, bool
   offload::AioEngine& io = param.engine();
   const std::size_t part_bytes = read_part_numel(param) * param.elem_bytes(), shard = shard_bytes(module);
   bool on_stream = false;  // a part not read yet: it and every later part wait on the stream
+  // Once every copy is enqueued (or a part failed): the staging buffer is free after them.
+  auto let_go_of_staging = [&] {
+    st.done->record(in);
+    st.busy = false;
+    s.staging = -1;
+    s.reads.clear();
+  };
   std::size_t p = 0;
   try {
     for (; p < s.reads.size(); ++p) {
@@ -240,18 +247,12 @@ void ParamFetcher::copy_staged(int module, char* slice, device::Stream& in, bool
       } catch (const std::exception&) {
       }
     }
-    st.done->record(in);
-    st.busy = false;
-    s.staging = -1;
-    s.reads.clear();
+    let_go_of_staging();
     s.fetch = FetchState::idle;
     throw;
   }
   store_.transfers().add_h2d(shard);
-  st.done->record(in);
-  st.busy = false;
-  s.staging = -1;
-  s.reads.clear();
+  let_go_of_staging();
 }
 
 // On demand with every staging buffer taken by reads fetched ahead (along the trace, or hinted:
