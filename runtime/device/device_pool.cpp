@@ -1,17 +1,20 @@
 #include "runtime/device/device_pool.h"
 
+#include <cstddef>
 #include <utility>
+#include <vector>
 
 namespace strata::runtime::device {
 
-DevicePool::DevicePool(Device& device, std::uint64_t region_bytes, const std::string& name)
-    : device_(device) {
+DevicePool::DevicePool(Device& device, std::uint64_t region_bytes, const std::string& name, Reuse reuse)
+    : device_(device), reuse_(reuse) {
   region_ = device.allocate(region_bytes, name);
   arena_ = std::make_unique<Arena>(region_.data(), region_.bytes(), name);
 }
 
 DevicePool::~DevicePool() {
   for (Pending& p : pending_) p.done->synchronize();
+  for (Fence& f : fences_) f.done->synchronize();
 }
 
 std::unique_ptr<Event> DevicePool::take_event() {
@@ -22,6 +25,15 @@ std::unique_ptr<Event> DevicePool::take_event() {
 }
 
 void DevicePool::collect_completed() {
+  // Fences hold no bytes: dropping the completed ones changes nothing but later waits.
+  for (std::size_t i = 0; i < fences_.size();) {
+    if (fences_[i].done->query()) {
+      spare_events_.push_back(std::move(fences_[i].done));
+      fences_.erase(fences_.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {
+      ++i;
+    }
+  }
   // Buffers complete in any order across streams; free every one that has.
   for (auto it = pending_.begin(); it != pending_.end();) {
     if (it->done->query()) {
@@ -34,20 +46,41 @@ void DevicePool::collect_completed() {
   }
 }
 
+// Waits for the work still using any of the buffer's bytes (Note [Placement in issue order]).
+void DevicePool::wait_for_fences(const DeviceBuffer& buffer) {
+  const char* begin = static_cast<const char*>(buffer.data());
+  const char* end = begin + buffer.bytes();
+  for (std::size_t i = 0; i < fences_.size();) {
+    Fence& f = fences_[i];
+    if (f.end <= begin || end <= f.begin) {
+      ++i;
+      continue;
+    }
+    f.done->synchronize();  // rethrows a failure of its stream, the fence kept
+    spare_events_.push_back(std::move(f.done));
+    fences_.erase(fences_.begin() + static_cast<std::ptrdiff_t>(i));
+  }
+}
+
 DeviceBuffer DevicePool::try_allocate(std::size_t bytes, std::string_view what) {
   collect_completed();
+  DeviceBuffer buffer;
   try {
-    return arena_->allocate(bytes, what);
+    buffer = arena_->allocate(bytes, what);
   } catch (const OutOfMemory&) {
     return {};
   }
+  wait_for_fences(buffer);
+  return buffer;
 }
 
 DeviceBuffer DevicePool::allocate(std::size_t bytes, std::string_view what) {
   collect_completed();
   for (;;) {
     try {
-      return arena_->allocate(bytes, what);
+      DeviceBuffer buffer = arena_->allocate(bytes, what);
+      wait_for_fences(buffer);
+      return buffer;
     } catch (const OutOfMemory&) {
       if (pending_.empty()) throw;
     }
@@ -58,9 +91,15 @@ DeviceBuffer DevicePool::allocate(std::size_t bytes, std::string_view what) {
 
 void DevicePool::free_after(DeviceBuffer buffer, Stream& stream) {
   if (buffer.empty()) return;
-  Pending p{std::move(buffer), take_event()};
-  p.done->record(stream);
-  pending_.push_back(std::move(p));
+  std::unique_ptr<Event> done = take_event();
+  done->record(stream);
+  if (reuse_ == Reuse::in_issue_order) {
+    const char* begin = static_cast<const char*>(buffer.data());
+    fences_.push_back({begin, begin + buffer.bytes(), std::move(done)});
+    buffer.reset();  // back to the arena now; the next user of its bytes waits for the fence
+    return;
+  }
+  pending_.push_back({std::move(buffer), std::move(done)});
 }
 
 bool DevicePool::wait_one() {
@@ -74,6 +113,11 @@ bool DevicePool::wait_one() {
 
 void DevicePool::drain() {
   while (wait_one()) {
+  }
+  while (!fences_.empty()) {
+    fences_.back().done->synchronize();
+    spare_events_.push_back(std::move(fences_.back().done));
+    fences_.pop_back();
   }
 }
 

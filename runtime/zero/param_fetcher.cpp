@@ -41,13 +41,15 @@ ParamFetcher::ParamFetcher(const config::Config& config, tiers::TierStore& store
       comm_(comm),
       gate_(gate),
       dtype_(store.dtype()),
-      shards_(store.plan().shards) {
+      shards_(store.plan().shards),
+      in_program_order_(comm.world() > 1) {
   const config::ZeroConfig& z = config.zero_optimization;
   prefetch_bucket_ = config::value_or_default(z, &config::ZeroConfig::stage3_prefetch_bucket_size);
   max_live_ = z.stage3_max_live_parameters;
   max_reuse_distance_ = z.stage3_max_reuse_distance;
   read_part_bytes_ = config.aio.block_size;
   modules_.resize(static_cast<std::size_t>(store.module_count()));
+  waited_updates_.assign(modules_.size(), 0);
   // A routed module's layer: the last module before it that is not routed (its block).
   layer_of_.assign(modules_.size(), 0);
   layer_cache_bytes_.assign(modules_.size(), 0);
@@ -108,9 +110,11 @@ void ParamFetcher::make_pools(std::uint64_t activation_bytes) {
   // each can use: room to fetch ahead and to keep modules for reuse (tiers::transient_pools, which
   // strata estimate calls too).
   const tiers::TransientPools sizes = tiers::transient_pools(plan, avail);
+  const auto reuse = in_program_order_ ? device::DevicePool::Reuse::in_issue_order : device::DevicePool::Reuse::when_done;
   for (int c = 0; c < 2; ++c) {
-    pools_[c] = std::make_unique<device::DevicePool>(device_, sizes.bytes[c], c == 0 ? "transient buffers (large modules)"
-                                                                              : "transient buffers (small modules)");
+    pools_[c] = std::make_unique<device::DevicePool>(
+        device_, sizes.bytes[c], c == 0 ? "transient buffers (large modules)" : "transient buffers (small modules)",
+        reuse);
   }
 }
 
@@ -333,6 +337,18 @@ bool ParamFetcher::gather(int module, bool on_demand) {
   return true;
 }
 
+// Note [Fetch decisions in program order]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A module gathered ahead issues its all-gather then, before the collectives issued later (a
+// reduce-scatter in the backward, a resident module's gather): every rank must decide the same
+// (Note [Collective order] in runtime/comm/sequencer.h). Two inputs of those decisions were
+// timing: whether the pool had room (which buffers' work had completed) and whether a module's
+// update had finished (the optimizer worker's progress). With several ranks the pools place in
+// issue order (Note [Placement in issue order] in runtime/device/device_pool.h) and an update
+// counts as finished once this thread has waited for it (update_pending: posted_count against
+// waited_updates_), both functions of the calls made. The forward's gathers then run ahead of
+// the optimizer only as far as the updates waited for (the next module's, after each release);
+// one rank keeps the timing, which only decides how far ahead it fetches.
 void ParamFetcher::prefetch(bool may_wait) {
   start_wanted_reads();
   if (!trace_.following()) return;

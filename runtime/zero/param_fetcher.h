@@ -182,9 +182,17 @@ class ParamFetcher {
   void cache_insert(int module);      // a released routed module joins the expert cache
   void cache_remove(int module);      // it leaves (acquired again, or dropped)
   bool evict_cached(int size_class);  // drops the least recently used cached module; -1: any class
-  bool update_pending(int module) const { return gate_ != nullptr && gate_->pending(module); }
+  // Whether module m's posted update may not have finished. With one rank: not finished now.
+  // With several, not waited for yet (Note [Fetch decisions in program order]).
+  bool update_pending(int module) const {
+    if (gate_ == nullptr) return false;
+    if (!in_program_order_) return gate_->pending(module);
+    return gate_->posted_count(module) != waited_updates_[static_cast<std::size_t>(module)];
+  }
   void wait_update(int module) {
-    if (gate_ != nullptr) gate_->wait(module);
+    if (gate_ == nullptr) return;
+    gate_->wait(module);
+    waited_updates_[static_cast<std::size_t>(module)] = gate_->posted_count(module);
   }
   void count_all_gather(std::size_t full_bytes);
 
@@ -196,6 +204,10 @@ class ParamFetcher {
   UpdateGate* gate_;
   DType dtype_;
   int shards_ = 1;
+  // Several ranks: every decision that issues a collective follows from the calls made, never
+  // from timing (Note [Fetch decisions in program order]).
+  bool in_program_order_ = false;
+  std::vector<std::uint64_t> waited_updates_;  // per module: posted_count when last waited for
   std::vector<int> layer_of_;      // a routed module's block (its layer), for the cache's policy
   std::vector<std::uint64_t> layer_cache_bytes_;  // cached bytes per layer (by its block's index)
   std::vector<int> cached_;        // the modules in the expert cache

@@ -39,6 +39,11 @@ class UpdateGate {
     std::lock_guard lock(mutex_);
     return done_[index(module)] != posted_[index(module)];
   }
+  // Updates posted for the module so far: the trainer posts them, in its program order.
+  std::uint64_t posted_count(int module) const {
+    std::lock_guard lock(mutex_);
+    return posted_[index(module)];
+  }
   // Until module m's posted updates have finished; rethrows an update's failure.
   void wait(int module) {
     {

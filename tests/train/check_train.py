@@ -33,6 +33,10 @@ every run in its own folder of the case's temp dir):
       order), stages 1, 2 and 3 (3 with parameters and optimizer in pinned host memory), within
       1e-5; W ranks x 2 micro-batches against 1 rank x 2W; and with W ranks, the states in
       device / pinned host / NVMe give the same bits.
+  issue_order_2 (label mpi)
+      2 ranks, ZeRO-3 within 8 MiB of device memory, a quarter of the optimizer on the device, no
+      clipping, run 6 times: every run ends (each rank issued the same collectives in the same
+      order: Note [Fetch decisions in program order]) with the same bits.
   memory
       Model states >= 10x the device budget (8 MiB) train at stage 3 with the parameters in
       pinned host memory and the optimizer on NVMe: finite, decreasing losses, and the device's
@@ -101,7 +105,7 @@ from cases_llama import case_llama_model_folder, case_llama_placement, case_llam
 from cases_outputs import case_speculation_metrics, case_trace_config
 from cases_placement import (case_determinism, case_placement_bf16, case_placement_bf16_accum,
                              case_placement_fp16, case_placement_stage, case_stages)
-from cases_ranks import case_ranks
+from cases_ranks import case_issue_order, case_ranks
 from train_util import run_cases
 
 CASES = {
@@ -114,6 +118,7 @@ CASES = {
     "stages": case_stages,
     "ranks_2": case_ranks(2),
     "ranks_3": case_ranks(3),
+    "issue_order_2": case_issue_order(2),
     "memory": case_memory,
     "memory_minimum": case_memory_minimum,
     "bad_inputs": case_bad_inputs,

@@ -152,10 +152,17 @@ class Run:
         r = self.result
         if r.returncode != 0:
             raise Failure(f"{self.name}: exited {r.returncode}, expected 0\n  command: "
-                          f"{' '.join(self.cmd)}\n  config: {open(self.config_path).read()}\n"
+                          f"{' '.join(self.cmd)}\n  config: {self.config_text()}\n"
                           f"--- stderr (tail)\n{tail(r.stderr)}")
         check(os.path.exists(self.save), f"{self.name}: exit 0 but no --save file {self.save}")
         return self
+
+    def config_text(self):
+        """The config file's text, or what --config named when that is no file (--config auto)."""
+        if not os.path.isfile(self.config_path):
+            return repr(self.config_path)
+        with open(self.config_path) as f:
+            return f.read()
 
     def plan_lines(self):
         """The plan's "of which" lines, as (tier, what): e.g. ("nvme", "parameter shards")."""

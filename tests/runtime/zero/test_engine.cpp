@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -223,6 +224,51 @@ TEST(DevicePool, ABufferReturnsOnlyAfterItsStreamsWork) {
   device::DeviceBuffer b = pool.allocate(1536 * kKiB, "b");  // waits for the stream, then reuses
   EXPECT_FALSE(b.empty());
   EXPECT_THROW(pool.allocate(1536 * kKiB, "c"), device::OutOfMemory);
+}
+
+// Note [Placement in issue order]: with Reuse::in_issue_order a buffer handed back lands the
+// next allocation at the same place whether its work has completed or not (a function of the
+// calls alone), and that allocation returns only once the work on those bytes has completed.
+// Bytes no work uses are handed out without waiting.
+TEST(DevicePool, InIssueOrderPlacesWhateverTheTimingAndWaitsForTheBytesItReuses) {
+  device::DeviceOptions o;
+  o.kind = "host";
+  o.memory_bytes = 4 * kMiB;
+  std::unique_ptr<device::Device> device = device::Device::create(o);
+  std::unique_ptr<device::Stream> s = device->create_stream("s");
+  std::vector<std::uintptr_t> placed;  // of b, with a's work done and still running
+  for (bool still_running : {false, true}) {
+    device::DevicePool pool(*device, 2 * kMiB, "test region", device::DevicePool::Reuse::in_issue_order);
+    device::DeviceBuffer a = pool.allocate(1024 * kKiB, "a");
+    device::DeviceBuffer keep = pool.allocate(256 * kKiB, "keep");
+    const auto a_at = reinterpret_cast<std::uintptr_t>(a.data());
+    std::atomic<bool> release{!still_running}, finished{false};
+    s->host_task([&] {
+      while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      std::this_thread::sleep_for(std::chrono::milliseconds(still_running ? 20 : 0));
+      finished = true;
+    });
+    pool.free_after(std::move(a), *s);
+    EXPECT_FALSE(pool.wait_one()) << "no pending buffer holds bytes in issue order";
+    // 256 KiB fit the free tail (768 KiB) best: no work there, no wait.
+    device::DeviceBuffer small = pool.try_allocate(256 * kKiB, "small");
+    ASSERT_FALSE(small.empty());
+    if (still_running) {
+      EXPECT_FALSE(finished.load()) << "an allocation of unused bytes waited";
+    }
+    std::thread releaser([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      release = true;
+    });
+    device::DeviceBuffer b = pool.try_allocate(1024 * kKiB, "b");  // only a's bytes hold it
+    ASSERT_FALSE(b.empty()) << "still_running " << still_running;
+    EXPECT_TRUE(finished.load()) << "b was handed out before the work on a's bytes completed";
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(b.data()), a_at);
+    placed.push_back(reinterpret_cast<std::uintptr_t>(b.data()) - reinterpret_cast<std::uintptr_t>(keep.data()));
+    releaser.join();
+    EXPECT_TRUE(pool.try_allocate(1024 * kKiB, "c").empty());  // full: no room, and no wait for any
+  }
+  EXPECT_EQ(placed[0], placed[1]);
 }
 
 // Note [Speculative updates]: with clipping, pinned-tier modules update as their gradients land
