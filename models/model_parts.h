@@ -62,6 +62,8 @@ class ModuleAccess {
   runtime::params::ModuleView resident_view(int module);
   // Host memory the host may compute on (ParamProvider::acquire_host), or null.
   const void* acquire_host(int module) { return params_.acquire_host(module); }
+  // ParamProvider::picked_on_any_rank.
+  void picked_on_any_rank(std::vector<std::uint8_t>& picked) { params_.picked_on_any_rank(picked); }
 
  private:
   const ModelLayout& layout_;

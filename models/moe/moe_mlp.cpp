@@ -104,18 +104,23 @@ void MoeMlp::route_and_compute(Stream& s, ModuleAccess& modules, const ModelLayo
   // side by side), before the first runs.
   host_experts_.clear();
   on_host_.assign(static_cast<std::size_t>(E), 0);
-  bool all_resident = true;  // every routed expert on the device for good: one grouped matmul
+  // The experts this pass fetches, in expert order: the routed ones, and with several ranks
+  // sharding the parameters those routed on another rank too (Note [Experts on every rank]).
+  a.fetched.assign(static_cast<std::size_t>(E), 0);
+  for (std::size_t e = 0; e < a.fetched.size(); ++e) a.fetched[e] = a.host_offsets[e + 1] > a.host_offsets[e] ? 1 : 0;
+  modules.picked_on_any_rank(a.fetched);
+  bool all_resident = true;  // every fetched expert on the device for good: one grouped matmul
   std::vector<int> device_experts;
   std::vector<int> unpicked;  // --moe-fetch all: fetched beside the routed experts, never computed
   for (int e = 0; e < E; ++e) {
     const std::int64_t count =
         a.host_offsets[static_cast<std::size_t>(e) + 1] - a.host_offsets[static_cast<std::size_t>(e)];
-    if (count == 0) {
+    if (count == 0 && a.fetched[static_cast<std::size_t>(e)] == 0) {
       if (fetch_every_expert_) unpicked.push_back(layout.expert_module(layer, e));
       continue;
     }
     const int m = layout.expert_module(layer, e);
-    const void* host = count <= host_expert_rows_ ? modules.acquire_host(m) : nullptr;
+    const void* host = count > 0 && count <= host_expert_rows_ ? modules.acquire_host(m) : nullptr;
     if (host != nullptr) {
       host_experts_.push_back({e, host});
       on_host_[static_cast<std::size_t>(e)] = 1;
@@ -150,10 +155,14 @@ void MoeMlp::route_and_compute(Stream& s, ModuleAccess& modules, const ModelLayo
   for (int e = 0; e < E; ++e) {
     const std::int64_t first = a.host_offsets[static_cast<std::size_t>(e)];
     const std::int64_t count = a.host_offsets[static_cast<std::size_t>(e) + 1] - first;
-    if (count == 0 || on_host_[static_cast<std::size_t>(e)] != 0) continue;
+    if (a.fetched[static_cast<std::size_t>(e)] == 0 || on_host_[static_cast<std::size_t>(e)] != 0) continue;
     const int m = layout.expert_module(layer, e);
     const ModuleLayout& ml = layout.modules[static_cast<std::size_t>(m)];
     const ModuleView w = modules.acquire(m);
+    if (count == 0) {  // routed on another rank only: fetched in its turn, nothing to compute
+      modules.release(m);
+      continue;
+    }
     void* gu = rows(a.gu, first, 2 * uF, dt);
     void* h = rows(a.h, first, uF, dt);
     ops::matmul_fwd(s, gu, rows(a.xs, first, uC, dt), tensor_at(w, ml.tensors[kExpertGateUp]), nullptr, count, C,
@@ -183,13 +192,14 @@ void MoeMlp::compute_grouped(Stream& s, ModuleAccess& modules, const ModelLayout
   std::vector<int> held;
   for (int e = 0; e < E; ++e) {
     const auto u = static_cast<std::size_t>(e);
-    if (a.host_offsets[u + 1] == a.host_offsets[u]) continue;
+    if (a.fetched[u] == 0) continue;
     const int m = layout.expert_module(layer, e);
     const ModuleLayout& ml = layout.modules[static_cast<std::size_t>(m)];
     const ModuleView w = modules.acquire(m);
+    held.push_back(m);
+    if (a.host_offsets[u + 1] == a.host_offsets[u]) continue;  // fetched for another rank's rows
     gate_up[u] = tensor_at(w, ml.tensors[kExpertGateUp]);
     down[u] = tensor_at(w, ml.tensors[kExpertDown]);
-    held.push_back(m);
   }
   const std::int64_t rows = a.host_offsets[static_cast<std::size_t>(E)];
   ops::matmul_grouped_fwd(s, a.gu, a.xs, gate_up, a.host_offsets, C, 2 * F, dtype_);
@@ -304,6 +314,14 @@ void MoeMlp::backward(Stream& s, ModuleAccess& modules, const ModelLayout& layou
     const std::int64_t count = a.host_offsets[static_cast<std::size_t>(e) + 1] - first;
     const int m = layout.expert_module(layer, e);
     const ModuleLayout& ml = layout.modules[static_cast<std::size_t>(m)];
+    if (count == 0 && a.fetched[static_cast<std::size_t>(e)] != 0) {
+      // Another rank's rows only: the calls of a routed expert, in its turn, adding nothing.
+      modules.acquire_grads(m);
+      modules.acquire(m);
+      modules.release(m);
+      modules.grads_ready(m);
+      continue;
+    }
     if (count == 0) {
       modules.grads_none(m);  // no token: a zero gradient, without a buffer where the provider can
       continue;

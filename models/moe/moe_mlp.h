@@ -81,6 +81,9 @@ class MoeMlp {
     void* h = nullptr;                // (Nk, F)
     void* ys = nullptr;               // (Nk, C)  the experts' outputs
     std::vector<std::int32_t> host_offsets;  // (E + 1), read after the router ran
+    // (E): fetched this pass: routed here or, ranks sharding the parameters, on any rank (Note
+    // [Experts on every rank] in runtime/zero/engine.cpp); without rows here: fetched only.
+    std::vector<std::uint8_t> fetched;
     bool on_host = false;  // some experts ran on the host: gu, h of their rows never written
   };
 

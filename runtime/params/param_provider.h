@@ -15,6 +15,8 @@
 // Events passed to the provider are borrowed for the duration of the call only: a provider
 // that needs the point in the stream later makes its stream wait on it (or records its own).
 #include <cstddef>
+#include <cstdint>
+#include <vector>
 
 #include "core/dtype.h"
 #include "runtime/device/device.h"
@@ -70,6 +72,12 @@ class ParamProvider {
   // provider's life). Null by default: only a forward-only provider (the inference engine) gives
   // it, since what a model computes from it keeps no activations for a backward.
   virtual const void* acquire_host(int /*module*/) { return nullptr; }
+  // One layer's routed experts: picked[e] != 0 where this rank's tokens were routed to expert e.
+  // Ranks that shard the parameters must fetch the same modules in the same order (each fetch
+  // and each gradient is a collective): a provider with several such ranks sets picked to the
+  // union over the ranks, a collective every rank calls at the same point. One rank: unchanged
+  // (this default).
+  virtual void picked_on_any_rank(std::vector<std::uint8_t>& /*picked*/) {}
 
  protected:
   ParamProvider() = default;

@@ -137,6 +137,8 @@ class ZeroEngine final : public params::ParamProvider {
   void cancel_prefetch(int module) override;
   bool resident(int module) const override;  // the plan keeps it on the device
   params::ModuleView resident_view(int module) override;
+  // Several shards: the union over the ranks (a max all-reduce on the comm stream, waited for).
+  void picked_on_any_rank(std::vector<std::uint8_t>& picked) override;
 
   struct Parts;  // engine.cpp: the streams, the tier store and the parts below
 
@@ -165,6 +167,7 @@ class ZeroEngine final : public params::ParamProvider {
   cpu_adam::AdamHyper step_hyper_;  // of the step begun last
   std::uint64_t skipped_steps_ = 0;
   std::uint64_t io_read_base_ = 0, io_write_base_ = 0;
+  device::DeviceBuffer picks_;  // picked_on_any_rank's flags (one float per expert), at first use
   std::unique_ptr<Parts> parts_;
 };
 

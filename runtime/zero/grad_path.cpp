@@ -44,6 +44,7 @@ GradPath::GradPath(const config::Config& config, tiers::TierStore& store, device
     }
   }
   comm_done_ = device.create_event();
+  zeroed_ = device.create_event();
   host_posted_.assign(modules_.size(), 0);
   host_done_.assign(modules_.size(), 0);
 }
@@ -121,8 +122,13 @@ bool GradPath::ready(int module, const device::Event& done) {
 bool GradPath::ready_none(int module, const device::Event& done) {
   Module& s = modules_.at(static_cast<std::size_t>(module));
   if (world_ > 1 || !s.grad.empty()) {
+    // `done` was recorded before acquire's zero fill (a new buffer's, on the compute stream): the
+    // collective waits for the fill too, not for `done` alone (it reduced the bytes the buffer
+    // held before: two ranks of a mixture, each with experts no token of its own reached, gave a
+    // gradient norm that changed from run to run).
     acquire(module);
-    return ready(module, done);
+    zeroed_->record(compute_);
+    return ready(module, *zeroed_);
   }
   device::Stream& comm = *streams_.comm;
   const bool last = ++s.calls == gas_;

@@ -111,6 +111,7 @@ class GradPath {
   std::vector<Staging> staging_;   // gradient D2H, used in turn
   std::size_t staging_next_ = 0;
   std::unique_ptr<device::Event> comm_done_;
+  std::unique_ptr<device::Event> zeroed_;  // ready_none with several ranks: after the zero fill
   std::uint64_t collective_bytes_ = 0;
   // Host accumulations per module: posted (trainer) and finished (accumulator thread).
   std::mutex mutex_;

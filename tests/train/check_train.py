@@ -37,6 +37,10 @@ every run in its own folder of the case's temp dir):
       2 ranks, ZeRO-3 within 8 MiB of device memory, a quarter of the optimizer on the device, no
       clipping, run 6 times: every run ends (each rank issued the same collectives in the same
       order: Note [Fetch decisions in program order]) with the same bits.
+  moe_ranks_2 (label mpi)
+      mixtral-tiny on 2 ranks (8-token sequences: some experts routed on one rank only),
+      stages 0, 1 and 3 (3 on the device and on the CPU): every rank fetches the union of the
+      ranks' experts; within 1e-5 of one rank accumulating 2 micro-batches, CPU == device bits.
   memory
       Model states >= 10x the device budget (8 MiB) train at stage 3 with the parameters in
       pinned host memory and the optimizer on NVMe: finite, decreasing losses, and the device's
@@ -105,7 +109,7 @@ from cases_llama import case_llama_model_folder, case_llama_placement, case_llam
 from cases_outputs import case_speculation_metrics, case_trace_config
 from cases_placement import (case_determinism, case_placement_bf16, case_placement_bf16_accum,
                              case_placement_fp16, case_placement_stage, case_stages)
-from cases_ranks import case_issue_order, case_ranks
+from cases_ranks import case_issue_order, case_moe_ranks, case_ranks
 from train_util import run_cases
 
 CASES = {
@@ -119,6 +123,7 @@ CASES = {
     "ranks_2": case_ranks(2),
     "ranks_3": case_ranks(3),
     "issue_order_2": case_issue_order(2),
+    "moe_ranks_2": case_moe_ranks(2),
     "memory": case_memory,
     "memory_minimum": case_memory_minimum,
     "bad_inputs": case_bad_inputs,
