@@ -138,6 +138,14 @@ Server::Server(ServerSetup setup, bool verbose) : setup_(std::move(setup)) {
   setup_.device.tracer = tracer_.get();
   device_ = runtime::device::Device::create(setup_.device);
   comm_ = runtime::comm::create_communicator(*device_);
+  if (setup_.moe_lookahead && comm_->world() > 1) {
+    // Each rank would guess from its own tokens and fetch different experts ahead: the ranks'
+    // fetches must be the same ones (Note [Experts on every rank] in runtime/zero/expert_union.h).
+    throw Error(fmt::format("--moe-prefetch on guesses the next layer's experts from each rank's own tokens, and "
+                            "{} ranks must fetch the same experts",
+                            comm_->world()),
+                "--moe-prefetch", "leave it off (the default) with several ranks");
+  }
   compute_ = device_->create_stream("compute");
 
   models::ModelOptions options;

@@ -10,8 +10,8 @@ void add_moe_flags(CLI::App& cmd, std::int64_t& expert_cache_mb, std::string& pr
       ->check(CLI::Range(std::int64_t{-1}, std::int64_t{1} << 40));
   cmd.add_option("--moe-prefetch", prefetch,
                  "on: while a mixture of experts decodes, the next layer's router runs on the current hidden state and "
-                 "the experts it picks start streaming a layer early (a wrong guess costs bytes, never tokens); off "
-                 "(default): experts are fetched once their own router has run")
+                 "the experts it picks start streaming a layer early (a wrong guess costs bytes, never tokens; one rank "
+                 "only); off (default): experts are fetched once their own router has run")
       ->check(CLI::IsMember({"on", "off"}));
   cmd.add_option("--moe-fetch", fetch,
                  "routed (default): a mixture's layer fetches only the experts its router picked; all: every expert "

@@ -82,7 +82,7 @@ class MoeMlp {
     void* ys = nullptr;               // (Nk, C)  the experts' outputs
     std::vector<std::int32_t> host_offsets;  // (E + 1), read after the router ran
     // (E): fetched this pass: routed here or, ranks sharding the parameters, on any rank (Note
-    // [Experts on every rank] in runtime/zero/engine.cpp); without rows here: fetched only.
+    // [Experts on every rank] in runtime/zero/expert_union.h); without rows here: fetched only.
     std::vector<std::uint8_t> fetched;
     bool on_host = false;  // some experts ran on the host: gu, h of their rows never written
   };

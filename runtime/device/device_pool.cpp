@@ -56,7 +56,7 @@ void DevicePool::wait_for_fences(const DeviceBuffer& buffer) {
       ++i;
       continue;
     }
-    f.done->synchronize();  // rethrows a failure of its stream, the fence kept
+    f.done->synchronize();  // should it throw, the fence stays
     spare_events_.push_back(std::move(f.done));
     fences_.erase(fences_.begin() + static_cast<std::ptrdiff_t>(i));
   }

@@ -189,27 +189,11 @@ void ZeroEngine::cancel_prefetch(int module) { parts_->fetcher.unhint(module); }
 bool ZeroEngine::resident(int module) const { return parts_->store.module_plan(module).resident; }
 params::ModuleView ZeroEngine::resident_view(int module) { return parts_->fetcher.resident_view(module); }
 
-// Note [Experts on every rank]: with the parameters sharded, fetching a module is an all-gather
-// (or, resident, the gather of its updated shards) and every rank must issue the same ones in the
-// same order; each rank routes its own tokens, so a layer's experts are those any rank's tokens
-// were routed to, the union taken here (a max over the ranks of one flag per expert, in program
-// order with the other collectives). models/moe/moe_mlp.cpp then fetches every expert of the union
-// in expert order, computing nothing for those without local rows (their gradient is zero).
+// The union of the ranks' picks (Note [Experts on every rank] in expert_union.h).
 void ZeroEngine::picked_on_any_rank(std::vector<std::uint8_t>& picked) {
   Parts& p = *parts_;
-  if (p.store.plan().shards == 1 || picked.empty()) return;
-  const std::size_t bytes = picked.size() * sizeof(float);
-  if (picks_.bytes() < bytes) {
-    picks_ = device::DeviceBuffer();
-    picks_ = device_.allocate(bytes, "routed experts of every rank");
-  }
-  std::vector<float> flags(picked.begin(), picked.end());
-  device::Stream& comm = *p.streams.comm;
-  comm.copy_async(picks_.data(), flags.data(), bytes);
-  p.comm.all_reduce(picks_.data(), picks_.data(), picked.size(), DType::f32, comm, comm::ReduceOp::max);
-  comm.copy_async(flags.data(), picks_.data(), bytes);
-  comm.synchronize();
-  for (std::size_t e = 0; e < picked.size(); ++e) picked[e] = flags[e] != 0.0f ? 1 : 0;
+  if (p.store.plan().shards == 1) return;
+  expert_union_.unite(picked, p.comm, device_, *p.streams.comm);
 }
 
 void ZeroEngine::grads_none(int module, const device::Event& done) {

@@ -50,6 +50,7 @@
 #include "runtime/tiers/tier_store.h"
 #include "runtime/trace/trace.h"
 #include "runtime/zero/engine_setup.h"
+#include "runtime/zero/expert_union.h"
 
 namespace strata::runtime::zero {
 
@@ -167,7 +168,7 @@ class ZeroEngine final : public params::ParamProvider {
   cpu_adam::AdamHyper step_hyper_;  // of the step begun last
   std::uint64_t skipped_steps_ = 0;
   std::uint64_t io_read_base_ = 0, io_write_base_ = 0;
-  device::DeviceBuffer picks_;  // picked_on_any_rank's flags (one float per expert), at first use
+  ExpertUnion expert_union_;  // picked_on_any_rank's
   std::unique_ptr<Parts> parts_;
 };
 

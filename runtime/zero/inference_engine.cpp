@@ -74,7 +74,7 @@ struct InferenceEngine::Parts {
 
 InferenceEngine::InferenceEngine(const config::Config& config, const EngineSetup& setup, device::Device& device,
                                  device::Stream& compute, comm::Communicator& comm, trace::Tracer& /*tracer*/)
-    : config_(config), device_(device), compute_(compute) {
+    : config_(config), device_(device), compute_(compute), comm_(comm) {
   parts_ = std::make_unique<Parts>(config, setup, device, compute, comm);
   parts_->fetcher.set_expert_cache(setup.expert_cache_bytes);
   if (offload::SwapSpace* sw = parts_->store.swap()) io_read_base_ = sw->engine().stats().bytes_read;
@@ -208,6 +208,12 @@ void InferenceEngine::prefetch(int module) { parts_->fetcher.hint(module); }
 void InferenceEngine::cancel_prefetch(int module) { parts_->fetcher.unhint(module); }
 bool InferenceEngine::resident(int module) const { return parts_->store.module_plan(module).resident; }
 params::ModuleView InferenceEngine::resident_view(int module) { return parts_->fetcher.resident_view(module); }
+
+void InferenceEngine::picked_on_any_rank(std::vector<std::uint8_t>& picked) {
+  Parts& p = *parts_;
+  if (p.store.plan().shards == 1) return;
+  expert_union_.unite(picked, comm_, device_, *p.streams.comm);
+}
 
 const void* InferenceEngine::acquire_host(int module) {
   Parts& p = *parts_;

@@ -39,6 +39,7 @@
 #include "runtime/tiers/tier_store.h"
 #include "runtime/trace/trace.h"
 #include "runtime/zero/engine_setup.h"
+#include "runtime/zero/expert_union.h"
 
 namespace strata::runtime::zero {
 
@@ -81,6 +82,8 @@ class InferenceEngine final : public params::ParamProvider {
   void cancel_prefetch(int module) override;
   bool resident(int module) const override;  // the plan keeps it on the device
   params::ModuleView resident_view(int module) override;
+  // Several shards: the union over the ranks (Note [Experts on every rank] in expert_union.h).
+  void picked_on_any_rank(std::vector<std::uint8_t>& picked) override;
   // A pinned, unquantized module of one rank that is not fetched (ParamProvider::acquire_host);
   // counted in EngineCounters::expert_host.
   const void* acquire_host(int module) override;
@@ -91,8 +94,10 @@ class InferenceEngine final : public params::ParamProvider {
   const config::Config& config_;
   device::Device& device_;
   device::Stream& compute_;
+  comm::Communicator& comm_;
   std::uint64_t io_read_base_ = 0;
   std::uint64_t host_acquires_ = 0;
+  ExpertUnion expert_union_;  // picked_on_any_rank's
   std::unique_ptr<Parts> parts_;
 };
 

@@ -346,9 +346,11 @@ bool ParamFetcher::gather(int module, bool on_demand) {
 // update had finished (the optimizer worker's progress). With several ranks the pools place in
 // issue order (Note [Placement in issue order] in runtime/device/device_pool.h) and an update
 // counts as finished once this thread has waited for it (update_pending: posted_count against
-// waited_updates_), both functions of the calls made. The forward's gathers then run ahead of
-// the optimizer only as far as the updates waited for (the next module's, after each release);
-// one rank keeps the timing, which only decides how far ahead it fetches.
+// waited_updates_), both functions of the calls made. So with several ranks a fetch ahead waits
+// for its module's update where one rank would skip it: after a release (the released module's
+// work is enqueued) and at a hint (its acquire comes next); acquire's own prefetch still stops at
+// the first module not waited for. One rank keeps the timing, which only decides how far ahead it
+// fetches. The pools' waits are on the host: a stream-side wait would let the trainer run on.
 void ParamFetcher::prefetch(bool may_wait) {
   start_wanted_reads();
   if (!trace_.following()) return;
@@ -371,17 +373,23 @@ void ParamFetcher::prefetch(bool may_wait) {
         s.fetch != FetchState::idle) {
       continue;
     }
-    if (update_pending(m)) break;  // its new parameters are still being written
     if (free_staging() < 0) break;
+    if (update_pending(m)) {  // its new parameters may still be being written
+      if (!(may_wait && in_program_order_)) break;
+      wait_update(m);
+    }
     start_read(m);
   }
   // Gathers follow, in trace order, within the element budgets.
   for (int m : trace_.upcoming()) {
     const tiers::ModulePlan& mp = plan_of(m);
     if (mp.resident || modules_[static_cast<std::size_t>(m)].fetch == FetchState::gathered) continue;
-    if (update_pending(m)) break;
     if (prefetch_numel_ >= prefetch_bucket_) break;
     if (live_numel_ + mp.part.padded_numel > max_live_) break;
+    if (update_pending(m)) {
+      if (!(may_wait && in_program_order_)) break;
+      wait_update(m);
+    }
     if (!gather(m, false)) break;
   }
 }
@@ -435,7 +443,12 @@ void ParamFetcher::hint(int module) {
   Module& s = modules_.at(static_cast<std::size_t>(module));
   const tiers::ModulePlan& mp = plan_of(module);
   if (routed(module)) s.hinted = true;  // a cached one too: not the cache's victim now
-  if (mp.resident || s.fetch == FetchState::gathered || update_pending(module)) return;
+  if (mp.resident || s.fetch == FetchState::gathered) return;
+  if (update_pending(module)) {
+    // Several ranks: pending until waited for, so wait (its acquire would in a moment).
+    if (!in_program_order_) return;
+    wait_update(module);
+  }
   if (s.fetch == FetchState::idle && store_.state(module, tiers::StateKind::param).needs_staging()) {
     if (free_staging() < 0 || !wanted_.empty()) {  // behind the hints waiting already
       if (!s.wanted) {  // its read starts when a staging buffer frees (Note [Hinted reads first])

@@ -1,12 +1,13 @@
 """Cases of check_train.py: W ranks under mpirun against one rank accumulating W micro-batches
 (ranks_2, ranks_3)."""
+import json
 import os
 import shutil
 import subprocess
 import sys
 
-from train_util import (SKIP, TINY, Failure, Run, check, compare_bitwise, ds_config, rel_norm,
-                        tail)
+from train_util import (MPI_ENV, SKIP, TINY, Failure, Run, check, compare_bitwise, ds_config,
+                        rel_norm, tail)
 
 
 # Tolerance: relative 1e-5 on each step's loss and gradient norm, and ||w - ref|| / ||ref|| <=
@@ -184,14 +185,15 @@ def case_issue_order(world):
     return case
 
 
-# moe_ranks_2: a mixture (mixtral-tiny) on W ranks. Each rank routes its own tokens, and with the parameters sharded (stages 1-3) every rank must fetch the same
-# experts in the same order: the union of the ranks' picks (Note [Experts on every rank] in
-# runtime/zero/engine.cpp). 8-token sequences leave some experts without a token on one rank and
-# with some on the other. Against one rank accumulating W micro-batches (RANKS_TOL), and the
-# stage-3 run with its states on the CPU bit for bit the device's. Stage 0 too: its gradient of an
-# expert without a local token is a collective on a zero buffer (GradPath::ready_none). Not
-# qwen3-moe-tiny: the RMSNorm on q and k leaves q_proj and k_proj elements whose gradient is
-# rounding noise, which Adam moves by +-lr (1.25e-5 apart, where mixtral-tiny's worst is 3e-7).
+# moe_ranks_2: a mixture (mixtral-tiny) on W ranks. Each rank routes its own tokens, and with
+# the parameters sharded (stages 1-3) every rank must fetch the same experts in the same order:
+# the union of the ranks' picks (Note [Experts on every rank] in runtime/zero/expert_union.h).
+# 8-token sequences leave some experts without a token on one rank and with some on the other.
+# Against one rank accumulating W micro-batches (RANKS_TOL), and the stage-3 run with its states
+# on the CPU bit for bit the device's. Stage 0 too: its gradient of an expert without a local
+# token is a collective on a zero buffer (GradPath::ready_none). Not qwen3-moe-tiny: the RMSNorm
+# on q and k leaves q_proj and k_proj elements whose gradient is rounding noise, which Adam moves
+# by +-lr (1.25e-5 apart, where mixtral-tiny's worst is 3e-7).
 MOE_VARIANTS = [
     ("s0", 0, "none", "none", None),
     ("s1", 1, "none", "none", None),
@@ -222,4 +224,37 @@ def case_moe_ranks(world):
             print(f"  {v[0]}: {world} ranks vs 1 rank x {world}: loss/gnorm rel {m:.2g}, weights worst "
                   f"{errs[0][1]} {errs[0][0]:.2g}")
         print(f"  {world} ranks: s3-cpu == s3: {compare_bitwise(multi['s3'], multi['s3-cpu'])}")
+        # Generation streaming the experts from pinned memory (3 MiB of device memory): every rank
+        # takes the union too (here of the same picks), the tokens of one rank; the lookahead, which
+        # guesses from each rank's own tokens, is refused.
+        cfg = os.path.join(root, "infer.json")
+        with open(cfg, "w") as f:
+            json.dump({"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}},
+                       "strata": {"device": "host"}}, f)
+        prompts = os.path.join(root, "prompts.jsonl")
+        with open(prompts, "w") as f:
+            f.write('{"prompt": "The quick brown fox"}\n{"prompt": "GNU General Public License"}\n')
+
+        def infer(out, ranks, extra=()):
+            cmd = [strata, "infer", "--preset", "mixtral-tiny", "--seed", "3", "--config", cfg, "--prompts", prompts,
+                   "--max-new-tokens", "12", "--device-memory", "3MiB", "--output", out] + list(extra)
+            env = dict(os.environ)
+            if ranks > 1:
+                env.update(MPI_ENV)
+                cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(ranks)] + cmd
+            return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+
+        ids = []
+        for ranks in (1, world):
+            out = os.path.join(root, f"infer-np{ranks}.jsonl")
+            r = infer(out, ranks)
+            check(r.returncode == 0, f"strata infer on {ranks} rank(s) failed:\n{tail(r.stderr)}")
+            check("132 fetched" in r.stderr, f"strata infer on {ranks} rank(s) streamed no experts:\n{tail(r.stderr)}")
+            with open(out) as f:
+                ids.append([json.loads(line)["ids"] for line in f])
+        check(ids[0] == ids[1], f"strata infer: {world} ranks gave {ids[1]}, one rank {ids[0]}")
+        r = infer(os.path.join(root, "refused.jsonl"), world, ["--moe-prefetch", "on"])
+        check(r.returncode != 0 and "--moe-prefetch" in r.stderr and "leave it off" in r.stderr,
+              f"--moe-prefetch on with {world} ranks: exit {r.returncode}\n{tail(r.stderr)}")
+        print(f"  strata infer, experts streamed: {world} ranks give one rank's tokens; --moe-prefetch on refused")
     return case

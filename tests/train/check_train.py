@@ -40,7 +40,9 @@ every run in its own folder of the case's temp dir):
   moe_ranks_2 (label mpi)
       mixtral-tiny on 2 ranks (8-token sequences: some experts routed on one rank only),
       stages 0, 1 and 3 (3 on the device and on the CPU): every rank fetches the union of the
-      ranks' experts; within 1e-5 of one rank accumulating 2 micro-batches, CPU == device bits.
+      ranks' experts; within 1e-5 of one rank accumulating 2 micro-batches, CPU == device bits;
+      strata infer streaming the experts on 2 ranks gives one rank's tokens, and refuses
+      --moe-prefetch on.
   memory
       Model states >= 10x the device budget (8 MiB) train at stage 3 with the parameters in
       pinned host memory and the optimizer on NVMe: finite, decreasing losses, and the device's
