@@ -205,11 +205,18 @@ TEST(FetchTrace, RecordsFollowsAndRecordsAgainAfterADivergence) {
   EXPECT_EQ(t.divergences(), 1u);
 }
 
-TEST(DevicePool, ABufferReturnsOnlyAfterItsStreamsWork) {
+namespace {
+// A host device of 4 MiB for the pools' tests.
+std::unique_ptr<device::Device> small_host_device() {
   device::DeviceOptions o;
   o.kind = "host";
   o.memory_bytes = 4 * kMiB;
-  std::unique_ptr<device::Device> device = device::Device::create(o);
+  return device::Device::create(o);
+}
+}  // namespace
+
+TEST(DevicePool, ABufferReturnsOnlyAfterItsStreamsWork) {
+  std::unique_ptr<device::Device> device = small_host_device();
   std::unique_ptr<device::Stream> s = device->create_stream("s");
   device::DevicePool pool(*device, 2 * kMiB, "test region");
   device::DeviceBuffer a = pool.allocate(1536 * kKiB, "a");
@@ -231,10 +238,7 @@ TEST(DevicePool, ABufferReturnsOnlyAfterItsStreamsWork) {
 // calls alone), and that allocation returns only once the work on those bytes has completed.
 // Bytes no work uses are handed out without waiting.
 TEST(DevicePool, InIssueOrderPlacesWhateverTheTimingAndWaitsForTheBytesItReuses) {
-  device::DeviceOptions o;
-  o.kind = "host";
-  o.memory_bytes = 4 * kMiB;
-  std::unique_ptr<device::Device> device = device::Device::create(o);
+  std::unique_ptr<device::Device> device = small_host_device();
   std::unique_ptr<device::Stream> s = device->create_stream("s");
   std::vector<std::uintptr_t> placed;  // of b, with a's work done and still running
   for (bool still_running : {false, true}) {
