@@ -318,6 +318,12 @@ Array iterate(const Value& v) {
       return keys;
     }
     case Value::Kind::kString: {
+      const std::string& s = v.as_string();
+      std::size_t count = 0;
+      for (std::size_t i = 0; i < s.size(); i += sequence_length(s, i)) ++count;
+      if (count > kMaxIteratedChars) {
+        fail(fmt::format("a string of {} characters iterated one by one (at most {})", count, kMaxIteratedChars));
+      }
       Array chars;
       for (auto& cp : code_points(v.as_string())) chars.push_back(Value::string(std::move(cp)));
       return chars;

@@ -25,6 +25,10 @@ namespace strata::models::chat {
 // and recursion finite.
 inline constexpr std::size_t kMaxStringBytes = std::size_t{16} << 20;
 inline constexpr std::uint32_t kMaxValueDepth = 128;
+// The most characters a string iterated one by one (a for loop, join, list, map ...) may have: a
+// 16 MiB string made 16 M values of one character, and a fuzzed template that joined such strings
+// with long separators ran for more than 10 s (tests/fuzz/corpus/chat_template/join-of-joins).
+inline constexpr std::size_t kMaxIteratedChars = 100'000;
 
 class BuiltinError : public std::runtime_error {
  public:

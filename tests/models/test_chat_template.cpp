@@ -348,6 +348,11 @@ TEST(ChatTemplateSyntax, BoundsStopHostileTemplates) {
   EXPECT_THROW(render("{% set ns = namespace(s='x') %}{% for i in range(100) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}"), Error);
   EXPECT_THROW(render("{% set ns = namespace(l=[]) %}{% for i in range(1000) %}{% set ns.l = [ns.l] %}{% endfor %}"), Error);
   EXPECT_THROW(render("{{ range(1000000) }}"), Error);
+  // A long string iterated character by character (a fuzzed join of joins ran for seconds).
+  EXPECT_THROW(render("{{ ('x' * 200000) | join(',') }}"), Error);
+  EXPECT_THROW(render("{% for c in 'ab' * 60000 %}{% endfor %}"), Error);
+  EXPECT_EQ(render("{{ ('x' * 100000) | join('') | length }}"), "100000");
+  EXPECT_EQ(render("{{ 'h\xc3\xa9!' | join('-') }}"), "h-\xc3\xa9-!");
 }
 
 }  // namespace
