@@ -350,7 +350,7 @@ bool ParamFetcher::gather(int module, bool on_demand) {
 // for its module's update where one rank would skip it: after a release (the released module's
 // work is enqueued) and at a hint (its acquire comes next); acquire's own prefetch still stops at
 // the first module not waited for. One rank keeps the timing, which only decides how far ahead it
-// fetches. The pools' waits are on the host: a stream-side wait would let the trainer run on.
+// fetches.
 void ParamFetcher::prefetch(bool may_wait) {
   start_wanted_reads();
   if (!trace_.following()) return;
