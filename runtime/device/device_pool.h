@@ -29,9 +29,11 @@
 // bytes waits on the host for those fences only. Placement, room and fragmentation are those of
 // a pool whose every buffer came back at once; the waits are for work already enqueued. (Waiting
 // on the stream that writes the buffer first instead, gathers on their copy stream and gradient
-// buffers on compute, gave a wrong gradient norm at step 2 in train_moe_ranks_2's stage-3 run:
-// some user of the reused bytes is not ordered before the freeing stream's fence, which the host
-// wait covers. Not found yet.)
+// buffers on compute, gave a wrong gradient norm at step 2 in train_moe_ranks_2's stage-3 run,
+// the same wrong value every run; with the gradient buffers alone too; not from reusing the
+// fence's event; right again when the thread also waits for the fence or for the first user's
+// stream on the host: something the trainer does next relies on that work being done. Not found
+// yet.)
 //
 // Not thread-safe: used by the thread that drives the step.
 #include <cstddef>
