@@ -15,7 +15,8 @@
 // allocate() first returns the bytes of buffers whose work has completed; when the region is
 // still too small it waits (on the host) for the oldest pending buffers, one by one, and retries;
 // only when nothing is pending does it throw the arena's OutOfMemory. try_allocate() never
-// waits: prefetching uses it so that it never delays the module computing now.
+// waits (with one rank: see below): prefetching uses it so that it never delays the module
+// computing now.
 //
 // Note [Placement in issue order]: where a buffer lands, and whether try_allocate() finds room,
 // then depends on which pending buffers' work has completed: on timing. With several ranks that
@@ -57,7 +58,7 @@ class DevicePool {
   // (0 = an empty pool, for a size class no module uses). `name` labels it in errors.
   DevicePool(Device& device, std::uint64_t region_bytes, const std::string& name,
              Reuse reuse = Reuse::when_done);
-  ~DevicePool();  // waits for pending buffers
+  ~DevicePool();  // waits for pending buffers and fences
   DevicePool(const DevicePool&) = delete;
   DevicePool& operator=(const DevicePool&) = delete;
 
