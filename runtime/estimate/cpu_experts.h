@@ -13,9 +13,10 @@
 //               (the weight read once at one row, each row's flops at kMatmulFewRows rows; the
 //               row goes to the host and its output comes back)
 // and the answer is the largest r with cpu(r) < copy, 0 when even one row loses, and at most
-// kernels/host/matmul_rows.h's kMatmulFewRows: past it (bf16 / fp16) the host kernel widens the
-// whole weight first, which these rates do not describe (fp32 goes to sgemm from
-// kMatmulFewRowsF32 + 1 rows, whose packing they do not describe either).
+// kernels/host/matmul_rows.h's kMatmulFewRows: past it the host matmul goes to sgemm (bf16 /
+// fp16 after widening the weight), which these rates do not describe (nor fp32 from
+// kMatmulFewRowsPortableF32 + 1 rows on a CPU without AVX2, where the profile's 16-row rate is
+// sgemm's).
 #include <cstdint>
 
 #include "runtime/estimate/machine_profile.h"
