@@ -280,12 +280,38 @@ void matmul_fwd(void* out, const void* inp, const void* weight, const void* bias
 // 1 runs 8 experts a layer, a prefill up to 128: the launches, not the flops, were the cost).
 // Each expert is a group of one problem, in the transposed terms of the header: out^T (OC, rows)
 // = W[T] (OC, C) * inp^T (C, rows), rows varying by expert. The pointer arrays must be in device
-// memory: copied from pageable host memory (the copy returns once the source is staged; the
-// driver may first wait for the stream's work, a cost to measure on a GPU: a kernel argument
-// would avoid it), into stream-ordered scratch. Where cuBLAS does not support the call (its status says so), each
+// memory, in stream-ordered scratch. They travel as a small kernel's arguments, which go with
+// its launch (a copy from pageable host memory may make the driver wait for the stream's work
+// first: a bubble per mixture layer). Where cuBLAS does not support the call (its status says
+// so), or a matrix does not start on 16 bytes (cuBLAS cannot see the pointers in device memory
+// to check them; an output of OC = 30 bf16 columns puts most experts' rows on 4 bytes), each
 // group's GEMM runs alone, counted by matmul_grouped_declined_count.
 namespace {
 thread_local std::uint64_t grouped_declined = 0;
+
+// Pointers per launch of store_pointers: 3840 bytes of them, within the 4 KiB of kernel
+// arguments every architecture takes.
+constexpr int kPointersPerLaunch = 480;
+
+struct PointerBatch {
+  const void* p[kPointersPerLaunch];
+};
+
+__global__ void store_pointers(PointerBatch batch, int count, const void** dst) {
+  const int i = static_cast<int>(threadIdx.x);
+  if (i < count) dst[i] = batch.p[i];
+}
+
+// dst[i] = pointers[i] on `stream`, by kernel arguments.
+void upload_pointers(const std::vector<const void*>& pointers, const void** dst, cudaStream_t stream) {
+  for (std::size_t first = 0; first < pointers.size(); first += kPointersPerLaunch) {
+    const std::size_t count = std::min<std::size_t>(kPointersPerLaunch, pointers.size() - first);
+    PointerBatch batch{};
+    std::copy_n(pointers.begin() + static_cast<std::ptrdiff_t>(first), count, batch.p);
+    store_pointers<<<1, kPointersPerLaunch, 0, stream>>>(batch, static_cast<int>(count), dst + first);
+    CUDA_CHECK(cudaGetLastError());
+  }
+}
 }  // namespace
 
 void matmul_grouped_fwd(void* out, const void* inp, const void* const* weights, const std::int32_t* offsets,
@@ -310,10 +336,22 @@ void matmul_grouped_fwd(void* out, const void* inp, const void* const* weights, 
   }
   if (problems.empty() || OC == 0) return;
   cublasHandle_t handle = handle_for(stream);
+  auto each_alone = [&] {
+    ++grouped_declined;
+    for (const Problem& p : problems) {
+      gemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, OC, p.rows, C, p.w, C, p.x, C, 0.0f, p.y, OC, dtype);
+    }
+  };
   if (C == 0) {
     for (const Problem& p : problems) {
       CUDA_CHECK(cudaMemsetAsync(p.y, 0, static_cast<std::size_t>(p.rows) * static_cast<std::size_t>(OC) * es, stream));
     }
+    return;
+  }
+  const auto on16 = [](const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; };
+  if (!std::all_of(problems.begin(), problems.end(),
+                   [&](const Problem& p) { return on16(p.w) && on16(p.x) && on16(p.y); })) {
+    each_alone();
     return;
   }
   const int G = static_cast<int>(problems.size());
@@ -329,8 +367,7 @@ void matmul_grouped_fwd(void* out, const void* inp, const void* const* weights, 
     n[u] = problems[u].rows;
   }
   detail::StreamScratch device_pointers(pointers.size() * sizeof(void*), stream);
-  CUDA_CHECK(cudaMemcpyAsync(device_pointers.as<void>(), pointers.data(), pointers.size() * sizeof(void*),
-                             cudaMemcpyHostToDevice, stream));
+  upload_pointers(pointers, device_pointers.as<const void*>(), stream);
   const auto* arrays = device_pointers.as<const void*>();
   const cudaDataType_t t = cuda_type(dtype);
   const cublasStatus_t rc = cublasGemmGroupedBatchedEx(
@@ -340,10 +377,7 @@ void matmul_grouped_fwd(void* out, const void* inp, const void* const* weights, 
   device_pointers.release();
   if (rc == CUBLAS_STATUS_SUCCESS) return;
   if (rc != CUBLAS_STATUS_NOT_SUPPORTED) CUBLAS_CHECK(rc);
-  ++grouped_declined;
-  for (const Problem& p : problems) {
-    gemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, OC, p.rows, C, p.w, C, p.x, C, 0.0f, p.y, OC, dtype);
-  }
+  each_alone();
 }
 
 std::uint64_t matmul_grouped_declined_count() { return grouped_declined; }

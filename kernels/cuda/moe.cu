@@ -174,12 +174,18 @@ __global__ void moe_router_bwd_kernel(T* __restrict__ dlogits, const float* __re
     }
     c = dwp / S;
   }
-  float dot = 0.0f;
-  for (int e = lane; e < E; e += 32) dot += router_dp(e, ri, dw, daux, k, renormalize, S, c) * p[e];
-  dot = warp_sum(dot);
+  // sum_e dp_e p_e in double, as the host sums it (kernels/host/moe.h): with 128 experts and a
+  // large aux gradient the fp32 sum would cancel further than the other outputs' rounding.
+  double dot = 0.0;
+  for (int e = lane; e < E; e += 32) {
+    dot += static_cast<double>(router_dp(e, ri, dw, daux, k, renormalize, S, c)) * static_cast<double>(p[e]);
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) dot += __shfl_xor_sync(detail::kFullMask, dot, offset);
+  const float dotf = static_cast<float>(dot);
   T* out = dlogits + n * E;
   for (int e = lane; e < E; e += 32)
-    out[e] = from_f32<T>(p[e] * (router_dp(e, ri, dw, daux, k, renormalize, S, c) - dot));
+    out[e] = from_f32<T>(p[e] * (router_dp(e, ri, dw, daux, k, renormalize, S, c) - dotf));
 }
 
 // ---- sort -----------------------------------------------------------------------------------

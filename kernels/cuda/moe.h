@@ -6,7 +6,8 @@
 //
 // All deterministic, no atomics: the router is one warp per token (fp32 softmax, warp sums),
 // prob_sum sums chunks of rows and then the chunks in order, combine / scatter are one block per
-// token summing its k slots in slot order, combine_bwd's dot products in double.
+// token summing its k slots in slot order, the router backward's and combine_bwd's dot products
+// in double.
 //
 // Results agree with the host within floating-point tolerance (different summation orders);
 // moe_sort and moe_gather bit for bit, and the router's picks too unless two probs of a row are

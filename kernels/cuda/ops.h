@@ -55,8 +55,8 @@ void matmul_fwd(void* out, const void* inp, const void* weight, const void* bias
 // device pointers). One grouped cuBLAS call (Note [Grouped expert matmuls] in matmul.cu).
 void matmul_grouped_fwd(void* out, const void* inp, const void* const* weights, const std::int32_t* offsets,
                         int groups, int C, int OC, DType dtype, cudaStream_t stream);
-// How many times, on the calling thread, matmul_grouped_fwd found the grouped call unsupported
-// and ran one GEMM per group instead.
+// How many times, on the calling thread, matmul_grouped_fwd ran one GEMM per group instead of
+// the grouped call (cuBLAS found it unsupported, or a matrix did not start on 16 bytes).
 std::uint64_t matmul_grouped_declined_count();
 void matmul_bwd(void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
                 const void* weight, std::int64_t N, int C, int OC, DType dtype,
