@@ -210,117 +210,121 @@ void bench_infer(const InferBenchOptions& o) {
       cell.placement = placement;
       cell.batch = batch;
       try {
-        // "auto": the server sizes the batch (a quarter of the device for the KV cache), given up to
-        // 256 prompts.
-        infer::ServerSetup setup;
-        setup.spec = spec;
-        const Json config = cell_config(placement, nvme_path, o);
-        const std::string config_path = scratch.file(placement + ".json");
+        // The server lives in this block: its pinned host memory and device memory are given back
+        // before the peer starts, which needs as much host memory again (a 30 B model's weights).
+        bool cuda = false;
         {
-          std::FILE* f = std::fopen(config_path.c_str(), "w");
-          if (f == nullptr) throw Error("cannot write " + config_path);
-          std::fputs(config.dump(1).c_str(), f);
-          std::fclose(f);
-        }
-        setup.config = infer::inference_config(config_path, *spec);
-        setup.device = resolve_device_options(o.device);
-        if (placement == "device") setup.device.memory_bytes = 0;  // the backend's default: hold everything
-        setup.dtype = o.dtype;
-        setup.batch = batch;
-        setup.prompts = batch > 0 ? static_cast<std::size_t>(batch) : 256;
-        setup.prompt_T = o.prompt_len;
-        setup.max_T = max_T;
-        setup.weights = weights;
-        if (placement != "device" && !o.quantize.empty() && o.quantize != "none") {
-          setup.quant.bits = o.quantize == "int8" ? 8 : o.quantize == "int4" ? 4 : -1;
-          if (setup.quant.bits < 0) throw Error("--quantize " + o.quantize + " is not int8 or int4", "--quantize");
-        }
-        setup.seed = 1;
-        setup.expert_cache_mb = o.moe_expert_cache_mb;
-        setup.moe_lookahead = o.moe_prefetch == "on";
-        setup.moe_fetch_every_expert = o.moe_fetch == "all";
-        setup.moe_cpu_experts = o.moe_cpu_experts;
-        setup.profile_path = o.profile_path;
-        infer::Server server(std::move(setup), /*verbose=*/false);
-        batch = server.batch();
-        cell.batch = batch;
-        cell.resident = server.engine().resident_modules();
-        if (device_name.empty()) device_name = server.device().name();
-        cell.modules = server.engine().module_count();
-        if (h2d_gbps == 0) h2d_gbps = h2d_rate(server) / 1e9;
-        // One sequential read of the cell's own NVMe data (the tier's swap file, its first 4 GiB),
-        // with the cell's I/O options: the disk's rate for the bytes the steps read. 0 when
-        // nothing is on the disk (every module resident).
-        auto disk_limit = [&] {
-          const std::string data = largest_file_under(nvme_path);
-          return data.empty() ? 0.0 : measure_file_read_rate(run_aio_options(config, *spec), data, 4 * kGiB);
-        };
-        // B random prompts, a prefill, one untimed step (the first along a recorded trace), then
-        // the timed steps (greedy).
-        const int V = spec->vocab_size();
-        std::mt19937 rng(7);
-        std::vector<std::int32_t> prompts(static_cast<std::size_t>(batch) * static_cast<std::size_t>(o.prompt_len));
-        for (auto& t : prompts) t = static_cast<std::int32_t>(rng() % static_cast<unsigned>(V));
-        std::vector<int> lengths(static_cast<std::size_t>(batch), o.prompt_len);
-        models::KvCache cache = server.model().make_kv_cache(batch, max_T, server.kv_cache_options());
-        std::vector<float> logits(static_cast<std::size_t>(batch) * static_cast<std::size_t>(V));
-        std::vector<std::int32_t> next(static_cast<std::size_t>(batch));
-        const infer::Sampler greedy({});
-        auto pick = [&] {
-          for (int b = 0; b < batch; ++b) {
-            next[static_cast<std::size_t>(b)] = greedy.sample(
-                std::span<const float>(logits.data() + static_cast<std::size_t>(b) * static_cast<std::size_t>(V),
-                                       static_cast<std::size_t>(V)),
-                {static_cast<std::uint64_t>(b), 0});
+          // "auto": the server sizes the batch (a quarter of the device for the KV cache), given up
+          // to 256 prompts.
+          infer::ServerSetup setup;
+          setup.spec = spec;
+          const Json config = cell_config(placement, nvme_path, o);
+          const std::string config_path = scratch.file(placement + ".json");
+          {
+            std::FILE* f = std::fopen(config_path.c_str(), "w");
+            if (f == nullptr) throw Error("cannot write " + config_path);
+            std::fputs(config.dump(1).c_str(), f);
+            std::fclose(f);
           }
-        };
-        runtime::zero::InferenceEngine& engine = server.engine();
-        const auto p0 = Clock::now();
-        engine.begin_pass();
-        server.model().prefill(cache, prompts.data(), lengths.data(), batch, o.prompt_len, logits.data());
-        engine.end_pass();
-        cell.prefill_ms = std::chrono::duration<double, std::milli>(Clock::now() - p0).count();
-        cell.prefill_tokens_per_s = 1e3 * batch * o.prompt_len / cell.prefill_ms;
-        pick();
-        if (placement == "nvme") cell.disk_gbps_before = disk_limit();
-        std::vector<double> ms;
-        runtime::zero::EngineCounters before{};
-        for (int step = 0; step <= o.steps; ++step) {
-          if (step == 1) before = engine.counters();
-          const auto t0 = Clock::now();
+          setup.config = infer::inference_config(config_path, *spec);
+          setup.device = resolve_device_options(o.device);
+          if (placement == "device") setup.device.memory_bytes = 0;  // the backend's default: hold everything
+          setup.dtype = o.dtype;
+          setup.batch = batch;
+          setup.prompts = batch > 0 ? static_cast<std::size_t>(batch) : 256;
+          setup.prompt_T = o.prompt_len;
+          setup.max_T = max_T;
+          setup.weights = weights;
+          if (placement != "device" && !o.quantize.empty() && o.quantize != "none") {
+            setup.quant.bits = o.quantize == "int8" ? 8 : o.quantize == "int4" ? 4 : -1;
+            if (setup.quant.bits < 0) throw Error("--quantize " + o.quantize + " is not int8 or int4", "--quantize");
+          }
+          setup.seed = 1;
+          setup.expert_cache_mb = o.moe_expert_cache_mb;
+          setup.moe_lookahead = o.moe_prefetch == "on";
+          setup.moe_fetch_every_expert = o.moe_fetch == "all";
+          setup.moe_cpu_experts = o.moe_cpu_experts;
+          setup.profile_path = o.profile_path;
+          infer::Server server(std::move(setup), /*verbose=*/false);
+          batch = server.batch();
+          cell.batch = batch;
+          cell.resident = server.engine().resident_modules();
+          if (device_name.empty()) device_name = server.device().name();
+          cell.modules = server.engine().module_count();
+          if (h2d_gbps == 0) h2d_gbps = h2d_rate(server) / 1e9;
+          // One sequential read of the cell's own NVMe data (the tier's swap file, its first 4 GiB),
+          // with the cell's I/O options: the disk's rate for the bytes the steps read. 0 when
+          // nothing is on the disk (every module resident).
+          auto disk_limit = [&] {
+            const std::string data = largest_file_under(nvme_path);
+            return data.empty() ? 0.0 : measure_file_read_rate(run_aio_options(config, *spec), data, 4 * kGiB);
+          };
+          // B random prompts, a prefill, one untimed step (the first along a recorded trace), then
+          // the timed steps (greedy).
+          const int V = spec->vocab_size();
+          std::mt19937 rng(7);
+          std::vector<std::int32_t> prompts(static_cast<std::size_t>(batch) * static_cast<std::size_t>(o.prompt_len));
+          for (auto& t : prompts) t = static_cast<std::int32_t>(rng() % static_cast<unsigned>(V));
+          std::vector<int> lengths(static_cast<std::size_t>(batch), o.prompt_len);
+          models::KvCache cache = server.model().make_kv_cache(batch, max_T, server.kv_cache_options());
+          std::vector<float> logits(static_cast<std::size_t>(batch) * static_cast<std::size_t>(V));
+          std::vector<std::int32_t> next(static_cast<std::size_t>(batch));
+          const infer::Sampler greedy({});
+          auto pick = [&] {
+            for (int b = 0; b < batch; ++b) {
+              next[static_cast<std::size_t>(b)] = greedy.sample(
+                  std::span<const float>(logits.data() + static_cast<std::size_t>(b) * static_cast<std::size_t>(V),
+                                         static_cast<std::size_t>(V)),
+                  {static_cast<std::uint64_t>(b), 0});
+            }
+          };
+          runtime::zero::InferenceEngine& engine = server.engine();
+          const auto p0 = Clock::now();
           engine.begin_pass();
-          server.model().forward_decode(cache, next.data(), batch, 1, logits.data());
+          server.model().prefill(cache, prompts.data(), lengths.data(), batch, o.prompt_len, logits.data());
           engine.end_pass();
-          if (step > 0) ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+          cell.prefill_ms = std::chrono::duration<double, std::milli>(Clock::now() - p0).count();
+          cell.prefill_tokens_per_s = 1e3 * batch * o.prompt_len / cell.prefill_ms;
           pick();
+          if (placement == "nvme") cell.disk_gbps_before = disk_limit();
+          std::vector<double> ms;
+          runtime::zero::EngineCounters before{};
+          for (int step = 0; step <= o.steps; ++step) {
+            if (step == 1) before = engine.counters();
+            const auto t0 = Clock::now();
+            engine.begin_pass();
+            server.model().forward_decode(cache, next.data(), batch, 1, logits.data());
+            engine.end_pass();
+            if (step > 0) ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+            pick();
+          }
+          const runtime::zero::EngineCounters after = engine.counters();
+          if (placement == "nvme") cell.disk_gbps_after = disk_limit();
+          const double disk_gbps = std::max(cell.disk_gbps_before, cell.disk_gbps_after);
+          cell.step_ms = median(ms);
+          cell.tokens_per_s = 1e3 * batch / cell.step_ms;
+          cell.h2d_bytes_per_step = static_cast<double>(after.h2d_bytes - before.h2d_bytes) / o.steps;
+          cell.nvme_bytes_per_step = static_cast<double>(after.nvme_read_bytes - before.nvme_read_bytes) / o.steps;
+          const std::uint64_t hits = after.expert_hits - before.expert_hits;
+          const std::uint64_t misses = after.expert_misses - before.expert_misses;
+          const std::uint64_t on_host = after.expert_host - before.expert_host;
+          if (hits + misses > 0) cell.expert_hit_rate = static_cast<double>(hits) / static_cast<double>(hits + misses);
+          if (hits + misses + on_host > 0) {
+            cell.expert_host_share = static_cast<double>(on_host) / static_cast<double>(hits + misses + on_host);
+          }
+          cell.unused_h2d_bytes_per_step =
+              static_cast<double>(after.unused_h2d_bytes - before.unused_h2d_bytes) / o.steps;
+          cell.unused_nvme_bytes_per_step =
+              static_cast<double>(after.unused_read_bytes - before.unused_read_bytes) / o.steps;
+          const double needed_h2d = cell.h2d_bytes_per_step - cell.unused_h2d_bytes_per_step;
+          const double needed_nvme = cell.nvme_bytes_per_step - cell.unused_nvme_bytes_per_step;
+          double bound_s = 0;
+          if (h2d_gbps > 0) bound_s = std::max(bound_s, needed_h2d / (h2d_gbps * 1e9));
+          if (disk_gbps > 0) bound_s = std::max(bound_s, needed_nvme / (disk_gbps * 1e9));
+          cell.bound_tokens_per_s = bound_s > 0 ? batch / bound_s : 0;
+          cuda = server.device().backend() == runtime::device::Backend::cuda;
         }
-        const runtime::zero::EngineCounters after = engine.counters();
-        if (placement == "nvme") cell.disk_gbps_after = disk_limit();
-        const double disk_gbps = std::max(cell.disk_gbps_before, cell.disk_gbps_after);
-        cell.step_ms = median(ms);
-        cell.tokens_per_s = 1e3 * batch / cell.step_ms;
-        cell.h2d_bytes_per_step = static_cast<double>(after.h2d_bytes - before.h2d_bytes) / o.steps;
-        cell.nvme_bytes_per_step = static_cast<double>(after.nvme_read_bytes - before.nvme_read_bytes) / o.steps;
-        const std::uint64_t hits = after.expert_hits - before.expert_hits;
-        const std::uint64_t misses = after.expert_misses - before.expert_misses;
-        const std::uint64_t on_host = after.expert_host - before.expert_host;
-        if (hits + misses > 0) cell.expert_hit_rate = static_cast<double>(hits) / static_cast<double>(hits + misses);
-        if (hits + misses + on_host > 0) {
-          cell.expert_host_share = static_cast<double>(on_host) / static_cast<double>(hits + misses + on_host);
-        }
-        cell.unused_h2d_bytes_per_step = static_cast<double>(after.unused_h2d_bytes - before.unused_h2d_bytes) / o.steps;
-        cell.unused_nvme_bytes_per_step =
-            static_cast<double>(after.unused_read_bytes - before.unused_read_bytes) / o.steps;
-        const double needed_h2d = cell.h2d_bytes_per_step - cell.unused_h2d_bytes_per_step;
-        const double needed_nvme = cell.nvme_bytes_per_step - cell.unused_nvme_bytes_per_step;
-        double bound_s = 0;
-        if (h2d_gbps > 0) bound_s = std::max(bound_s, needed_h2d / (h2d_gbps * 1e9));
-        if (disk_gbps > 0) bound_s = std::max(bound_s, needed_nvme / (disk_gbps * 1e9));
-        cell.bound_tokens_per_s = bound_s > 0 ? batch / bound_s : 0;
-        if (o.peers && placement == "cpu") {
-          run_accelerate_peer(o, *spec, scratch, server.device().backend() == runtime::device::Backend::cuda, batch,
-                              cell);
-        }
+        if (o.peers && placement == "cpu") run_accelerate_peer(o, *spec, scratch, cuda, batch, cell);
       } catch (const Error& e) {
         cell.error = e.what();
       }
