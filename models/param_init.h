@@ -1,7 +1,9 @@
 #pragma once
 // The building blocks of a family's initialization (ModelSpec::init_module): a counter-based
 // normal generator, so that element i of a tensor is a function of (seed, tensor name, i) only
-// — any module on any rank, in any order, with any thread count, gives the same bits.
+// — any module on any rank, in any order, with any thread count, on any CPU, gives the same bits
+// (Box-Muller in float, a pair of elements per 64-bit draw: Note [Fast normal init] in
+// param_init.cpp).
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
