@@ -10,8 +10,10 @@
 namespace strata::models {
 namespace {
 
+constexpr std::uint64_t kGolden = 0x9E3779B97F4A7C15ull;  // SplitMix64's increment
+
 std::uint64_t splitmix64(std::uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
+  x += kGolden;
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
   return x ^ (x >> 31);
@@ -33,11 +35,12 @@ std::uint64_t name_hash(std::string_view s) {
 // so the generator's speed is the start-up time: Qwen3-30B-A3B is 30.5 B elements. Box-Muller in
 // double with libm's log and cos, one element per pair of 53-bit uniforms, ran at 16 M elements/s
 // per core (the dev VM): two minutes for that model on 16 cores, at every bench cell. Here a pair
-// of elements comes from one 64-bit draw (splitmix64 of the stream's key plus the pair's index):
-// two 24-bit uniforms u1 in (0, 1] and u2 in [0, 1), r = sqrt(-2 ln u1), and the two elements
-// r cos(2 pi u2), r sin(2 pi u2), in float with the polynomials below (plain arithmetic that
-// the compiler vectorizes; this file is compiled with -ffp-contract=off, so the bits are the same
-// on every CPU and compiler). Tails stop at sqrt(-2 ln 2^-24) = 5.8 standard deviations.
+// of elements comes from one 64-bit draw (the pair's index-th output of SplitMix64 seeded with
+// the stream's key): two 24-bit uniforms u1 in (0, 1] and u2 in [0, 1), r = sqrt(-2 ln u1), and
+// the two elements r cos(2 pi u2), r sin(2 pi u2), in float with the polynomials below (plain
+// arithmetic that the compiler vectorizes; this file is compiled with -ffp-contract=off, so the
+// bits are the same on every CPU and compiler: tests/models/test_param_init.cpp pins some).
+// Tails stop at sqrt(-2 ln 2^-24) = 5.8 standard deviations.
 
 constexpr int kPairsPerBlock = 64;  // pairs drawn, then computed, together
 
@@ -48,7 +51,7 @@ inline float pick(bool take, float a, float b) {
 }
 
 // ln x for x in (0, 1]: x = m 2^e with m in [sqrt(1/2), sqrt(2)), ln m = 2 atanh(t), t = (m - 1) /
-// (m + 1), |t| <= 0.172 (the odd series to t^9: under 4e-10 off). Branch-free, for the vectorizer.
+// (m + 1), |t| <= 0.172 (the odd series to t^9: under 1e-9 off). Branch-free, for the vectorizer.
 inline float log_unit(float x) {
   const std::uint32_t bits = std::bit_cast<std::uint32_t>(x);
   const float m1 = std::bit_cast<float>((bits & 0x007FFFFFu) | 0x3F800000u);  // [1, 2)
@@ -66,7 +69,7 @@ inline float log_unit(float x) {
 void normal_pairs(std::uint64_t key, std::uint64_t first, int count, float sd, float* out) {
   std::uint32_t high[kPairsPerBlock], mid[kPairsPerBlock];
   for (int b = 0; b < count; ++b) {
-    const std::uint64_t r = splitmix64(key + first + static_cast<std::uint64_t>(b));
+    const std::uint64_t r = splitmix64(key + (first + static_cast<std::uint64_t>(b)) * kGolden);
     high[b] = static_cast<std::uint32_t>(r >> 40);
     mid[b] = static_cast<std::uint32_t>(r >> 16) & 0xFFFFFFu;
   }
@@ -76,7 +79,7 @@ void normal_pairs(std::uint64_t key, std::uint64_t first, int count, float sd, f
     const float u2 = static_cast<float>(static_cast<std::int32_t>(mid[b])) * 0x1.0p-24f;       // [0, 1)
     const float radius = std::sqrt(-2.0f * log_unit(u1));
     // cos and sin of 2 pi u2: the quadrant from 4 u2, the angle within it a in [0, pi / 2) by
-    // Taylor series to a^12 / a^13 (under 6e-9 off), then turned by the quadrant.
+    // Taylor series to a^12 / a^13 (under 7e-9 off), then turned by the quadrant.
     const float q = u2 * 4.0f;
     const int quadrant = static_cast<int>(q);  // 0..3
     const float a = (q - static_cast<float>(quadrant)) * 1.57079633f, a2 = a * a;

@@ -139,15 +139,19 @@ inline RowChunks row_chunks(std::int64_t N) {
 
 // Lets `kernel` use `bytes` of dynamic shared memory (needed above 48 KiB); the launch then
 // fails (a strata::Error from CUDA_CHECK_LAUNCH) on a device with less. The attribute belongs to
-// the function, not to a launch, so it is always set to the device's most: another host thread
-// launching the same kernel with fewer bytes must not lower it between this call and this launch.
+// the function, not to a launch, so it is always set to the most the device allows beside the
+// kernel's static shared memory: another host thread launching the same kernel with fewer bytes
+// must not lower it between this call and this launch.
 template <typename Kernel>
 void allow_dynamic_smem(Kernel kernel, std::size_t bytes) {
   if (bytes <= 48 * 1024) return;
   int device = 0, most = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, most));
+  cudaFuncAttributes attributes{};
+  CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  most - static_cast<int>(attributes.sharedSizeBytes)));
 }
 
 // Scratch device memory for one op, stream-ordered: cudaMallocAsync on the op's stream, and

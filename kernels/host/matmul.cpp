@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -47,20 +48,25 @@ struct F32Out {
 
 // Note [Weights widened in panels]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// sgemm multiplies fp32, so a bf16 / fp16 weight (or weight gradient) is widened first. Widened
-// whole, that is a fresh fp32 copy of every weight at every call: twice the weight's bytes
-// allocated, faulted in and written before sgemm reads them again. Instead the weight is widened
-// a panel of output channels at a time into one buffer of about kPanelBytes, each panel
-// multiplied before the next is widened, so the buffer stays in cache and is allocated once per
-// call. Measured on the dev VM (2 vCPUs; a bf16 (4096, 2048) weight, medians of 11 calls): 17
-// rows 42.8 ms whole against 8.5 in panels of 1 MiB, 256 rows 74-82 against 48-60, 1024 rows
-// 164 against 140-203 (this VM's spread); panels of 512 KiB, 2 and 4 MiB were no better.
+// sgemm multiplies fp32, so a bf16 / fp16 weight (or weight gradient) is widened first. It was
+// widened whole into a fresh zero-filled vector at every call: twice the weight's bytes
+// allocated, zeroed, faulted in and written before sgemm read them again. Now the buffer is not
+// zero-filled, and for few rows (fewer than kPanelMaxRows) the weight is widened a panel of
+// output channels at a time into a buffer of kPanelBytes that stays in cache, each panel
+// multiplied before the next is widened. Panels need enough channels for sgemm to run well (at
+// least kPanelMinChannels: C up to 4096); wider rows and more rows widen the whole weight once.
+// Measured on the dev VM (2 vCPUs; bf16, medians of 5 calls against the old whole widening, a
+// harness linking the kernels; docs/benchmarks.md has the table).
 constexpr std::size_t kPanelBytes = std::size_t{1} << 20;
+constexpr std::size_t kPanelMinChannels = 64;
+constexpr std::int64_t kPanelMaxRows = 128;
 
-// Output channels per panel for rows of C fp32 values: at least one, at most OC.
-int panel_channels(int C, int OC) {
+// Output channels per widened panel of a weight of OC rows of C values, for N input rows.
+int panel_channels(std::int64_t N, int C, int OC) {
   const std::size_t row = static_cast<std::size_t>(std::max(C, 1)) * sizeof(float);
-  return static_cast<int>(std::clamp<std::size_t>(kPanelBytes / row, 1, static_cast<std::size_t>(OC)));
+  const std::size_t by_bytes = kPanelBytes / row;
+  if (N >= kPanelMaxRows || by_bytes < kPanelMinChannels) return OC;
+  return static_cast<int>(std::min(by_bytes, static_cast<std::size_t>(OC)));
 }
 
 // The rows [first, first + count) of a (rows, C) matrix stored in dtype.
@@ -99,7 +105,7 @@ void matmul_fwd(void* out, const void* inp, const void* weight, const void* bias
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(N), OC, C, 1.0f, x, C,
                 static_cast<const float*>(weight), C, beta, y.ptr, OC);
   } else {
-    const int panel = panel_channels(C, OC);
+    const int panel = panel_channels(N, C, OC);
     const std::unique_ptr<float[]> w(new float[static_cast<std::size_t>(panel) * static_cast<std::size_t>(C)]);
     for (int oc0 = 0; oc0 < OC; oc0 += panel) {
       const int p = std::min(panel, OC - oc0);
@@ -129,12 +135,16 @@ void matmul_bwd(void* dinp, void* dweight, void* dbias, const void* dout, const 
   const auto Ns = static_cast<std::size_t>(N);
   const auto Cs = static_cast<std::size_t>(C);
   const auto OCs = static_cast<std::size_t>(OC);
+  if (OC == 0) {  // nothing to sum: dinp is zero, dweight and dbias have no elements
+    if (dinp != nullptr) std::memset(dinp, 0, Ns * Cs * dtype_size(dtype));
+    return;
+  }
   std::vector<float> tmp_dout, tmp_inp;
   const float* dy = as_f32(dout, dtype, Ns * OCs, tmp_dout);
   const bool f32 = dtype == DType::f32;
   // A bf16 / fp16 weight and weight gradient in panels of output channels
   // (Note [Weights widened in panels]).
-  const int panel = f32 ? OC : panel_channels(C, OC);
+  const int panel = f32 ? OC : panel_channels(N, C, OC);
   std::unique_ptr<float[]> w_panel;
   if (!f32 && (dinp != nullptr || dweight != nullptr)) {
     w_panel.reset(new float[static_cast<std::size_t>(panel) * Cs]);

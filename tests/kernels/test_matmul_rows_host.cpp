@@ -28,10 +28,11 @@ struct Shape {
   int C, OC;
 };
 
-// Every SIMD level this CPU has, the portable kernel first.
+// Every kernel this CPU runs: the portable one, and AVX2 where it has it (AVX-512 CPUs run the
+// AVX2 kernel too).
 std::vector<SimdLevel> levels() {
-  std::vector<SimdLevel> out;
-  for (int i = 0; i <= static_cast<int>(detected_simd()); ++i) out.push_back(static_cast<SimdLevel>(i));
+  std::vector<SimdLevel> out{SimdLevel::scalar};
+  if (detected_simd() >= SimdLevel::avx2) out.push_back(SimdLevel::avx2);
   return out;
 }
 
