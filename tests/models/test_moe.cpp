@@ -293,48 +293,51 @@ TEST(MoeModel, DecodingHintsTheRoutedExpertsAndTheLookaheadGuessesMore) {
   struct Seen {
     int hints = 0, first_layer_hints = 0, cancels = 0;
   };
+  constexpr int kSteps = 8;  // decoding steps: wrong guesses come with some tokens, not all
   auto count = [&](bool lookahead) {
     Rig rig(c, {.moe_lookahead = lookahead});
-    KvCache cache = rig.model->make_kv_cache(1, 8);
+    KvCache cache = rig.model->make_kv_cache(1, 4 + kSteps);
     const std::vector<std::int32_t> prompt = random_tokens(4, c.vocab_size, 9);
     const int len = 4;
     std::vector<float> logits(static_cast<std::size_t>(c.vocab_size));
     rig.model->prefill(cache, prompt.data(), &len, 1, len, logits.data());
-    // One decoding step of one token after the prefill: per layer, k experts acquired once.
-    std::vector<runtime::params::ResidentParams::Counts> before;
-    for (std::size_t m = 0; m < rig.layout.modules.size(); ++m) before.push_back(rig.params->counts(static_cast<int>(m)));
-    const std::int32_t next = 3;
-    rig.model->forward_decode(cache, &next, 1, 1, logits.data());
     Seen seen;
-    int acquired = 0;
-    for (int l = 0; l < c.num_hidden_layers; ++l) {
-      for (int e = 0; e < c.num_experts; ++e) {
-        const int m = rig.layout.expert_module(l, e);
-        const auto& now = rig.params->counts(m);
-        const auto& was = before[static_cast<std::size_t>(m)];
-        const int acquires = now.acquires - was.acquires, hints = now.prefetches - was.prefetches,
-                  cancels = now.cancels - was.cancels;
-        // A routed expert is hinted before its acquire; a guess is one more hint.
-        EXPECT_GE(hints, acquires) << "layer " << l << " expert " << e;
-        const bool guessed = hints > acquires;
-        // Withdrawn exactly when guessed and not picked.
-        EXPECT_EQ(cancels, guessed && acquires == 0 ? 1 : 0) << "layer " << l << " expert " << e;
-        seen.hints += hints;
-        seen.cancels += cancels;
-        acquired += acquires;
-        if (l == 0) seen.first_layer_hints += hints;
+    for (int step = 0; step < kSteps; ++step) {
+      // One decoding step of one token: per layer, k experts acquired once.
+      std::vector<runtime::params::ResidentParams::Counts> before;
+      for (std::size_t m = 0; m < rig.layout.modules.size(); ++m) before.push_back(rig.params->counts(static_cast<int>(m)));
+      const std::int32_t next = (3 + 7 * step) % c.vocab_size;
+      rig.model->forward_decode(cache, &next, 1, 1, logits.data());
+      int acquired = 0;
+      for (int l = 0; l < c.num_hidden_layers; ++l) {
+        for (int e = 0; e < c.num_experts; ++e) {
+          const int m = rig.layout.expert_module(l, e);
+          const auto& now = rig.params->counts(m);
+          const auto& was = before[static_cast<std::size_t>(m)];
+          const int acquires = now.acquires - was.acquires, hints = now.prefetches - was.prefetches,
+                    cancels = now.cancels - was.cancels;
+          // A routed expert is hinted before its acquire; a guess is one more hint.
+          EXPECT_GE(hints, acquires) << "step " << step << " layer " << l << " expert " << e;
+          const bool guessed = hints > acquires;
+          // Withdrawn exactly when guessed and not picked.
+          EXPECT_EQ(cancels, guessed && acquires == 0 ? 1 : 0) << "step " << step << " layer " << l << " expert " << e;
+          seen.hints += hints;
+          seen.cancels += cancels;
+          acquired += acquires;
+          if (l == 0) seen.first_layer_hints += hints;
+        }
       }
+      EXPECT_EQ(acquired, c.num_hidden_layers * c.num_experts_per_tok) << "step " << step;
     }
-    EXPECT_EQ(acquired, c.num_hidden_layers * c.num_experts_per_tok);
     return seen;
   };
   const Seen plain = count(false);
   const Seen ahead = count(true);
-  EXPECT_EQ(plain.hints, c.num_hidden_layers * c.num_experts_per_tok);
+  EXPECT_EQ(plain.hints, kSteps * c.num_hidden_layers * c.num_experts_per_tok);
   EXPECT_EQ(plain.cancels, 0);
   EXPECT_GT(ahead.hints, plain.hints);                    // the guesses for layers 1 and 2
   EXPECT_EQ(ahead.first_layer_hints, plain.first_layer_hints);  // nothing guesses layer 0
-  EXPECT_GT(ahead.cancels, 0) << "the test needs a wrong guess (seeded weights)";
+  EXPECT_GT(ahead.cancels, 0) << "the test needs a wrong guess in " << kSteps << " steps (seeded weights)";
 }
 
 // The lookahead guesses nothing for a batch expected to pick more than half the experts: 7
