@@ -30,11 +30,11 @@ inline float load1(const void* w, Size at) {
   if constexpr (K == RowWeights::f32) {
     return static_cast<const float*>(w)[at];
   } else {
-    const int bits = static_cast<const std::uint16_t*>(w)[at];
+    const std::uint16_t bits = static_cast<const std::uint16_t*>(w)[at];
     if constexpr (K == RowWeights::bf16) {
-      return _mm_cvtss_f32(_mm_castsi128_ps(_mm_cvtsi32_si128(bits << 16)));
+      return _mm_cvtss_f32(_mm_castsi128_ps(_mm_cvtsi32_si128(static_cast<int>(std::uint32_t{bits} << 16))));
     } else {
-      return _cvtsh_ss(static_cast<unsigned short>(bits));
+      return _cvtsh_ss(bits);
     }
   }
 }
