@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/huge_mapping.h"
 #include "core/units.h"
 
 namespace strata::offload {
@@ -20,41 +21,24 @@ std::size_t round_up(std::size_t bytes) {
   return (bytes + kDirectIoAlignment - 1) / kDirectIoAlignment * kDirectIoAlignment;
 }
 
-constexpr std::size_t kHugePageBytes = std::size_t{2} << 20;
-
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 // Anonymous mappings are page-aligned and zero-filled by the kernel, so no memset is needed,
 // and munmap returns the memory to the system at once (malloc would keep large blocks cached).
-//
-// A mapping of 2 MiB or more starts on a 2 MiB boundary (mapped 2 MiB larger, the ends cut
-// off) and asks for transparent huge pages: a state of a few GiB then takes a fault per 2 MiB
-// rather than per 4 KiB when it is first touched or pinned. The hint may be refused (THP off,
-// or "never"): the memory is the same, only its faults are slower.
+// Large ones ask for transparent huge pages (core/huge_mapping.h): a state of a few GiB then
+// takes a fault per 2 MiB rather than per 4 KiB when it is first touched or pinned.
 std::byte* map_zeroed(std::size_t capacity, std::string_view what) {
-  const bool huge = capacity >= kHugePageBytes;
-  const std::size_t span = huge ? capacity + kHugePageBytes : capacity;
-  void* p = ::mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) {
+  void* p = map_anonymous(capacity);
+  if (p == nullptr) {
     const int e = errno;
     throw Error(fmt::format("cannot allocate {} of host memory for '{}': mmap: {}",
                             format_bytes(capacity), what, errno_text(e)),
                 "host memory",
                 "free host memory, lower the offload buffer sizes, or check ulimit -v");
   }
-  if (!huge) return static_cast<std::byte*>(p);
-  auto* base = static_cast<std::byte*>(p);
-  const auto addr = reinterpret_cast<std::uintptr_t>(base);
-  const std::size_t head = (kHugePageBytes - addr % kHugePageBytes) % kHugePageBytes;
-  std::byte* data = base + head;
-  // Both cuts are page-aligned and inside the mapping: munmap cannot fail on them.
-  if (head > 0) ::munmap(base, head);
-  const std::size_t tail = span - head - capacity;
-  if (tail > 0) ::munmap(data + capacity, tail);
-  (void)::madvise(data, capacity, MADV_HUGEPAGE);  // a hint: fine to be refused
-  return data;
+  return static_cast<std::byte*>(p);
 }
 
 }  // namespace
