@@ -6,7 +6,6 @@
 // into values already there.
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -24,15 +23,6 @@ struct Shape {
   std::int64_t N;
   int C, OC;
 };
-
-double rel_rms(const Vec& got, const Dbl& want) {
-  double err = 0, norm = 0;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    err += (got[i] - want[i]) * (got[i] - want[i]);
-    norm += want[i] * want[i];
-  }
-  return std::sqrt(err / norm);
-}
 
 TEST(MatmulPanels, ForwardAndBackwardMatchDoubleReferences) {
   for (const DType dt : {DType::bf16, DType::f16}) {
@@ -60,7 +50,7 @@ TEST(MatmulPanels, ForwardAndBackwardMatchDoubleReferences) {
           y_want[n * OC + o] = acc;
         }
       }
-      EXPECT_LT(rel_rms(test::unpack(y, dt), y_want), tol) << "forward";
+      EXPECT_LT(test::rel_err(test::unpack(y, dt), y_want), tol) << "forward";
 
       Bytes dx(N * C * dtype_size(dt)), dw = dw0;
       matmul_bwd(dx.data(), dw.data(), nullptr, dy.data(), x.data(), w.data(), s.N, s.C, s.OC, dt);
@@ -78,8 +68,8 @@ TEST(MatmulPanels, ForwardAndBackwardMatchDoubleReferences) {
           dw_want[o * C + c] = acc;
         }
       }
-      EXPECT_LT(rel_rms(test::unpack(dx, dt), dx_want), tol) << "dinp";
-      EXPECT_LT(rel_rms(test::unpack(dw, dt), dw_want), tol) << "dweight";
+      EXPECT_LT(test::rel_err(test::unpack(dx, dt), dx_want), tol) << "dinp";
+      EXPECT_LT(test::rel_err(test::unpack(dw, dt), dw_want), tol) << "dweight";
     }
   }
 }
