@@ -309,7 +309,7 @@ void upload_pointers(const std::vector<const void*>& pointers, const void** dst,
     PointerBatch batch{};
     std::copy_n(pointers.begin() + static_cast<std::ptrdiff_t>(first), count, batch.p);
     store_pointers<<<1, kPointersPerLaunch, 0, stream>>>(batch, static_cast<int>(count), dst + first);
-    CUDA_CHECK(cudaGetLastError());
+    CUDA_CHECK_LAUNCH();
   }
 }
 }  // namespace

@@ -56,7 +56,7 @@ struct F32Out {
 // multiplied before the next is widened. Panels need enough channels for sgemm to run well (at
 // least kPanelMinChannels: C up to 4096); wider rows and more rows widen the whole weight once.
 // Measured on the dev VM (2 vCPUs; bf16, medians of 5 calls against the old whole widening, a
-// harness linking the kernels; docs/benchmarks.md has the table).
+// throwaway harness linking the kernels; docs/benchmarks.md has the table).
 constexpr std::size_t kPanelBytes = std::size_t{1} << 20;
 constexpr std::size_t kPanelMinChannels = 64;
 constexpr std::int64_t kPanelMaxRows = 128;
@@ -69,10 +69,31 @@ int panel_channels(std::int64_t N, int C, int OC) {
   return static_cast<int>(std::min(by_bytes, static_cast<std::size_t>(OC)));
 }
 
-// The rows [first, first + count) of a (rows, C) matrix stored in dtype.
-const void* rows_at(const void* base, DType dtype, int first, int C) {
-  return static_cast<const std::byte*>(base) +
-         static_cast<std::size_t>(first) * static_cast<std::size_t>(C) * dtype_size(dtype);
+// A panel's fp32 buffer: none for an fp32 weight (its rows are read where they lie and the
+// "panel" is the whole weight) or when no weight is read (`used` false), else `channels` rows
+// of C floats, not zero-filled.
+struct Panels {
+  Panels(std::int64_t N, int C, int OC, DType dtype, bool used = true)
+      : channels(dtype == DType::f32 ? OC : panel_channels(N, C, OC)),
+        buf(dtype == DType::f32 || !used
+                ? nullptr
+                : new float[static_cast<std::size_t>(channels) * static_cast<std::size_t>(C)]) {}
+  int channels;
+  std::unique_ptr<float[]> buf;
+};
+
+// Byte offset of row `first` of a (rows, C) matrix stored in dtype.
+std::size_t row_offset(DType dtype, int first, int C) {
+  return static_cast<std::size_t>(first) * static_cast<std::size_t>(C) * dtype_size(dtype);
+}
+
+// The rows [first, first + count) of a (rows, C) matrix stored in dtype, as fp32: where they lie
+// when fp32, else widened into `buf`.
+const float* rows_f32(const void* base, DType dtype, int first, int count, int C, float* buf) {
+  const auto* at = static_cast<const std::byte*>(base) + row_offset(dtype, first, C);
+  if (dtype == DType::f32) return reinterpret_cast<const float*>(at);
+  cast(at, dtype, buf, DType::f32, static_cast<std::size_t>(count) * static_cast<std::size_t>(C));
+  return buf;
 }
 
 }  // namespace
@@ -101,18 +122,12 @@ void matmul_fwd(void* out, const void* inp, const void* weight, const void* bias
   }
   // (N, C) x (OC, C)^T -> (N, OC), row-major; a bf16 / fp16 weight in panels of output channels
   // (Note [Weights widened in panels]).
-  if (dtype == DType::f32) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(N), OC, C, 1.0f, x, C,
-                static_cast<const float*>(weight), C, beta, y.ptr, OC);
-  } else {
-    const int panel = panel_channels(N, C, OC);
-    const std::unique_ptr<float[]> w(new float[static_cast<std::size_t>(panel) * static_cast<std::size_t>(C)]);
-    for (int oc0 = 0; oc0 < OC; oc0 += panel) {
-      const int p = std::min(panel, OC - oc0);
-      cast(rows_at(weight, dtype, oc0, C), dtype, w.get(), DType::f32, static_cast<std::size_t>(p) * static_cast<std::size_t>(C));
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(N), p, C, 1.0f, x, C, w.get(), C,
-                  beta, y.ptr + oc0, OC);
-    }
+  const Panels panels(N, C, OC, dtype);
+  for (int oc0 = 0; oc0 < OC; oc0 += panels.channels) {
+    const int p = std::min(panels.channels, OC - oc0);
+    const float* w = rows_f32(weight, dtype, oc0, p, C, panels.buf.get());
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(N), p, C, 1.0f, x, C, w, C, beta,
+                y.ptr + oc0, OC);
   }
   y.store();
 }
@@ -141,45 +156,33 @@ void matmul_bwd(void* dinp, void* dweight, void* dbias, const void* dout, const 
   }
   std::vector<float> tmp_dout, tmp_inp;
   const float* dy = as_f32(dout, dtype, Ns * OCs, tmp_dout);
-  const bool f32 = dtype == DType::f32;
   // A bf16 / fp16 weight and weight gradient in panels of output channels
   // (Note [Weights widened in panels]).
-  const int panel = f32 ? OC : panel_channels(N, C, OC);
-  std::unique_ptr<float[]> w_panel;
-  if (!f32 && (dinp != nullptr || dweight != nullptr)) {
-    w_panel.reset(new float[static_cast<std::size_t>(panel) * Cs]);
-  }
+  const Panels panels(N, C, OC, dtype, dinp != nullptr || dweight != nullptr);
   if (dinp != nullptr) {
     // dinp (N, C) = dout (N, OC) x W (OC, C): the panels' products summed into dinp.
     F32Out dx(dinp, dtype, Ns * Cs, false);
-    for (int oc0 = 0; oc0 < OC; oc0 += panel) {
-      const int p = std::min(panel, OC - oc0);
-      const float* w = static_cast<const float*>(weight) + (f32 ? static_cast<std::size_t>(oc0) * Cs : 0);
-      if (!f32) {
-        cast(rows_at(weight, dtype, oc0, C), dtype, w_panel.get(), DType::f32, static_cast<std::size_t>(p) * Cs);
-        w = w_panel.get();
-      }
+    for (int oc0 = 0; oc0 < OC; oc0 += panels.channels) {
+      const int p = std::min(panels.channels, OC - oc0);
+      const float* w = rows_f32(weight, dtype, oc0, p, C, panels.buf.get());
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(N), C, p, 1.0f, dy + oc0, OC, w,
                   C, oc0 == 0 ? 0.0f : 1.0f, dx.ptr, C);
     }
     dx.store();
   }
   if (dweight != nullptr) {
-    // dweight (OC, C) += dout^T (OC, N) x inp (N, C), a panel of dweight's rows at a time.
+    // dweight (OC, C) += dout^T (OC, N) x inp (N, C), a panel of dweight's rows at a time
+    // (widened, accumulated, stored back).
     const float* x = as_f32(inp, dtype, Ns * Cs, tmp_inp);
-    for (int oc0 = 0; oc0 < OC; oc0 += panel) {
-      const int p = std::min(panel, OC - oc0);
-      const std::size_t n = static_cast<std::size_t>(p) * Cs;
-      float* dw = static_cast<float*>(dweight) + (f32 ? static_cast<std::size_t>(oc0) * Cs : 0);
-      if (!f32) {
-        cast(rows_at(dweight, dtype, oc0, C), dtype, w_panel.get(), DType::f32, n);
-        dw = w_panel.get();
-      }
+    for (int oc0 = 0; oc0 < OC; oc0 += panels.channels) {
+      const int p = std::min(panels.channels, OC - oc0);
+      // dweight is writable: rows_f32 only reads it (and returns it, or the buffer, for sgemm).
+      auto* dw = const_cast<float*>(rows_f32(dweight, dtype, oc0, p, C, panels.buf.get()));
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, p, C, static_cast<blasint>(N), 1.0f, dy + oc0, OC, x, C,
                   1.0f, dw, C);
-      if (!f32) {
-        cast(dw, DType::f32, static_cast<std::byte*>(dweight) + static_cast<std::size_t>(oc0) * Cs * dtype_size(dtype),
-             dtype, n);
+      if (dtype != DType::f32) {
+        cast(dw, DType::f32, static_cast<std::byte*>(dweight) + row_offset(dtype, oc0, C), dtype,
+             static_cast<std::size_t>(p) * Cs);
       }
     }
   }
